@@ -1,0 +1,32 @@
+# The two set-up commands of README.md: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-core: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed-core
+
+demo: $(VENV)/.installed-core
+	$(BIN)/globalstep demo
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy --strict src
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/bench_import.py

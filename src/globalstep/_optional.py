@@ -1,0 +1,31 @@
+"""Lazy imports of optional dependencies, with errors that name the extra to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from globalstep.errors import MissingDependencyError
+
+__all__ = ["require"]
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Imports ``module`` or raises an error that says which extra brings it.
+
+    Args:
+        module: the module to import, e.g. ``"torch"``.
+        extra: the globalstep extra that installs it, e.g. ``"torch"``.
+        purpose: what needs it, for the message, e.g. ``"globalstep.integrations.torch"``.
+
+    Raises:
+        MissingDependencyError: the module is not installed.
+
+    Example:
+        >>> require("json", "core", "this example").__name__
+        'json'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingDependencyError(module, extra, purpose) from err

@@ -1,0 +1,323 @@
+"""The Clock, the one owner of a training run's step, and its frozen snapshot, Progress.
+
+What a step is
+--------------
+``step`` is the number of optimizer updates already applied. It starts at 0. One update is
+one batch, or one group of accumulated micro-batches: not an epoch, not a sample. A value
+used "at step k" is the one that update number k uses, so ``schedule(0)`` is the rate of the
+very first update, and after that update the step is 1. This is what TensorFlow 1 did with
+``tf.train.exponential_decay(lr, global_step, ...)`` and ``minimize(global_step=...)``, and
+every other module of globalstep links here instead of restating it.
+
+With 1,200 rows, batch size 100 and 2,000 epochs a run has 12 steps per epoch and 24,000
+steps; a staircase decay with ``decay_steps=100000`` never decays in it. At step 0 the rate
+is the initial rate; it decays only because something advances the step. Here the step
+advances with the update itself: call :meth:`Clock.tick` once per applied update (and not for
+an update that was skipped, e.g. by a mixed-precision overflow).
+
+Example:
+    >>> clock = Clock(steps_per_epoch=12, batch_size=100)
+    >>> clock.tick(12)
+    >>> p = clock.progress()
+    >>> (p.step, p.epoch, p.step_in_epoch, p.samples)
+    (12, 1, 0, 1200)
+
+Several clocks coexist without hidden global state, one per optimizer:
+
+    >>> generator, critic = Clock("generator"), Clock("critic")
+    >>> for _ in range(5):
+    ...     critic.tick()
+    >>> generator.tick()
+    >>> (generator.step, critic.step)
+    (1, 5)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from globalstep.errors import ConfigError, StepError
+
+__all__ = ["MAX_STEP", "Clock", "Progress"]
+
+MAX_STEP = 2**63 - 1
+"""The largest step a clock holds: the int64 range frameworks store the step in."""
+
+_STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A frozen snapshot of a :class:`Clock`; everything that decides reads one of these.
+
+    Attributes:
+        clock: the clock's name.
+        step: optimizer updates applied so far (see the module docstring).
+        epoch: completed epochs; also the index of the epoch in progress.
+        step_in_epoch: updates applied in the epoch in progress.
+        samples: training samples consumed by the applied updates.
+        tokens: training tokens consumed by the applied updates.
+        elapsed_seconds: training time, accumulated across restarts.
+        steps_per_epoch: updates per epoch, where known.
+        batch_size: samples per update, where known.
+        tokens_per_step: tokens per update, where known.
+    """
+
+    clock: str
+    step: int
+    epoch: int
+    step_in_epoch: int
+    samples: int
+    tokens: int
+    elapsed_seconds: float
+    steps_per_epoch: int | None = None
+    batch_size: int | None = None
+    tokens_per_step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the snapshot as a JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Progress:
+        """Builds a snapshot from :meth:`to_dict`'s output."""
+        return cls(**dict(data))
+
+
+def _check_count(parameter: str, value: Any, *, minimum: int, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(parameter, "must be an int", value)
+    if value < minimum:
+        raise ConfigError(parameter, f"must be >= {minimum}", value)
+
+
+class Clock:
+    """The one mutable owner of a run's step, epoch, samples, tokens and training time.
+
+    Args:
+        name: identifies the clock in checkpoints and logs ("generator", "critic", ...).
+        steps_per_epoch: updates per epoch; when given, epochs roll over by themselves.
+        batch_size: samples per update; when given, each tick counts its samples.
+        tokens_per_step: tokens per update; when given, each tick counts its tokens.
+        time_fn: a monotonic clock in seconds, injectable for tests.
+
+    Raises:
+        ConfigError: an empty name, or a count that is not a positive int.
+
+    Reads from other threads (a background saver) see a consistent snapshot through
+    :meth:`progress`.
+    """
+
+    def __init__(
+        self,
+        name: str = "global_step",
+        *,
+        steps_per_epoch: int | None = None,
+        batch_size: int | None = None,
+        tokens_per_step: int | None = None,
+        time_fn: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError("name", "must be a non-empty string", name)
+        _check_count("steps_per_epoch", steps_per_epoch, minimum=1)
+        _check_count("batch_size", batch_size, minimum=1)
+        _check_count("tokens_per_step", tokens_per_step, minimum=1)
+        if not callable(time_fn):
+            raise ConfigError("time_fn", "must be callable", time_fn)
+        self._name = name
+        self._steps_per_epoch = steps_per_epoch
+        self._batch_size = batch_size
+        self._tokens_per_step = tokens_per_step
+        self._time_fn = time_fn
+        self._lock = threading.Lock()
+        self._step = 0
+        self._epoch = 0
+        self._epoch_start = 0
+        self._samples = 0
+        self._tokens = 0
+        self._elapsed_before = 0.0
+        self._session_start = time_fn()
+
+    def __repr__(self) -> str:
+        return f"Clock({self._name!r}, step={self._step}, epoch={self._epoch})"
+
+    @property
+    def name(self) -> str:
+        """The clock's name."""
+        return self._name
+
+    @property
+    def step(self) -> int:
+        """Optimizer updates applied so far."""
+        return self._step
+
+    @property
+    def epoch(self) -> int:
+        """Completed epochs, which is also the index of the epoch in progress."""
+        return self._epoch
+
+    @property
+    def step_in_epoch(self) -> int:
+        """Updates applied in the epoch in progress."""
+        return self._step - self._epoch_start
+
+    @property
+    def samples(self) -> int:
+        """Samples consumed by the applied updates."""
+        return self._samples
+
+    @property
+    def tokens(self) -> int:
+        """Tokens consumed by the applied updates."""
+        return self._tokens
+
+    @property
+    def elapsed_seconds(self) -> float:
+        """Training seconds, accumulated across restarts (the time between runs not counted)."""
+        return self._elapsed_before + (self._time_fn() - self._session_start)
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Updates per epoch, where known."""
+        return self._steps_per_epoch
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per update, where known."""
+        return self._batch_size
+
+    @property
+    def tokens_per_step(self) -> int | None:
+        """Tokens per update, where known."""
+        return self._tokens_per_step
+
+    def tick(self, n: int = 1, *, samples: int | None = None, tokens: int | None = None) -> None:
+        """Records ``n`` applied optimizer updates.
+
+        Args:
+            n: updates applied, >= 1.
+            samples: samples those updates consumed; defaults to ``n * batch_size`` when the
+                clock knows its batch size, else none are counted.
+            tokens: tokens those updates consumed; defaults to ``n * tokens_per_step``.
+
+        Raises:
+            StepError: ``n`` is not an int >= 1, or the step would pass int64.
+            ConfigError: ``samples`` or ``tokens`` is not an int >= 0.
+        """
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise StepError(f"`n` must be an int number of updates; got n={n!r}.", n)
+        if n < 1:
+            raise StepError(f"`n` must be >= 1 (one tick per applied update); got n={n}.", n)
+        _check_count("samples", samples, minimum=0)
+        _check_count("tokens", tokens, minimum=0)
+        if samples is None:
+            samples = n * self._batch_size if self._batch_size is not None else 0
+        if tokens is None:
+            tokens = n * self._tokens_per_step if self._tokens_per_step is not None else 0
+        with self._lock:
+            new_step = self._step + n
+            if new_step > MAX_STEP:
+                raise StepError(
+                    f"`n` would move the step past int64 ({MAX_STEP}); got n={n} at step "
+                    f"{self._step}.",
+                    new_step,
+                )
+            self._step = new_step
+            self._samples += samples
+            self._tokens += tokens
+            spe = self._steps_per_epoch
+            if spe is not None:
+                rolled = (self._step - self._epoch_start) // spe
+                self._epoch += rolled
+                self._epoch_start += rolled * spe
+
+    def end_epoch(self) -> None:
+        """Ends the epoch in progress, for loops whose epochs the clock cannot count itself.
+
+        An epoch with no update yet is left as it is, so calling this after an automatic
+        roll-over (``steps_per_epoch`` given) is harmless.
+        """
+        with self._lock:
+            if self._step > self._epoch_start:
+                self._epoch += 1
+                self._epoch_start = self._step
+
+    def progress(self) -> Progress:
+        """Returns a consistent, frozen snapshot of every counter."""
+        with self._lock:
+            return Progress(
+                clock=self._name,
+                step=self._step,
+                epoch=self._epoch,
+                step_in_epoch=self._step - self._epoch_start,
+                samples=self._samples,
+                tokens=self._tokens,
+                elapsed_seconds=self.elapsed_seconds,
+                steps_per_epoch=self._steps_per_epoch,
+                batch_size=self._batch_size,
+                tokens_per_step=self._tokens_per_step,
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns the counters as a JSON-ready dict, for checkpoints."""
+        p = self.progress()
+        return {
+            "version": _STATE_VERSION,
+            "name": p.clock,
+            "step": p.step,
+            "epoch": p.epoch,
+            "step_in_epoch": p.step_in_epoch,
+            "samples": p.samples,
+            "tokens": p.tokens,
+            "elapsed_seconds": p.elapsed_seconds,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores the counters saved by :meth:`state_dict`.
+
+        Training time restarts counting from this call, so the time between runs is not
+        added. The clock's own ``steps_per_epoch``, ``batch_size`` and ``tokens_per_step``
+        are kept: a resumed run may change them.
+
+        Raises:
+            ConfigError: the state belongs to a clock of another name, or a field is missing
+                or out of range.
+        """
+        if not isinstance(state, Mapping):
+            raise ConfigError("state", "must be a mapping from Clock.state_dict()", state)
+        if state.get("version") != _STATE_VERSION:
+            raise ConfigError("state['version']", f"must be {_STATE_VERSION}", state.get("version"))
+        if state.get("name") != self._name:
+            raise ConfigError(
+                "state['name']",
+                f"must match this clock's name {self._name!r}",
+                state.get("name"),
+                hint="Each named clock restores its own state.",
+            )
+        for key in ("step", "epoch", "step_in_epoch", "samples", "tokens"):
+            _check_count(f"state[{key!r}]", state.get(key), minimum=0, optional=False)
+        if state["step"] > MAX_STEP or state["step_in_epoch"] > state["step"]:
+            raise ConfigError("state['step']", "must be in [step_in_epoch, 2**63-1]", state["step"])
+        elapsed = state.get("elapsed_seconds")
+        if (
+            isinstance(elapsed, bool)
+            or not isinstance(elapsed, int | float)
+            or not math.isfinite(elapsed)
+            or elapsed < 0
+        ):
+            raise ConfigError("state['elapsed_seconds']", "must be a finite number >= 0", elapsed)
+        with self._lock:
+            self._step = state["step"]
+            self._epoch = state["epoch"]
+            self._epoch_start = state["step"] - state["step_in_epoch"]
+            self._samples = state["samples"]
+            self._tokens = state["tokens"]
+            self._elapsed_before = float(elapsed)
+            self._session_start = self._time_fn()

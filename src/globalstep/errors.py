@@ -1,0 +1,162 @@
+"""Every error globalstep raises.
+
+Each exception derives from :class:`GlobalStepError` and from the built-in exception that
+matches what went wrong, so ``except ValueError`` keeps working for callers who do not know
+globalstep. Each carries its data as attributes (``err.parameter``, ``err.step``,
+``err.path``, ...) so that code can react without parsing the message.
+
+The tree::
+
+    GlobalStepError
+    ├── ConfigError (ValueError)                  bad parameter: .parameter, .value, .rule
+    │   └── DurationError                         malformed duration string: .text
+    ├── StepError (ValueError)                    bad step or tick: .step
+    ├── ConversionError (ValueError)              a duration that cannot become steps: .missing
+    ├── MissingDependencyError (ImportError)      an optional extra is not installed: .extra
+    ├── CheckpointError (OSError)                 saving or restoring failed: .path
+    │   ├── CheckpointNotFoundError (FileNotFoundError)
+    │   ├── CheckpointExistsError (FileExistsError)
+    │   ├── CorruptCheckpointError                bad checksum, truncated file, garbage JSON
+    │   └── LockError                             another writer holds the directory: .holder
+    ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
+    └── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
+
+Example:
+    >>> from globalstep.errors import ConfigError
+    >>> err = ConfigError("decay_steps", "must be > 0", 0)
+    >>> str(err)
+    '`decay_steps` must be > 0; got decay_steps=0.'
+    >>> isinstance(err, ValueError)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointExistsError",
+    "CheckpointNotFoundError",
+    "ConfigError",
+    "ConversionError",
+    "CorruptCheckpointError",
+    "DurationError",
+    "GlobalStepError",
+    "LockError",
+    "MissingDependencyError",
+    "NonFiniteError",
+    "RestoreMismatchError",
+    "StepError",
+]
+
+
+class GlobalStepError(Exception):
+    """The root of every error globalstep raises."""
+
+
+class ConfigError(GlobalStepError, ValueError):
+    """A parameter broke a rule.
+
+    Args:
+        parameter: the parameter's name, as the caller spelled it.
+        rule: what the value must satisfy, e.g. ``"must be > 0"``.
+        value: the value received.
+        hint: an optional sentence that says what to change.
+    """
+
+    def __init__(self, parameter: str, rule: str, value: Any, hint: str | None = None) -> None:
+        self.parameter = parameter
+        self.rule = rule
+        self.value = value
+        message = f"`{parameter}` {rule}; got {parameter}={value!r}."
+        if hint:
+            message = f"{message} {hint}"
+        super().__init__(message)
+
+
+class DurationError(ConfigError):
+    """A duration string does not follow the grammar; the message shows the grammar."""
+
+    def __init__(self, parameter: str, text: Any, grammar: str) -> None:
+        self.text = text
+        super().__init__(parameter, f"must be a duration ({grammar})", text)
+
+
+class StepError(GlobalStepError, ValueError):
+    """A step or a tick is negative, not an integer, or out of range."""
+
+    def __init__(self, message: str, step: Any = None) -> None:
+        self.step = step
+        super().__init__(message)
+
+
+class ConversionError(GlobalStepError, ValueError):
+    """A duration cannot be turned into steps because a piece of information is missing."""
+
+    def __init__(self, message: str, missing: str) -> None:
+        self.missing = missing
+        super().__init__(message)
+
+
+class MissingDependencyError(GlobalStepError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+    def __init__(self, module: str, extra: str, purpose: str) -> None:
+        self.module = module
+        self.extra = extra
+        super().__init__(
+            f"{purpose} needs `{module}`, which is not installed: "
+            f"pip install 'globalstep[{extra}]'",
+            name=module,
+        )
+
+
+class CheckpointError(GlobalStepError, OSError):
+    """Saving or restoring a checkpoint failed; ``path`` names the file or directory."""
+
+    def __init__(self, message: str, path: Any = None) -> None:
+        self.path = path
+        # OSError's own constructor would reinterpret two arguments as (errno, strerror).
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No committed checkpoint exists where one was asked for."""
+
+
+class CheckpointExistsError(CheckpointError, FileExistsError):
+    """A checkpoint for this step exists already and ``force=True`` was not given."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint exists but cannot be trusted: bad checksum, truncated file, garbage JSON."""
+
+
+class LockError(CheckpointError):
+    """Another live writer holds the checkpoint directory's lock; ``holder`` names it."""
+
+    def __init__(self, message: str, path: Any = None, holder: Any = None) -> None:
+        self.holder = holder
+        super().__init__(message, path)
+
+
+class RestoreMismatchError(GlobalStepError, ValueError):
+    """A checkpoint does not fit the template; ``report`` lists what differs."""
+
+    def __init__(self, message: str, report: Any = None) -> None:
+        self.report = report
+        super().__init__(message)
+
+
+class NonFiniteError(GlobalStepError, ArithmeticError):
+    """A guarded value is NaN or infinite; carries the step, the tag and the value."""
+
+    def __init__(self, tag: str, value: float, step: int | None) -> None:
+        self.tag = tag
+        self.value = value
+        self.step = step
+        super().__init__(f"`{tag}` is {value!r} at step {step}: a guarded value must be finite.")

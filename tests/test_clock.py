@@ -1,0 +1,221 @@
+"""Tests for globalstep.clock."""
+
+import json
+import threading
+
+import pytest
+
+from globalstep import Clock, ConfigError, Progress, StepError
+from globalstep.clock import MAX_STEP
+
+
+class FakeTime:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_new_clock_is_at_step_zero():
+    """A new clock has applied no update."""
+    p = Clock().progress()
+    assert (p.step, p.epoch, p.step_in_epoch, p.samples, p.tokens) == (0, 0, 0, 0, 0)
+
+
+def test_step_twelve_is_first_step_of_second_epoch():
+    """With 12 batches per epoch, step 12 is epoch index 1, step_in_epoch 0 (the seed's case)."""
+    clock = Clock(steps_per_epoch=12, batch_size=100)
+    for _ in range(11):
+        clock.tick()
+    assert (clock.epoch, clock.step_in_epoch) == (0, 11)
+    clock.tick()
+    assert (clock.step, clock.epoch, clock.step_in_epoch, clock.samples) == (12, 1, 0, 1200)
+
+
+def test_2000_epochs_of_1200_rows_is_24000_steps():
+    """1,200 rows at batch 100 for 2,000 epochs is 24,000 steps (seed 001)."""
+    clock = Clock(steps_per_epoch=12, batch_size=100)
+    clock.tick(24_000)
+    assert (clock.step, clock.epoch, clock.samples) == (24_000, 2000, 2_400_000)
+
+
+def test_two_named_clocks_count_separately():
+    """A critic ticked 5 times per generator tick reports its own count (seed 002's GAN)."""
+    generator, critic = Clock("generator"), Clock("critic")
+    for _ in range(10):
+        for _ in range(5):
+            critic.tick()
+        generator.tick()
+    assert (generator.step, critic.step) == (10, 50)
+    assert generator.progress().clock == "generator"
+
+
+def test_big_tick_rolls_several_epochs():
+    """A tick covering several epochs rolls all of them."""
+    clock = Clock(steps_per_epoch=4)
+    clock.tick(10)
+    assert (clock.epoch, clock.step_in_epoch) == (2, 2)
+
+
+def test_end_epoch_without_steps_per_epoch():
+    """end_epoch() closes an epoch the clock cannot count itself, and is idempotent."""
+    clock = Clock()
+    clock.tick(7)
+    clock.end_epoch()
+    clock.end_epoch()
+    assert (clock.epoch, clock.step_in_epoch) == (1, 0)
+
+
+def test_end_epoch_after_rollover_is_harmless():
+    """end_epoch() right after an automatic roll-over does not count a second epoch."""
+    clock = Clock(steps_per_epoch=3)
+    clock.tick(3)
+    clock.end_epoch()
+    assert clock.epoch == 1
+
+
+def test_end_epoch_closes_partial_epoch():
+    """end_epoch() ends a short last epoch (no drop_last) and the next one starts fresh."""
+    clock = Clock(steps_per_epoch=3)
+    clock.tick(5)
+    clock.end_epoch()
+    clock.tick(3)
+    assert (clock.step, clock.epoch, clock.step_in_epoch) == (8, 3, 0)
+
+
+def test_samples_and_tokens_explicit():
+    """tick() counts the samples and tokens it is given."""
+    clock = Clock(tokens_per_step=10)
+    clock.tick(samples=30)
+    clock.tick(2, samples=64, tokens=5)
+    assert (clock.samples, clock.tokens) == (94, 15)
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.0, "1", True, None])
+def test_bad_tick_is_rejected(n):
+    """A tick that is not an int >= 1 raises StepError naming n."""
+    with pytest.raises(StepError, match="`n` must be"):
+        Clock().tick(n)
+
+
+@pytest.mark.parametrize(("kwarg", "value"), [("samples", -1), ("tokens", 1.5)])
+def test_bad_samples_or_tokens_rejected(kwarg, value):
+    """Negative or fractional samples/tokens raise ConfigError naming the parameter."""
+    with pytest.raises(ConfigError, match=f"`{kwarg}`"):
+        Clock().tick(**{kwarg: value})
+
+
+def test_step_past_int64_rejected():
+    """A tick that would move the step past int64 is an error, and the step is unchanged."""
+    clock = Clock()
+    state = clock.state_dict() | {"step": MAX_STEP - 1, "step_in_epoch": MAX_STEP - 1}
+    clock.load_state_dict(state)
+    clock.tick()
+    with pytest.raises(StepError, match="past int64") as info:
+        clock.tick()
+    assert info.value.step == MAX_STEP + 1
+    assert clock.step == MAX_STEP
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"name": ""}, "name"),
+        ({"name": 3}, "name"),
+        ({"steps_per_epoch": 0}, "steps_per_epoch"),
+        ({"steps_per_epoch": 2.5}, "steps_per_epoch"),
+        ({"batch_size": -4}, "batch_size"),
+        ({"tokens_per_step": True}, "tokens_per_step"),
+        ({"time_fn": 5}, "time_fn"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, parameter):
+    """Every bad constructor argument raises ConfigError naming it and the value received."""
+    with pytest.raises(ConfigError, match=f"`{parameter}`.*got {parameter}=") as info:
+        Clock(**kwargs)
+    assert info.value.parameter == parameter
+
+
+def test_state_round_trips_through_json():
+    """state_dict() survives json and restores every counter."""
+    fake = FakeTime()
+    clock = Clock("g", steps_per_epoch=5, batch_size=8, time_fn=fake)
+    clock.tick(7)
+    fake.now += 42.0
+    restored = Clock("g", steps_per_epoch=5, batch_size=8, time_fn=fake)
+    restored.load_state_dict(json.loads(json.dumps(clock.state_dict())))
+    a, b = clock.progress(), restored.progress()
+    assert a == b
+    assert b.elapsed_seconds == 42.0
+
+
+def test_elapsed_seconds_skips_time_between_runs():
+    """Training time accumulates across restarts, without the time between runs."""
+    fake = FakeTime()
+    first = Clock(time_fn=fake)
+    fake.now += 100.0
+    saved = first.state_dict()
+    fake.now += 5000.0  # the machine was down
+    second = Clock(time_fn=fake)
+    second.load_state_dict(saved)
+    fake.now += 30.0
+    assert second.elapsed_seconds == 130.0
+
+
+@pytest.mark.parametrize(
+    ("change", "parameter"),
+    [
+        ({"name": "other"}, "state['name']"),
+        ({"version": 99}, "state['version']"),
+        ({"step": -1}, "state['step']"),
+        ({"step": 1.5}, "state['step']"),
+        ({"samples": None}, "state['samples']"),
+        ({"step_in_epoch": 5}, "state['step']"),
+        ({"elapsed_seconds": float("inf")}, "state['elapsed_seconds']"),
+        ({"elapsed_seconds": "1"}, "state['elapsed_seconds']"),
+    ],
+)
+def test_bad_state_rejected(change, parameter):
+    """A state of another clock, or with a bad field, raises ConfigError naming the field."""
+    clock = Clock()
+    with pytest.raises(ConfigError) as info:
+        clock.load_state_dict(clock.state_dict() | change)
+    assert info.value.parameter == parameter
+
+
+def test_state_must_be_a_mapping():
+    """load_state_dict() of a non-mapping raises ConfigError."""
+    with pytest.raises(ConfigError, match="`state`"):
+        Clock().load_state_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_progress_is_frozen_and_round_trips():
+    """Progress cannot be changed and survives to_dict/from_dict."""
+    p = Clock(batch_size=3).progress()
+    with pytest.raises(AttributeError):
+        p.step = 5  # type: ignore[misc]
+    assert Progress.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_snapshot_is_consistent_under_concurrent_ticks():
+    """Snapshots read from another thread always agree with themselves (samples = 4 * step)."""
+    clock = Clock(steps_per_epoch=7, batch_size=4)
+    stop = threading.Event()
+    bad: list = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            p = clock.progress()
+            if p.samples != 4 * p.step or p.epoch * 7 + p.step_in_epoch != p.step:
+                bad.append(p)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(20_000):
+        clock.tick()
+    stop.set()
+    thread.join()
+    assert bad == []
