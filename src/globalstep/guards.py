@@ -1,0 +1,74 @@
+"""Detection of the classic frozen-step bug: the step is read again and again, unchanged.
+
+A schedule or a summary writer is called once per optimizer update. When such a caller sees
+the same step many times in a row, updates are happening but nothing advances the step
+(``minimize()`` without ``global_step=``, a ``clock.tick()`` forgotten), so the learning rate
+is frozen at its step-0 value and every metric lands on one step. :class:`StaleStepDetector`
+notices this and warns once, naming the clock.
+
+Example:
+    >>> import warnings
+    >>> detector = StaleStepDetector("exponential_decay", threshold=3)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     for _ in range(5):
+    ...         detector.observe(0, "global_step")
+    >>> len(caught), caught[0].category.__name__
+    (1, 'FrozenStepWarning')
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from globalstep.errors import ConfigError
+
+__all__ = ["DEFAULT_STALE_THRESHOLD", "FrozenStepWarning", "StaleStepDetector"]
+
+DEFAULT_STALE_THRESHOLD = 1000
+"""Reads at one unchanged step after which a caller warns."""
+
+
+class FrozenStepWarning(UserWarning):
+    """The step has not advanced over many reads while training goes on."""
+
+
+class StaleStepDetector:
+    """Counts reads at an unchanged step and warns once when they pass a threshold.
+
+    Args:
+        what: names the reader in the warning, e.g. ``"exponential_decay"``.
+        threshold: consecutive reads at one step after which to warn, >= 2.
+
+    Raises:
+        ConfigError: ``threshold`` is not an int >= 2.
+    """
+
+    __slots__ = ("_count", "_last", "_threshold", "_warned", "_what")
+
+    def __init__(self, what: str, threshold: int = DEFAULT_STALE_THRESHOLD) -> None:
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2:
+            raise ConfigError("threshold", "must be an int >= 2", threshold)
+        self._what = what
+        self._threshold = threshold
+        self._last: int | None = None
+        self._count = 0
+        self._warned = False
+
+    def observe(self, step: int, clock_name: str | None = None) -> None:
+        """Records one read of ``step``; warns once if the step has stopped advancing."""
+        if step != self._last:
+            self._last = step
+            self._count = 1
+            return
+        self._count += 1
+        if self._count == self._threshold and not self._warned:
+            self._warned = True
+            clock = f"clock {clock_name!r}" if clock_name else "the step"
+            warnings.warn(
+                f"{self._what} was read {self._count} times at step {step} of {clock}: the "
+                "step is not advancing, so the value stays frozen. Call clock.tick() once per "
+                "optimizer update (or pass global_step= to minimize()).",
+                FrozenStepWarning,
+                stacklevel=3,
+            )
