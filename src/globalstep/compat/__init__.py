@@ -1,0 +1,1 @@
+"""Compatibility layers: the peers' own names, arguments and defaults."""

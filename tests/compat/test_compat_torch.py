@@ -1,0 +1,289 @@
+"""Tests for globalstep.compat.torch: parity with torch.optim.lr_scheduler, and bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from globalstep import ConfigError, StepError
+from globalstep.compat import torch as gt
+
+RTOL = 1e-12
+DENSE = 2000  # steps run through the real scheduler one step() at a time
+
+
+def torch_rates(make, steps: int) -> np.ndarray:
+    """Returns get_last_lr()[0] after 0..steps calls of scheduler.step()."""
+    torch = pytest.importorskip("torch")
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    scheduler = make(torch.optim.lr_scheduler, optimizer)
+    rates = [scheduler.get_last_lr()[0]]
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        rates.append(scheduler.get_last_lr()[0])
+    return np.array(rates)
+
+
+def assert_close(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Relative 1e-12, with rates that are zero in exact arithmetic compared absolutely."""
+    np.testing.assert_allclose(ours, theirs, rtol=RTOL, atol=1e-17)
+
+
+CASES = [
+    (
+        "StepLR",
+        lambda sch, o: sch.StepLR(o, step_size=30, gamma=0.1),
+        gt.StepLR(base_lr=0.1, step_size=30, gamma=0.1),
+    ),
+    (
+        "MultiStepLR",
+        lambda sch, o: sch.MultiStepLR(o, milestones=[30, 80, 80, 500], gamma=0.5),
+        gt.MultiStepLR(base_lr=0.1, milestones=[30, 80, 80, 500], gamma=0.5),
+    ),
+    (
+        "ExponentialLR",
+        lambda sch, o: sch.ExponentialLR(o, gamma=0.999),
+        gt.ExponentialLR(base_lr=0.1, gamma=0.999),
+    ),
+    (
+        "ConstantLR",
+        lambda sch, o: sch.ConstantLR(o, factor=0.25, total_iters=40),
+        gt.ConstantLR(base_lr=0.1, factor=0.25, total_iters=40),
+    ),
+    ("LinearLR", lambda sch, o: sch.LinearLR(o), gt.LinearLR(base_lr=0.1)),
+    (
+        "LinearLR-down",
+        lambda sch, o: sch.LinearLR(o, start_factor=1.0, end_factor=0.05, total_iters=300),
+        gt.LinearLR(base_lr=0.1, start_factor=1.0, end_factor=0.05, total_iters=300),
+    ),
+    (
+        "PolynomialLR",
+        lambda sch, o: sch.PolynomialLR(o, total_iters=700, power=2.0),
+        gt.PolynomialLR(base_lr=0.1, total_iters=700, power=2.0),
+    ),
+    (
+        "CosineAnnealingLR",
+        lambda sch, o: sch.CosineAnnealingLR(o, T_max=150, eta_min=0.001),
+        gt.CosineAnnealingLR(base_lr=0.1, T_max=150, eta_min=0.001),
+    ),
+    (
+        "CosineAnnealingLR-eta0",
+        lambda sch, o: sch.CosineAnnealingLR(o, T_max=97),
+        gt.CosineAnnealingLR(base_lr=0.1, T_max=97),
+    ),
+    (
+        "CosineAnnealingWarmRestarts",
+        lambda sch, o: sch.CosineAnnealingWarmRestarts(o, T_0=10, T_mult=2, eta_min=1e-4),
+        gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=10, T_mult=2, eta_min=1e-4),
+    ),
+    (
+        "CosineAnnealingWarmRestarts-1",
+        lambda sch, o: sch.CosineAnnealingWarmRestarts(o, T_0=33),
+        gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=33),
+    ),
+    (
+        "OneCycleLR-cos",
+        lambda sch, o: sch.OneCycleLR(o, max_lr=1.0, total_steps=DENSE),
+        gt.OneCycleLR(max_lr=1.0, total_steps=DENSE),
+    ),
+    (
+        "OneCycleLR-linear-3phase",
+        lambda sch, o: sch.OneCycleLR(
+            o,
+            max_lr=0.5,
+            epochs=4,
+            steps_per_epoch=DENSE // 4,
+            pct_start=0.25,
+            anneal_strategy="linear",
+            three_phase=True,
+            div_factor=10.0,
+            final_div_factor=100.0,
+        ),
+        gt.OneCycleLR(
+            max_lr=0.5,
+            epochs=4,
+            steps_per_epoch=DENSE // 4,
+            pct_start=0.25,
+            anneal_strategy="linear",
+            three_phase=True,
+            div_factor=10.0,
+            final_div_factor=100.0,
+        ),
+    ),
+    (
+        "SequentialLR",
+        lambda sch, o: sch.SequentialLR(
+            o,
+            [
+                sch.LinearLR(o, start_factor=0.1, total_iters=20),
+                sch.ExponentialLR(o, gamma=0.99),
+                sch.CosineAnnealingLR(o, T_max=300),
+            ],
+            milestones=[20, 500],
+        ),
+        gt.SequentialLR(
+            (
+                gt.LinearLR(base_lr=0.1, start_factor=0.1, total_iters=20),
+                gt.ExponentialLR(base_lr=0.1, gamma=0.99),
+                gt.CosineAnnealingLR(base_lr=0.1, T_max=300),
+            ),
+            milestones=(20, 500),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "ours"), CASES, ids=[c[0] for c in CASES])
+def test_dense_parity(name, make, ours):
+    """Every step 0..2000 (boundaries and the past-the-end region included) matches torch."""
+    assert_close(ours.values(np.arange(DENSE + 1)), torch_rates(make, DENSE))
+
+
+@pytest.mark.parametrize(
+    ("make", "ours"),
+    [
+        (lambda sch, o: sch.StepLR(o, step_size=30), gt.StepLR(base_lr=0.1, step_size=30)),
+        (lambda sch, o: sch.ExponentialLR(o, gamma=0.9999), gt.ExponentialLR(0.1, 0.9999)),
+        (lambda sch, o: sch.CosineAnnealingLR(o, T_max=1000), gt.CosineAnnealingLR(0.1, 1000)),
+        (lambda sch, o: sch.PolynomialLR(o, total_iters=10**6), gt.PolynomialLR(0.1, 10**6)),
+        (lambda sch, o: sch.LinearLR(o, total_iters=10**6), gt.LinearLR(0.1, total_iters=10**6)),
+        (
+            lambda sch, o: sch.MultiStepLR(o, milestones=[10**6, 10**9]),
+            gt.MultiStepLR(0.1, milestones=[10**6, 10**9]),
+        ),
+    ],
+)
+def test_large_steps_match_torch_closed_form(make, ours):
+    """At 10**6, 2**31-1, 10**9 and 10**12, values match torch's own closed form."""
+    torch = pytest.importorskip("torch")
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    scheduler = make(torch.optim.lr_scheduler, optimizer)
+    for step in (10**6, 2**31 - 1, 10**9, 10**12):
+        scheduler.last_epoch = step
+        theirs = scheduler._get_closed_form_lr()[0]
+        assert ours(step) == pytest.approx(theirs, rel=RTOL, abs=1e-300)
+
+
+def test_warm_restarts_large_step_matches_torch_epoch_form():
+    """CosineAnnealingWarmRestarts at 10**6..10**12 matches torch's step(epoch) path."""
+    torch = pytest.importorskip("torch")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=7, T_mult=3)
+    ours = gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=7, T_mult=3)
+    for step in (10**6, 2**31 - 1, 10**9, 10**12):
+        scheduler.step(step)
+        assert ours(step) == pytest.approx(scheduler.get_last_lr()[0], rel=1e-9)
+
+
+def test_one_cycle_last_valid_step_and_error_after():
+    """OneCycleLR accepts total_steps and, like torch, fails on the step after it."""
+    torch = pytest.importorskip("torch")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=10)
+    ours = gt.OneCycleLR(max_lr=1.0, total_steps=10)
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+    assert ours(10) == pytest.approx(scheduler.get_last_lr()[0], rel=RTOL)
+    optimizer.step()
+    with pytest.raises(ValueError, match="Tried to step 11 times"):
+        scheduler.step()
+    with pytest.raises(StepError, match="total_steps=10") as info:
+        ours(11)
+    assert info.value.step == 11
+
+
+def test_cosine_annealing_rises_past_t_max():
+    """Past T_max the cosine goes back up, as torch's recursive form does."""
+    s = gt.CosineAnnealingLR(base_lr=1.0, T_max=10)
+    assert s(10) == 0.0
+    assert s(15) == pytest.approx(0.5)
+    assert s(20) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_config_round_trip(case):
+    """to_config() survives JSON and from_config() rebuilds an equal schedule."""
+    ours = case[2]
+    config = json.loads(json.dumps(ours.to_config()))
+    again = gt.TorchSchedule.from_config(config)
+    assert again == ours
+    assert again.values(np.arange(50)).tolist() == ours.values(np.arange(50)).tolist()
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_values_equal_call(step):
+    """values() equals __call__ element by element."""
+    s = gt.CosineAnnealingWarmRestarts(base_lr=0.3, T_0=5, T_mult=2, eta_min=0.01)
+    assert s.values([step])[0] == s(step)
+    assert math.isfinite(s(step))
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, "3", True, None])
+def test_bad_step(step):
+    """A negative or non-integer step raises StepError naming the step."""
+    with pytest.raises(StepError, match="`step` must be"):
+        gt.StepLR(base_lr=0.1, step_size=3)(step)
+
+
+@pytest.mark.parametrize(
+    ("make", "parameter"),
+    [
+        (lambda: gt.StepLR(base_lr=0.1, step_size=0), "step_size"),
+        (lambda: gt.StepLR(base_lr=-0.1, step_size=3), "base_lr"),
+        (lambda: gt.StepLR(base_lr=float("nan"), step_size=3), "base_lr"),
+        (lambda: gt.StepLR(base_lr=0.1, step_size=3, gamma=float("inf")), "gamma"),
+        (lambda: gt.MultiStepLR(base_lr=0.1, milestones=[3, -1]), "milestones"),
+        (lambda: gt.MultiStepLR(base_lr=0.1, milestones="3"), "milestones"),
+        (lambda: gt.ExponentialLR(base_lr=0.1, gamma="0.9"), "gamma"),
+        (lambda: gt.ConstantLR(base_lr=0.1, factor=1.5), "factor"),
+        (lambda: gt.ConstantLR(base_lr=0.1, total_iters=-1), "total_iters"),
+        (lambda: gt.LinearLR(base_lr=0.1, start_factor=0.0), "start_factor"),
+        (lambda: gt.LinearLR(base_lr=0.1, end_factor=2.0), "end_factor"),
+        (lambda: gt.LinearLR(base_lr=0.1, total_iters=0), "total_iters"),
+        (lambda: gt.PolynomialLR(base_lr=0.1, total_iters=2.0), "total_iters"),
+        (lambda: gt.PolynomialLR(base_lr=0.1, power=float("nan")), "power"),
+        (lambda: gt.CosineAnnealingLR(base_lr=0.1, T_max=0), "T_max"),
+        (lambda: gt.CosineAnnealingLR(base_lr=0.1, T_max=5, eta_min=-1.0), "eta_min"),
+        (lambda: gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=0), "T_0"),
+        (lambda: gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=3, T_mult=0), "T_mult"),
+        (lambda: gt.OneCycleLR(max_lr=1.0), "total_steps"),
+        (lambda: gt.OneCycleLR(max_lr=1.0, total_steps=0), "total_steps"),
+        (lambda: gt.OneCycleLR(max_lr=1.0, epochs=0, steps_per_epoch=3), "epochs"),
+        (lambda: gt.OneCycleLR(max_lr=1.0, total_steps=9, pct_start=1.5), "pct_start"),
+        (lambda: gt.OneCycleLR(max_lr=1.0, total_steps=9, anneal_strategy="x"), "anneal_strategy"),
+        (lambda: gt.OneCycleLR(max_lr=1.0, total_steps=9, div_factor=0.0), "div_factor"),
+        (
+            lambda: gt.OneCycleLR(max_lr=1.0, total_steps=9, final_div_factor=-1.0),
+            "final_div_factor",
+        ),
+        (lambda: gt.OneCycleLR(max_lr=1.0, total_steps=9, three_phase=1), "three_phase"),
+        (lambda: gt.SequentialLR((), milestones=()), "schedulers"),
+        (lambda: gt.SequentialLR((gt.ExponentialLR(0.1, 0.9), 3), (2,)), "schedulers"),
+        (
+            lambda: gt.SequentialLR((gt.ExponentialLR(0.1, 0.9), gt.ExponentialLR(0.1, 0.9)), ()),
+            "milestones",
+        ),
+        (
+            lambda: gt.SequentialLR((gt.ExponentialLR(0.1, 0.9),) * 3, milestones=(5, 5)),
+            "milestones",
+        ),
+    ],
+)
+def test_bad_parameters(make, parameter):
+    """Every invalid parameter raises ConfigError naming it and the value received."""
+    with pytest.raises(ConfigError, match=f"`{parameter}`.*got {parameter}=") as info:
+        make()
+    assert info.value.parameter == parameter
+
+
+def test_from_config_unknown_class():
+    """from_config() of an unknown class names the known ones."""
+    with pytest.raises(ConfigError, match="StepLR"):
+        gt.TorchSchedule.from_config({"class": "Nope", "config": {}})
