@@ -219,3 +219,27 @@ def test_snapshot_is_consistent_under_concurrent_ticks():
     stop.set()
     thread.join()
     assert bad == []
+
+
+@pytest.mark.parametrize(
+    ("change", "parameter"),
+    [
+        ({"step": -1}, "data['step']"),
+        ({"clock": 5}, "data['clock']"),
+        ({"batch_size": 0}, "data['batch_size']"),
+        ({"elapsed_seconds": float("nan")}, "data['elapsed_seconds']"),
+        ({"bogus": 1}, "data"),
+    ],
+)
+def test_progress_from_dict_rejects_bad_fields(change, parameter):
+    """Progress.from_dict() names the bad field and the value received."""
+    data = Clock().progress().to_dict() | change
+    with pytest.raises(ConfigError) as info:
+        Progress.from_dict(data)
+    assert info.value.parameter == parameter
+
+
+def test_progress_from_dict_needs_mapping():
+    """Progress.from_dict() of a non-mapping raises ConfigError."""
+    with pytest.raises(ConfigError, match="`data`"):
+        Progress.from_dict(["step", 1])  # type: ignore[arg-type]

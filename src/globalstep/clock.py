@@ -38,7 +38,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from globalstep.errors import ConfigError, StepError
@@ -85,7 +85,25 @@ class Progress:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Progress:
-        """Builds a snapshot from :meth:`to_dict`'s output."""
+        """Builds a snapshot from :meth:`to_dict`'s output, checking every field.
+
+        Raises:
+            ConfigError: a field is missing, unknown, or out of range.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError("data", "must be a mapping from Progress.to_dict()", data)
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError("data", f"must hold only the fields {sorted(names)}", unknown)
+        if not isinstance(data.get("clock"), str):
+            raise ConfigError("data['clock']", "must be a string", data.get("clock"))
+        for key in ("step", "epoch", "step_in_epoch", "samples", "tokens"):
+            _check_count(f"data[{key!r}]", data.get(key), minimum=0, optional=False)
+        for key in ("steps_per_epoch", "batch_size", "tokens_per_step"):
+            _check_count(f"data[{key!r}]", data.get(key), minimum=1)
+        elapsed = data.get("elapsed_seconds")
+        _check_seconds("data['elapsed_seconds']", elapsed)
         return cls(**dict(data))
 
 
@@ -96,6 +114,16 @@ def _check_count(parameter: str, value: Any, *, minimum: int, optional: bool = T
         raise ConfigError(parameter, "must be an int", value)
     if value < minimum:
         raise ConfigError(parameter, f"must be >= {minimum}", value)
+
+
+def _check_seconds(parameter: str, value: Any) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(parameter, "must be a finite number >= 0", value)
 
 
 class Clock:
@@ -306,13 +334,7 @@ class Clock:
         if state["step"] > MAX_STEP or state["step_in_epoch"] > state["step"]:
             raise ConfigError("state['step']", "must be in [step_in_epoch, 2**63-1]", state["step"])
         elapsed = state.get("elapsed_seconds")
-        if (
-            isinstance(elapsed, bool)
-            or not isinstance(elapsed, int | float)
-            or not math.isfinite(elapsed)
-            or elapsed < 0
-        ):
-            raise ConfigError("state['elapsed_seconds']", "must be a finite number >= 0", elapsed)
+        _check_seconds("state['elapsed_seconds']", elapsed)
         with self._lock:
             self._step = state["step"]
             self._epoch = state["epoch"]
