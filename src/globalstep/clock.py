@@ -102,8 +102,7 @@ class Progress:
             _check_count(f"data[{key!r}]", data.get(key), minimum=0, optional=False)
         for key in ("steps_per_epoch", "batch_size", "tokens_per_step"):
             _check_count(f"data[{key!r}]", data.get(key), minimum=1)
-        elapsed = data.get("elapsed_seconds")
-        _check_seconds("data['elapsed_seconds']", elapsed)
+        _check_seconds("data['elapsed_seconds']", data.get("elapsed_seconds"))
         return cls(**dict(data))
 
 
@@ -116,7 +115,7 @@ def _check_count(parameter: str, value: Any, *, minimum: int, optional: bool = T
         raise ConfigError(parameter, f"must be >= {minimum}", value)
 
 
-def _check_seconds(parameter: str, value: Any) -> None:
+def _check_seconds(parameter: str, value: Any) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -124,6 +123,7 @@ def _check_seconds(parameter: str, value: Any) -> None:
         or value < 0
     ):
         raise ConfigError(parameter, "must be a finite number >= 0", value)
+    return float(value)
 
 
 class Clock:
@@ -333,13 +333,12 @@ class Clock:
             _check_count(f"state[{key!r}]", state.get(key), minimum=0, optional=False)
         if state["step"] > MAX_STEP or state["step_in_epoch"] > state["step"]:
             raise ConfigError("state['step']", "must be in [step_in_epoch, 2**63-1]", state["step"])
-        elapsed = state.get("elapsed_seconds")
-        _check_seconds("state['elapsed_seconds']", elapsed)
+        elapsed = _check_seconds("state['elapsed_seconds']", state.get("elapsed_seconds"))
         with self._lock:
             self._step = state["step"]
             self._epoch = state["epoch"]
             self._epoch_start = state["step"] - state["step_in_epoch"]
             self._samples = state["samples"]
             self._tokens = state["tokens"]
-            self._elapsed_before = float(elapsed)
+            self._elapsed_before = elapsed
             self._session_start = self._time_fn()
