@@ -1,0 +1,1 @@
+"""Compatibility layers: the peers\x27 names, argument names and defaults."""

@@ -1,0 +1,20 @@
+"""Step-keyed metrics: TensorBoard event files and JSONL, restart-safe, off the training thread.
+
+:class:`SummaryWriter` writes; :mod:`globalstep.summary.reader` reads both formats back
+with restarts applied; ``globalstep logs DIR`` summarises and plots them. Non-finite
+guards, logging helpers and the progress display live beside them.
+"""
+
+from globalstep.summary.guards import check_finite
+from globalstep.summary.reader import Point, RunLog, read_logs, read_run
+from globalstep.summary.writer import StepOrderWarning, SummaryWriter
+
+__all__ = [
+    "Point",
+    "RunLog",
+    "StepOrderWarning",
+    "SummaryWriter",
+    "check_finite",
+    "read_logs",
+    "read_run",
+]
