@@ -6,15 +6,21 @@ guards, logging helpers and the progress display live beside them.
 """
 
 from globalstep.summary.guards import check_finite
+from globalstep.summary.log_helpers import log_every_n_steps
+from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter
 from globalstep.summary.reader import Point, RunLog, read_logs, read_run
 from globalstep.summary.writer import StepOrderWarning, SummaryWriter
 
 __all__ = [
     "Point",
+    "ProgressDisplay",
     "RunLog",
     "StepOrderWarning",
     "SummaryWriter",
+    "Throughput",
+    "ThroughputMeter",
     "check_finite",
+    "log_every_n_steps",
     "read_logs",
     "read_run",
 ]

@@ -43,13 +43,12 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError, MissingDependencyError, SummaryWriteError
 from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
-from globalstep.summary._base import HISTOGRAM, SCALAR, TEXT, Backend, Item
+from globalstep.summary._base import HISTOGRAM, SCALAR, TEXT, Backend, Closing, Item
 from globalstep.summary.guards import NonFiniteHandler, check_finite
 
 __all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter"]
@@ -108,7 +107,7 @@ def _check_step(step: Any) -> int:
     return int(step)
 
 
-class SummaryWriter:
+class SummaryWriter(Closing):
     """Writes step-keyed scalars, histograms and texts, off the training thread.
 
     Args:
@@ -251,21 +250,13 @@ class SummaryWriter:
     def __repr__(self) -> str:
         return f"SummaryWriter({self.logdir!r}, clock={self._clock_name!r})"
 
-    def __enter__(self) -> SummaryWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
+    def _close_after(self, error: BaseException | None) -> None:
+        if error is None:
             self.close()
-        else:
-            # The body's error is the one to see; a write error would only hide it.
-            with contextlib.suppress(SummaryWriteError):
-                self.close()
+            return
+        # The body's error is the one to see; a write error would only hide it.
+        with contextlib.suppress(SummaryWriteError):
+            self.close()
 
     # --- the training thread --------------------------------------------------------
 
