@@ -58,11 +58,17 @@ class JsonlBackend:
 
     def write(self, items: list[Item]) -> None:
         lines = []
+        tags = self._tags
         for kind, tag, step, wall_time, payload in items:
-            head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {self._tag(tag)}, '
+            tag_text = tags.get(tag) or self._tag(tag)
             if kind == SCALAR:
-                lines.append(f'{head}"value": {_number(payload)}}}\n')
+                number = repr(payload) if payload - payload == 0.0 else _number(payload)
+                lines.append(
+                    f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
+                    f'"value": {number}}}\n'
+                )
             else:
+                head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
                 body: Any = (
                     {"histogram": histogram_buckets(payload)}
                     if kind == HISTOGRAM

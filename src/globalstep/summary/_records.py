@@ -32,12 +32,24 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+_HEADERS: dict[int, bytes] = {}
+
+
+def _header(length: int) -> bytes:
+    header = _LENGTH.pack(length)
+    return header + _CRC.pack(masked_crc32c(header))
+
+
 def frame(data: bytes) -> bytes:
     """Returns ``data`` framed as one TFRecord."""
-    header = _LENGTH.pack(len(data))
-    return b"".join(
-        (header, _CRC.pack(masked_crc32c(header)), data, _CRC.pack(masked_crc32c(data)))
-    )
+    length = len(data)
+    # Scalar events have a handful of lengths: their headers are computed once each.
+    header = _HEADERS.get(length) if length < 1024 else None
+    if header is None:
+        header = _header(length)
+        if length < 1024:
+            _HEADERS[length] = header
+    return b"".join((header, data, _CRC.pack(masked_crc32c(data))))
 
 
 def iter_records(buffer: bytes) -> Iterator[bytes]:

@@ -280,10 +280,8 @@ class SummaryWriter(Closing):
                     hint="Pass step=..., or SummaryWriter(logdir, clock=clock).",
                 )
             step = self._clock.step
-        elif type(step) is not int:
+        elif type(step) is not int or step < 0:
             step = _check_step(step)
-        elif step < 0:
-            raise ConfigError("step", "must be >= 0", step)
         if step < self._last_step:
             self._step_went_back(step)
         self._last_step = step
