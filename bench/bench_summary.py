@@ -31,15 +31,19 @@ def _value(i: int) -> float:
     return 1.0 / (i + 1)
 
 
-def run_tensorboardx(logdir: str, n: int) -> float:
-    from tensorboardX import SummaryWriter
-
+def _run_peer_writer(writer_class: type, logdir: str, n: int) -> float:
     start = time.perf_counter()
-    writer = SummaryWriter(logdir)
+    writer = writer_class(logdir)
     for i in range(n):
         writer.add_scalar(TAGS[i % 4], _value(i), i)
     writer.close()
     return time.perf_counter() - start
+
+
+def run_tensorboardx(logdir: str, n: int) -> float:
+    from tensorboardX import SummaryWriter
+
+    return _run_peer_writer(SummaryWriter, logdir, n)
 
 
 def run_torch(logdir: str, n: int) -> float:
@@ -47,12 +51,7 @@ def run_torch(logdir: str, n: int) -> float:
         warnings.simplefilter("ignore")
         from torch.utils.tensorboard import SummaryWriter
 
-    start = time.perf_counter()
-    writer = SummaryWriter(logdir)
-    for i in range(n):
-        writer.add_scalar(TAGS[i % 4], _value(i), i)
-    writer.close()
-    return time.perf_counter() - start
+    return _run_peer_writer(SummaryWriter, logdir, n)
 
 
 def run_jsonl_append(logdir: str, n: int) -> float:
