@@ -359,3 +359,40 @@ def test_advancing_steps_do_not_warn(tmp_path):
                 w.scalars({"a": 1.0, "b": 2.0, "c": 3.0})
                 w.scalar("d", 4.0)
                 clock.tick()
+
+
+def test_histogram_and_text_wall_times(tmp_path):
+    """Histograms and texts carry the wall time of their call in both formats."""
+    before = time.time()
+    with SummaryWriter(tmp_path) as writer:
+        writer.histogram("h", [1.0, 2.0], step=1)
+        writer.text("t", "hi", step=1)
+    after = time.time()
+    acc = accumulator(tmp_path)
+    run = read_run(tmp_path)
+    assert before <= acc.Histograms("h")[0].wall_time <= after
+    assert before <= acc.Tensors("t")[0].wall_time <= after
+    assert run.histograms["h"][0].wall_time == pytest.approx(acc.Histograms("h")[0].wall_time)
+    assert run.texts["t"][0].wall_time == pytest.approx(acc.Tensors("t")[0].wall_time)
+
+
+def test_queue_bound_writes_on_the_callers_thread(tmp_path, monkeypatch):
+    """When the queue passes its bound, the caller writes it itself instead of growing it."""
+    monkeypatch.setattr("globalstep.summary.writer._BATCH_ITEMS", 5)
+    monkeypatch.setattr("globalstep.summary.writer._MAX_QUEUED", 10)
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    real_wake = writer._wake
+
+    class Deaf:
+        """An event whose set() the sleeping background thread never hears."""
+
+        def set(self):
+            pass
+
+    writer._wake = Deaf()
+    for i in range(10):
+        writer.scalar("x", float(i), step=i)
+    written = len(read_run(tmp_path).scalars["x"])
+    writer._wake = real_wake
+    writer.close()
+    assert written == 10

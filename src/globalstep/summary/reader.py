@@ -110,22 +110,24 @@ def _read_jsonl(path: str, run: RunLog) -> None:
         for line in file:
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+                _add_record(run, record)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 run.skipped_lines += line.strip() != ""
-                continue
-            if not isinstance(record, dict):
-                run.skipped_lines += 1
-            elif "restart" in record:
-                run._purge(int(record["restart"]))
-            elif "value" in record:
-                point = Point(record["step"], record["wall_time"], float(record["value"]))
-                run._add(run.scalars, record["tag"], point)
-            elif "histogram" in record:
-                point = Point(record["step"], record["wall_time"], record["histogram"])
-                run._add(run.histograms, record["tag"], point)
-            elif "text" in record:
-                point = Point(record["step"], record["wall_time"], record["text"])
-                run._add(run.texts, record["tag"], point)
+
+
+def _add_record(run: RunLog, record: dict[str, Any]) -> None:
+    if "restart" in record:
+        run._purge(int(record["restart"]))
+        return
+    step, wall_time, tag = int(record["step"]), float(record["wall_time"]), str(record["tag"])
+    if "value" in record:
+        run._add(run.scalars, tag, Point(step, wall_time, float(record["value"])))
+    elif "histogram" in record:
+        run._add(run.histograms, tag, Point(step, wall_time, dict(record["histogram"])))
+    elif "text" in record:
+        run._add(run.texts, tag, Point(step, wall_time, str(record["text"])))
+    else:
+        raise KeyError("value")
 
 
 def _read_event_file(path: str, run: RunLog) -> None:

@@ -57,6 +57,7 @@ FORMATS = ("tensorboard", "jsonl")
 """The output formats a writer knows."""
 
 _BATCH_ITEMS = 20_000
+_MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: set[SummaryWriter] = set()
 _COUNTER = iter(range(2**62))
 
@@ -304,8 +305,13 @@ class SummaryWriter(Closing):
     def _enqueue(self, item: Item) -> None:
         queue = self._queue
         queue.append(item)
-        if len(queue) == _BATCH_ITEMS:
-            self._wake.set()
+        queued = len(queue)
+        if queued >= _BATCH_ITEMS:
+            if queued == _BATCH_ITEMS:
+                self._wake.set()
+            elif queued >= _MAX_QUEUED:
+                # The disk is slower than the training loop: write here rather than grow.
+                self._drain()
 
     def scalar(self, tag: str, value: Any, step: int | None = None, *, guard: bool = False) -> None:
         """Queues one scalar.
