@@ -273,6 +273,13 @@ def test_logdir_that_cannot_be_created(tmp_path):
         SummaryWriter(blocker / "logs")
 
 
+def test_logdir_that_cannot_be_written(tmp_path):
+    """A log directory whose log file cannot be opened is refused, naming `logdir`."""
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(ConfigError, match="`logdir` must be a directory this process can write"):
+        SummaryWriter(tmp_path, formats=("jsonl",))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
     [
@@ -283,7 +290,10 @@ def test_logdir_that_cannot_be_created(tmp_path):
         ({"flush_seconds": 0}, "flush_seconds"),
         ({"flush_seconds": float("nan")}, "flush_seconds"),
         ({"clock": "global_step"}, "clock"),
-        ({"purge_step": -1}, "step"),
+        ({"purge_step": -1}, "purge_step"),
+        ({"purge_step": 2.0}, "purge_step"),
+        ({"stale_threshold": 1}, "stale_threshold"),
+        ({"stale_threshold": 10.0}, "stale_threshold"),
         ({"guard_tags": "loss"}, "guard_tags"),
         ({"on_nonfinite": 3}, "on_nonfinite"),
     ],

@@ -97,14 +97,14 @@ def _as_float(tag: str, value: Any) -> float:
         ) from err
 
 
-def _check_step(step: Any) -> int:
+def _check_step(step: Any, parameter: str = "step") -> int:
     if isinstance(step, bool) or not isinstance(step, int):
         index = getattr(step, "__index__", None)
         if index is None or isinstance(step, bool):
-            raise ConfigError("step", "must be an int", step)
+            raise ConfigError(parameter, "must be an int", step)
         step = index()
     if step < 0:
-        raise ConfigError("step", "must be >= 0", step)
+        raise ConfigError(parameter, "must be >= 0", step)
     return int(step)
 
 
@@ -148,7 +148,7 @@ class SummaryWriter(Closing):
             raise ConfigError("clock", "must be a globalstep Clock or None", clock)
         formats = self._check_formats(formats)
         if purge_step is not None:
-            purge_step = _check_step(purge_step)
+            purge_step = _check_step(purge_step, "purge_step")
         if isinstance(guard_tags, str):
             raise ConfigError("guard_tags", "must be a collection of tags, not one str", guard_tags)
         guarded = frozenset(_check_tag(t) for t in guard_tags)
@@ -170,6 +170,10 @@ class SummaryWriter(Closing):
             raise ConfigError(
                 "logdir", "must be a directory that can be created", self.logdir, hint=str(err)
             ) from err
+        if isinstance(stale_threshold, bool) or not isinstance(stale_threshold, int):
+            raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
+        if stale_threshold < 2:
+            raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
         self._stale = StaleStepDetector("SummaryWriter", threshold=stale_threshold)
         self._clock = clock
         self._clock_name = clock.name if clock is not None else None
@@ -234,9 +238,16 @@ class SummaryWriter(Closing):
                     from globalstep.summary._jsonl import JsonlBackend
 
                     backends.append(JsonlBackend(self.logdir))
-        except BaseException:
+        except BaseException as err:
             for backend in backends:
                 backend.close()
+            if isinstance(err, OSError):
+                raise ConfigError(
+                    "logdir",
+                    "must be a directory this process can write",
+                    self.logdir,
+                    hint=str(err),
+                ) from err
             raise
         return backends
 
