@@ -406,3 +406,10 @@ def test_queue_bound_writes_on_the_callers_thread(tmp_path, monkeypatch):
     writer._wake = real_wake
     writer.close()
     assert written == 10
+
+
+def test_numpy_integer_steps_accepted(writer, tmp_path):
+    """A NumPy integer step is taken as an int."""
+    writer.scalar("x", 1.0, step=np.int64(7))
+    writer.flush()
+    assert read_run(tmp_path).scalars["x"][0].step == 7
