@@ -132,9 +132,9 @@ class SummaryWriter(Closing):
         MissingDependencyError: ``"tensorboard"`` is asked for and the extra is missing.
 
     Opening reads the run's existing logs to find the highest step already written (the
-    restart check): under a second per million points of JSONL, five seconds per
-    million in event files alone. Calls are meant for one
-    training thread. A writer never closed is closed, and flushed, at interpreter exit.
+    restart check): under a second per million points of JSONL, five seconds per million
+    in event files alone. Calls are meant for one training thread. A writer never closed
+    is closed, and flushed, at interpreter exit.
     """
 
     def __init__(
