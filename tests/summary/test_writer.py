@@ -1,6 +1,7 @@
 """Tests for globalstep.summary.writer, read back with TensorBoard's own reader."""
 
 import errno
+import importlib.util
 import json
 import math
 import os
@@ -15,7 +16,7 @@ import pytest
 from globalstep import Clock, ConfigError, NonFiniteError, SummaryWriteError, SummaryWriter
 from globalstep.guards import FrozenStepWarning
 from globalstep.summary.reader import read_run
-from globalstep.summary.writer import StepOrderWarning
+from globalstep.summary.writer import StepOrderWarning, available_formats
 
 
 @pytest.fixture
@@ -413,3 +414,21 @@ def test_numpy_integer_steps_accepted(writer, tmp_path):
     writer.scalar("x", 1.0, step=np.int64(7))
     writer.flush()
     assert read_run(tmp_path).scalars["x"][0].step == 7
+
+
+def test_available_formats_with_the_extra():
+    """With tensorboard and google-crc32c installed, both formats are available."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("google_crc32c")
+    assert available_formats() == ("tensorboard", "jsonl")
+
+
+def test_available_formats_on_the_core_install(monkeypatch):
+    """Without the tensorboard extra, only JSONL is available."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "google_crc32c" else real_find_spec(name, *a),
+    )
+    assert available_formats() == ("jsonl",)

@@ -9,7 +9,7 @@ from globalstep.summary.guards import check_finite
 from globalstep.summary.log_helpers import log_every_n_steps
 from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter
 from globalstep.summary.reader import Point, RunLog, read_logs, read_run
-from globalstep.summary.writer import StepOrderWarning, SummaryWriter
+from globalstep.summary.writer import StepOrderWarning, SummaryWriter, available_formats
 
 __all__ = [
     "Point",
@@ -19,6 +19,7 @@ __all__ = [
     "SummaryWriter",
     "Throughput",
     "ThroughputMeter",
+    "available_formats",
     "check_finite",
     "log_every_n_steps",
     "read_logs",

@@ -37,6 +37,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import importlib.util
 import math
 import os
 import threading
@@ -51,7 +52,7 @@ from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
 from globalstep.summary._base import HISTOGRAM, SCALAR, TEXT, Backend, Closing, Item
 from globalstep.summary.guards import NonFiniteHandler, check_finite
 
-__all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter"]
+__all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter", "available_formats"]
 
 FORMATS = ("tensorboard", "jsonl")
 """The output formats a writer knows."""
@@ -60,6 +61,22 @@ _BATCH_ITEMS = 20_000
 _MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: set[SummaryWriter] = set()
 _COUNTER = iter(range(2**62))
+
+
+def available_formats() -> tuple[str, ...]:
+    """Returns the formats this install can write: JSONL always, event files with the extra.
+
+    For code that should log to TensorBoard where it can and still run on the core
+    install: ``SummaryWriter(logdir, formats=available_formats())``.
+
+    Example:
+        >>> "jsonl" in available_formats()
+        True
+    """
+    needed = ("tensorboard", "google_crc32c")
+    if all(importlib.util.find_spec(name) is not None for name in needed):
+        return FORMATS
+    return ("jsonl",)
 
 
 class StepOrderWarning(UserWarning):
