@@ -5,7 +5,7 @@ with restarts applied; ``globalstep logs DIR`` summarises and plots them. Non-fi
 guards, logging helpers and the progress display live beside them.
 """
 
-from globalstep.summary.guards import check_finite
+from globalstep.summary.finite import check_finite
 from globalstep.summary.log_helpers import log_every_n_steps
 from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter
 from globalstep.summary.reader import Point, RunLog, read_logs, read_run

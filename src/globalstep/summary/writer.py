@@ -50,7 +50,7 @@ from globalstep.clock import Clock
 from globalstep.errors import ConfigError, MissingDependencyError, SummaryWriteError
 from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
 from globalstep.summary._base import HISTOGRAM, SCALAR, TEXT, Backend, Closing, Item
-from globalstep.summary.guards import NonFiniteHandler, check_finite
+from globalstep.summary.finite import NonFiniteHandler, check_finite
 
 __all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter", "available_formats"]
 
