@@ -118,3 +118,19 @@ def test_directory_without_runs(tmp_path, capsys):
     """A directory with no log files exits 1 and says what it looked for."""
     assert main(["logs", str(tmp_path)]) == 1
     assert "metrics.jsonl or *tfevents*" in capsys.readouterr().err
+
+
+def test_table_lists_histograms_texts_and_skipped_lines(tmp_path, capsys):
+    """Below the table come the histogram and text tags with their counts, and skipped lines."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.histogram("weights", [1.0, 2.0], step=0)
+        writer.histogram("weights", [1.0, 3.0], step=1)
+        writer.text("notes", "hello", step=1)
+    with open(tmp_path / "metrics.jsonl", "a") as file:
+        file.write("{broken\n")
+    assert main(["logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "(no scalars)" in out
+    assert "histograms: weights (2)" in out
+    assert "texts: notes (1)" in out
+    assert "skipped 1 unreadable line(s)" in out

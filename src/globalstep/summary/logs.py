@@ -174,7 +174,13 @@ def run_logs(
     for run in runs:
         out(f"run {run.name} ({run.source})")
         if tag is None:
-            out(summary_table(run))
+            out(summary_table(run) if run.scalars else "(no scalars)")
+            for kind, series in (("histograms", run.histograms), ("texts", run.texts)):
+                if series:
+                    listed = ", ".join(f"{t} ({len(series[t])})" for t in sorted(series))
+                    out(f"{kind}: {listed}")
+            if run.skipped_lines:
+                out(f"skipped {run.skipped_lines} unreadable line(s) in metrics.jsonl")
         elif tag in run.scalars:
             out(f"{tag}:")
             out(terminal_plot(run.scalars[tag]))
