@@ -350,6 +350,7 @@ def test_frozen_step_warns_once_naming_the_clock(tmp_path):
         _write_many(writer, 200)
     writer.close()
     assert len(record) == 1
+    assert record[0].filename == __file__
 
 
 def test_step_going_back_warns_with_the_fix(writer):
@@ -358,6 +359,7 @@ def test_step_going_back_warns_with_the_fix(writer):
     with pytest.warns(StepOrderWarning, match="purge_step=") as record:
         _write_many(writer, 2, steps=[5, 4])
     assert len(record) == 1
+    assert record[0].filename == __file__
 
 
 def test_advancing_steps_do_not_warn(tmp_path):

@@ -319,7 +319,6 @@ class SummaryWriter(Closing):
         if step < self._last_step:
             self._step_went_back(step)
         self._last_step = step
-        self._stale.observe(step, self._clock_name)
         return int(step)
 
     def _step_went_back(self, step: int) -> None:
@@ -367,6 +366,8 @@ class SummaryWriter(Closing):
         if type(value) is not float:
             value = _as_float(tag, value)
         step = self._resolve_step(step)
+        # Called here, not in _resolve_step, so that its warning points at the caller's line.
+        self._stale.observe(step, self._clock_name)
         if (guard or tag in self._guarded) and value - value != 0.0:
             check_finite(tag, value, step, self._on_nonfinite)
         self._enqueue((SCALAR, tag, step, time.time(), value))
@@ -384,6 +385,7 @@ class SummaryWriter(Closing):
             raise ConfigError("values", "must be a mapping from tag to number", values)
         checked = [(_check_tag(t), _as_float(t, v)) for t, v in values.items()]
         step = self._resolve_step(step)
+        self._stale.observe(step, self._clock_name)
         for tag, value in checked:
             if tag in self._guarded and not math.isfinite(value):
                 check_finite(tag, value, step, self._on_nonfinite)
@@ -408,7 +410,9 @@ class SummaryWriter(Closing):
             raise ConfigError(f"values of {tag!r}", "must be an array of numbers", values) from err
         if not np.isfinite(array).all():
             raise ConfigError(f"values of {tag!r}", "must all be finite", values)
-        self._enqueue((HISTOGRAM, tag, self._resolve_step(step), time.time(), array))
+        step = self._resolve_step(step)
+        self._stale.observe(step, self._clock_name)
+        self._enqueue((HISTOGRAM, tag, step, time.time(), array))
 
     def text(self, tag: str, text: str, step: int | None = None) -> None:
         """Queues a text (shown by TensorBoard's text plugin as Markdown).
@@ -420,7 +424,9 @@ class SummaryWriter(Closing):
         _check_tag(tag)
         if not isinstance(text, str):
             raise ConfigError("text", "must be a str", text)
-        self._enqueue((TEXT, tag, self._resolve_step(step), time.time(), text))
+        step = self._resolve_step(step)
+        self._stale.observe(step, self._clock_name)
+        self._enqueue((TEXT, tag, step, time.time(), text))
 
     def flush(self) -> None:
         """Writes everything queued so far, on this thread, and hands it to the OS.
