@@ -206,7 +206,8 @@ class ProgressDisplay(Closing):
         p = self._clock.progress()
         parts = [f"epoch {p.epoch}"]
         if math.isfinite(self._rate):
-            parts.append(f"{self._rate:.4g} steps/s")
+            rate = f"{self._rate:,.0f}" if self._rate >= 100 else f"{self._rate:.3g}"
+            parts.append(f"{rate} steps/s")
             if self._total is not None and self._rate > 0:
                 parts.append(f"ETA {format_seconds((self._total - p.step) / self._rate)}")
         parts += [
