@@ -1,1 +1,1 @@
-"""Compatibility layers: the peers\x27 names, argument names and defaults."""
+"""Compatibility layers: the peers' names, argument names and defaults, exactly."""
