@@ -1,8 +1,8 @@
 """The TensorBoard backend: event files in TensorBoard's own format.
 
 Messages are TensorBoard's protobufs (``tensorboard.compat.proto``), framed as TFRecords
-(:mod:`globalstep.summary._records`). One ``Event`` per scalar, reused between scalars so
-that encoding one costs well under a microsecond. A restart is TensorBoard's own mechanism:
+(:mod:`globalstep.summary._records`). Each tag's scalars reuse one ``Event``, so that
+encoding a scalar costs well under a microsecond. A restart is TensorBoard's own mechanism:
 an event at the purge step whose ``session_log`` status is ``START``, after which
 TensorBoard drops the points at that step and above written before it.
 """
