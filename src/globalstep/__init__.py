@@ -27,7 +27,9 @@ from globalstep.errors import (
     NonFiniteError,
     RestoreMismatchError,
     StepError,
+    SummaryWriteError,
 )
+from globalstep.summary import SummaryWriter
 from globalstep.triggers import Trigger, all_of, any_of, at, every, once
 from globalstep.units import Duration, Unit
 
@@ -48,6 +50,8 @@ __all__ = [
     "Progress",
     "RestoreMismatchError",
     "StepError",
+    "SummaryWriteError",
+    "SummaryWriter",
     "Trigger",
     "Unit",
     "__version__",

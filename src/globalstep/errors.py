@@ -19,6 +19,7 @@ The tree::
     │   ├── CorruptCheckpointError                bad checksum, truncated file, garbage JSON
     │   └── LockError                             another writer holds the directory: .holder
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
+    ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
     └── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
 
 Example:
@@ -48,6 +49,7 @@ __all__ = [
     "NonFiniteError",
     "RestoreMismatchError",
     "StepError",
+    "SummaryWriteError",
 ]
 
 
@@ -150,6 +152,21 @@ class RestoreMismatchError(GlobalStepError, ValueError):
     def __init__(self, message: str, report: Any = None) -> None:
         self.report = report
         super().__init__(message)
+
+
+class SummaryWriteError(GlobalStepError, OSError):
+    """A summary writer could not write its file (disk full, ...); ``path`` names the file.
+
+    Raised on the training thread, at the writer's next call or at ``close()``; the
+    original error is the ``__cause__``. What was flushed before stays on disk.
+    """
+
+    def __init__(self, message: str, path: Any = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class NonFiniteError(GlobalStepError, ArithmeticError):

@@ -1,0 +1,27 @@
+"""Step-keyed metrics: TensorBoard event files and JSONL, restart-safe, off the training thread.
+
+:class:`SummaryWriter` writes; :mod:`globalstep.summary.reader` reads both formats back
+with restarts applied; ``globalstep logs DIR`` summarises and plots them. Non-finite
+guards, logging helpers and the progress display live beside them.
+"""
+
+from globalstep.summary.finite import check_finite
+from globalstep.summary.log_helpers import log_every_n_steps
+from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter
+from globalstep.summary.reader import Point, RunLog, read_logs, read_run
+from globalstep.summary.writer import StepOrderWarning, SummaryWriter, available_formats
+
+__all__ = [
+    "Point",
+    "ProgressDisplay",
+    "RunLog",
+    "StepOrderWarning",
+    "SummaryWriter",
+    "Throughput",
+    "ThroughputMeter",
+    "available_formats",
+    "check_finite",
+    "log_every_n_steps",
+    "read_logs",
+    "read_run",
+]

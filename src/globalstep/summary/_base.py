@@ -1,0 +1,97 @@
+"""What the writer hands its backends: buffered items and the backend interface."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["HISTOGRAM", "SCALAR", "TEXT", "Backend", "Closing", "Item"]
+
+_Self = TypeVar("_Self", bound="Closing")
+
+SCALAR = 0
+HISTOGRAM = 1
+TEXT = 2
+
+Item = tuple[int, str, int, float, Any]
+"""One buffered write: (kind, tag, step, wall_time, payload).
+
+The payload is a float for a scalar, a float64 NumPy array for a histogram and a str for a
+text. The caller's thread only builds this tuple; backends encode it.
+"""
+
+
+class Closing:
+    """A context manager that calls ``close()`` on exit (``_close_after`` may refine it)."""
+
+    def close(self) -> None:
+        """Releases what the object holds."""
+
+    def _close_after(self, error: BaseException | None) -> None:
+        self.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._close_after(exc)
+
+
+class Backend(Protocol):
+    """One output format; called from the writer's background thread, one call at a time."""
+
+    path: str
+
+    def mark_restart(self, purge_step: int, wall_time: float) -> None:
+        """Records that points at ``purge_step`` and above, written before, are void."""
+
+    def write(self, items: list[Item]) -> None:
+        """Encodes and writes ``items`` in order."""
+
+    def flush(self) -> None:
+        """Pushes written bytes to the operating system."""
+
+    def close(self) -> None:
+        """Flushes and closes the file."""
+
+
+def histogram_buckets(values: Any, bins: int = 30) -> dict[str, Any]:
+    """Returns TensorBoard's histogram fields for a finite float64 array.
+
+    ``bucket_limit`` holds each bucket's right edge and ``bucket`` its count, as in
+    ``HistogramProto``.
+
+    Example:
+        >>> import numpy as np
+        >>> h = histogram_buckets(np.array([0.0, 1.0, 1.0]), bins=2)
+        >>> h["num"], h["bucket_limit"], h["bucket"]
+        (3, [0.5, 1.0], [1.0, 2.0])
+    """
+    import numpy as np
+
+    array = np.asarray(values, dtype=np.float64).ravel()
+    if array.size == 0:
+        return {
+            "min": 0.0,
+            "max": 0.0,
+            "num": 0,
+            "sum": 0.0,
+            "sum_squares": 0.0,
+            "bucket_limit": [],
+            "bucket": [],
+        }
+    counts, edges = np.histogram(array, bins=bins)
+    return {
+        "min": float(array.min()),
+        "max": float(array.max()),
+        "num": int(array.size),
+        "sum": float(array.sum()),
+        "sum_squares": float(np.dot(array, array)),
+        "bucket_limit": [float(e) for e in edges[1:]],
+        "bucket": [float(c) for c in counts],
+    }

@@ -1,0 +1,205 @@
+"""``globalstep logs DIR``: summarise, export and plot step-keyed scalars.
+
+For each run under DIR (JSONL or TensorBoard event files, restarts applied, see
+:mod:`globalstep.summary.reader`) it prints a table of tags with their number of points,
+first and last step, last value, minimum and maximum. ``--tag loss`` draws that series in
+the terminal, ``--tag loss --plot out.png`` draws it to a PNG (the ``plot`` extra), and
+``--csv out.csv`` (``-`` for standard output) exports the points.
+
+Example:
+    >>> import tempfile
+    >>> from globalstep import SummaryWriter
+    >>> with tempfile.TemporaryDirectory() as logdir:
+    ...     with SummaryWriter(logdir, formats=("jsonl",)) as writer:
+    ...         for step in range(1, 4):
+    ...             writer.scalar("loss", 1.0 / step, step=step)
+    ...     status = run_logs(logdir)
+    run . (jsonl)
+    tag   points  first step  last step  last value       min  max
+    loss       3           1          3    0.333333  0.333333    1
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from globalstep.errors import ConfigError
+from globalstep.summary.reader import Point, RunLog, read_logs
+
+__all__ = ["add_parser", "run_logs", "summary_table", "terminal_plot"]
+
+_HEADER = ("tag", "points", "first step", "last step", "last value", "min", "max")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def summary_table(run: RunLog) -> str:
+    """Returns the run's table: one row per scalar tag, columns aligned."""
+    rows = [_HEADER]
+    for tag in sorted(run.scalars):
+        points = run.scalars[tag]
+        finite = [p.value for p in points if math.isfinite(p.value)] or [math.nan]
+        rows.append(
+            (
+                tag,
+                str(len(points)),
+                str(points[0].step),
+                str(points[-1].step),
+                _fmt(points[-1].value),
+                _fmt(min(finite)),
+                _fmt(max(finite)),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
+    lines = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def terminal_plot(points: Sequence[Point], *, width: int = 64, height: int = 12) -> str:
+    """Draws a series as text: value against step, finite points only.
+
+    Example:
+        >>> from globalstep.summary.reader import Point
+        >>> print(terminal_plot([Point(s, 0.0, float(s)) for s in range(3)], width=3, height=3))
+                 2 |  *
+                   | *
+                 0 |*
+                   +---
+                    0 .. 2
+    """
+    if width < 2 or height < 2:
+        raise ConfigError("width, height", "must both be >= 2", (width, height))
+    finite = [p for p in points if math.isfinite(p.value)]
+    if not finite:
+        return "(no finite points)"
+    steps = [p.step for p in finite]
+    values = [p.value for p in finite]
+    lo_step, hi_step, lo, hi = min(steps), max(steps), min(values), max(values)
+    grid = [[" "] * width for _ in range(height)]
+    for step, value in zip(steps, values, strict=True):
+        col = (
+            0 if hi_step == lo_step else round((step - lo_step) / (hi_step - lo_step) * (width - 1))
+        )
+        row = 0 if hi == lo else round((value - lo) / (hi - lo) * (height - 1))
+        grid[height - 1 - row][col] = "*"
+    labels = {0: _fmt(hi), height - 1: _fmt(lo)}
+    lines = [f"{labels.get(i, ''):>10} |{''.join(r).rstrip()}" for i, r in enumerate(grid)]
+    lines.append(" " * 11 + "+" + "-" * width)
+    lines.append(" " * 12 + f"{lo_step} .. {hi_step}")
+    return "\n".join(lines)
+
+
+def _write_csv(runs: list[RunLog], tag: str | None, out: TextIO) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["run", "tag", "step", "wall_time", "value"])
+    for run in runs:
+        for name in sorted(run.scalars):
+            if tag is None or name == tag:
+                for p in run.scalars[name]:
+                    writer.writerow([run.name, name, p.step, repr(p.wall_time), repr(p.value)])
+
+
+def _plot_png(runs: list[RunLog], tag: str, path: str) -> None:
+    from globalstep._optional import require
+
+    require("matplotlib", "plot", "globalstep logs --plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for run in runs:
+        if tag in run.scalars:
+            points = run.scalars[tag]
+            axes.plot([p.step for p in points], [p.value for p in points], label=run.name)
+    axes.set_xlabel("step")
+    axes.set_ylabel(tag)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def run_logs(
+    logdir: str,
+    *,
+    tag: str | None = None,
+    plot: str | None = None,
+    csv_path: str | None = None,
+    out: Callable[[str], Any] = print,
+) -> int:
+    """Does ``globalstep logs``' work and returns its exit status.
+
+    Raises:
+        ConfigError: ``logdir`` is not a directory, it holds no run, ``tag`` is logged by
+            no run, or ``plot`` is given without ``tag``.
+    """
+    if plot is not None and tag is None:
+        raise ConfigError("--plot", "needs --tag to say which series to draw", plot)
+    runs = read_logs(logdir)
+    if not runs:
+        raise ConfigError(
+            "DIR", "must hold a run (metrics.jsonl or *tfevents* files) at some depth", logdir
+        )
+    if tag is not None and not any(tag in run.scalars for run in runs):
+        known = sorted({t for run in runs for t in run.scalars})
+        raise ConfigError("--tag", f"must name a logged scalar, one of {known}", tag)
+    if csv_path is not None:
+        if csv_path == "-":
+            buffer = io.StringIO()
+            _write_csv(runs, tag, buffer)
+            out(buffer.getvalue().rstrip("\n"))
+        else:
+            with open(csv_path, "w", newline="", encoding="utf-8") as file:
+                _write_csv(runs, tag, file)
+            out(f"wrote {csv_path}")
+        return 0
+    if plot is not None and tag is not None:
+        _plot_png(runs, tag, plot)
+        out(f"wrote {plot}")
+        return 0
+    for run in runs:
+        out(f"run {run.name} ({run.source})")
+        if tag is None:
+            out(summary_table(run) if run.scalars else "(no scalars)")
+            for kind, series in (("histograms", run.histograms), ("texts", run.texts)):
+                if series:
+                    listed = ", ".join(f"{t} ({len(series[t])})" for t in sorted(series))
+                    out(f"{kind}: {listed}")
+            if run.skipped_lines:
+                out(f"skipped {run.skipped_lines} unreadable line(s) in metrics.jsonl")
+        elif tag in run.scalars:
+            out(f"{tag}:")
+            out(terminal_plot(run.scalars[tag]))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_logs(args.dir, tag=args.tag, plot=args.plot, csv_path=args.csv)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Registers ``globalstep logs``."""
+    parser = subparsers.add_parser(
+        "logs",
+        help="summarise, export and plot step-keyed scalars",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("dir", metavar="DIR", help="a log directory (runs at any depth)")
+    parser.add_argument("--tag", help="one scalar series: plotted in the terminal")
+    parser.add_argument("--plot", metavar="PNG", help="with --tag: draw it to this PNG file")
+    parser.add_argument("--csv", metavar="PATH", help="export the points as CSV ('-': stdout)")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,249 @@
+"""Reading step-keyed logs back: JSONL and TensorBoard event files, restarts applied.
+
+A run is a directory holding ``metrics.jsonl`` or event files (``*tfevents*``); a log
+directory may hold many runs, one per sub-directory, as in TensorBoard. Restart marks are
+applied in file order: a JSONL ``restart`` line or a TensorBoard session START event at
+step P voids every point written before it at step P or above, so a resumed run shows
+each step once, with the latest attempt's value. Where a run has both formats the JSONL
+file is read (it holds the same points); event files need the ``tensorboard`` extra.
+
+Example:
+    >>> import tempfile
+    >>> from globalstep import SummaryWriter
+    >>> with tempfile.TemporaryDirectory() as logdir:
+    ...     with SummaryWriter(logdir, formats=("jsonl",)) as writer:
+    ...         writer.scalar("loss", 0.5, step=1)
+    ...     run = read_run(logdir)
+    >>> run.scalars["loss"]
+    [Point(step=1, wall_time=..., value=0.5)]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from globalstep.errors import ConfigError
+from globalstep.summary._jsonl import JSONL_NAME
+
+__all__ = ["Point", "RunLog", "find_runs", "last_standing_step", "read_logs", "read_run"]
+
+# The writer's own lines start with one of these; they are all the restart check reads.
+_STEP_OR_RESTART = re.compile(rb'^\{"(step|restart)": (\d+)', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One logged value: its step, wall time (seconds since the epoch) and payload."""
+
+    step: int
+    wall_time: float
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"Point(step={self.step}, wall_time=..., value={self.value!r})"
+
+
+@dataclass
+class RunLog:
+    """Everything one run logged, restarts applied, each series in write order.
+
+    Attributes:
+        name: the run's directory relative to the log directory (``"."`` for itself).
+        source: ``"jsonl"`` or ``"tensorboard"``: which files were read.
+        scalars: tag to points whose value is a float.
+        histograms: tag to points whose value is a dict of TensorBoard histogram fields.
+        texts: tag to points whose value is a str.
+        restarts: the purge step of each restart mark, in order.
+        skipped_lines: JSONL lines that could not be read (a crashed writer's last one).
+    """
+
+    name: str
+    source: str
+    scalars: dict[str, list[Point]] = field(default_factory=dict)
+    histograms: dict[str, list[Point]] = field(default_factory=dict)
+    texts: dict[str, list[Point]] = field(default_factory=dict)
+    restarts: list[int] = field(default_factory=list)
+    skipped_lines: int = 0
+
+    def _series(self) -> list[dict[str, list[Point]]]:
+        return [self.scalars, self.histograms, self.texts]
+
+    def _add(self, series: dict[str, list[Point]], tag: str, point: Point) -> None:
+        series.setdefault(tag, []).append(point)
+
+    def _purge(self, purge_step: int) -> None:
+        self.restarts.append(purge_step)
+        for series in self._series():
+            for tag, points in series.items():
+                if any(p.step >= purge_step for p in points):
+                    series[tag] = [p for p in points if p.step < purge_step]
+
+    @property
+    def max_step(self) -> int | None:
+        """The highest step that stands after restarts, or None for an empty run."""
+        steps = [p.step for series in self._series() for ps in series.values() for p in ps]
+        return max(steps) if steps else None
+
+
+def _is_event_file(name: str) -> bool:
+    return "tfevents" in name
+
+
+def find_runs(logdir: str | os.PathLike[str]) -> list[str]:
+    """Returns the run directories under ``logdir`` (itself included), sorted.
+
+    Raises:
+        ConfigError: ``logdir`` is not a directory.
+    """
+    root = os.fspath(logdir)
+    if not os.path.isdir(root):
+        raise ConfigError("logdir", "must be an existing directory", root)
+    runs = []
+    for directory, _dirs, files in os.walk(root):
+        if JSONL_NAME in files or any(_is_event_file(f) for f in files):
+            runs.append(directory)
+    return sorted(runs)
+
+
+def _read_jsonl(path: str, run: RunLog) -> None:
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            try:
+                record = json.loads(line)
+                _add_record(run, record)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                run.skipped_lines += line.strip() != ""
+
+
+def _add_record(run: RunLog, record: dict[str, Any]) -> None:
+    if "restart" in record:
+        run._purge(int(record["restart"]))
+        return
+    step, wall_time, tag = int(record["step"]), float(record["wall_time"]), str(record["tag"])
+    if "value" in record:
+        run._add(run.scalars, tag, Point(step, wall_time, float(record["value"])))
+    elif "histogram" in record:
+        run._add(run.histograms, tag, Point(step, wall_time, dict(record["histogram"])))
+    elif "text" in record:
+        run._add(run.texts, tag, Point(step, wall_time, str(record["text"])))
+    else:
+        raise KeyError("value")
+
+
+def _read_event_file(path: str, run: RunLog) -> None:
+    from globalstep.summary._tensorboard import require_tensorboard
+
+    require_tensorboard()
+    from tensorboard.compat.proto import event_pb2
+
+    from globalstep.summary._records import iter_records
+
+    with open(path, "rb") as file:
+        buffer = file.read()
+    start = event_pb2.SessionLog.START
+    for data in iter_records(buffer):
+        event = event_pb2.Event.FromString(data)
+        if event.HasField("session_log") and event.session_log.status == start:
+            run._purge(event.step)
+            continue
+        for value in event.summary.value:
+            _add_value(run, value, event.step, event.wall_time)
+
+
+def _add_value(run: RunLog, value: Any, step: int, wall_time: float) -> None:
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        run._add(run.scalars, value.tag, Point(step, wall_time, float(value.simple_value)))
+    elif kind == "histo":
+        h = value.histo
+        fields = {
+            "min": h.min,
+            "max": h.max,
+            "num": int(h.num),
+            "sum": h.sum,
+            "sum_squares": h.sum_squares,
+            "bucket_limit": list(h.bucket_limit),
+            "bucket": list(h.bucket),
+        }
+        run._add(run.histograms, value.tag, Point(step, wall_time, fields))
+    elif kind == "tensor":
+        plugin = value.metadata.plugin_data.plugin_name
+        tensor = value.tensor
+        if plugin == "text" and tensor.string_val:
+            text = tensor.string_val[0].decode("utf-8", "replace")
+            run._add(run.texts, value.tag, Point(step, wall_time, text))
+        elif plugin == "scalars":
+            number = (list(tensor.float_val) + list(tensor.double_val) or [None])[0]
+            if number is not None:
+                run._add(run.scalars, value.tag, Point(step, wall_time, float(number)))
+
+
+def read_run(directory: str | os.PathLike[str], name: str = ".") -> RunLog:
+    """Reads one run directory, preferring its JSONL file to its event files.
+
+    Raises:
+        ConfigError: ``directory`` is not a directory.
+        MissingDependencyError: only event files are there and the ``tensorboard`` extra is
+            not installed.
+    """
+    path = os.fspath(directory)
+    if not os.path.isdir(path):
+        raise ConfigError("directory", "must be an existing directory", path)
+    jsonl = os.path.join(path, JSONL_NAME)
+    if os.path.isfile(jsonl):
+        run = RunLog(name=name, source="jsonl")
+        _read_jsonl(jsonl, run)
+        return run
+    run = RunLog(name=name, source="tensorboard")
+    for file_name in sorted(f for f in os.listdir(path) if _is_event_file(f)):
+        _read_event_file(os.path.join(path, file_name), run)
+    return run
+
+
+def last_standing_step(directory: str | os.PathLike[str]) -> int | None:
+    """Returns the highest step of a run that stands after restarts, or None if empty.
+
+    Equal to ``read_run(directory).max_step``, but for a JSONL run it reads only the step
+    of each line (about ten times faster), as the writer needs when it opens.
+
+    Raises:
+        ConfigError: ``directory`` is not a directory.
+        MissingDependencyError: only event files are there and the ``tensorboard`` extra is
+            not installed.
+    """
+    path = os.fspath(directory)
+    jsonl = os.path.join(path, JSONL_NAME)
+    if not os.path.isfile(jsonl):
+        return read_run(path).max_step
+    with open(jsonl, "rb") as file:
+        data = file.read()
+    # Walk the segments between restart marks from the last one back: a mark at P voids
+    # the earlier points at P and above, so each earlier segment counts only below a cap.
+    segments: list[list[int]] = [[]]
+    marks: list[int] = []
+    for kind, number in _STEP_OR_RESTART.findall(data):
+        if kind == b"restart":
+            marks.append(int(number))
+            segments.append([])
+        else:
+            segments[-1].append(int(number))
+    best: int | None = None
+    cap: int | None = None
+    for index in range(len(segments) - 1, -1, -1):
+        standing = [s for s in segments[index] if cap is None or s < cap]
+        if standing and (best is None or max(standing) > best):
+            best = max(standing)
+        if index:
+            mark = marks[index - 1]
+            cap = mark if cap is None else min(cap, mark)
+    return best
+
+
+def read_logs(logdir: str | os.PathLike[str]) -> list[RunLog]:
+    """Reads every run under ``logdir``; see :func:`read_run`."""
+    root = os.fspath(logdir)
+    return [read_run(d, os.path.relpath(d, root)) for d in find_runs(root)]

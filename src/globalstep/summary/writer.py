@@ -1,0 +1,495 @@
+"""SummaryWriter: step-keyed scalars, histograms and texts to TensorBoard and JSONL.
+
+The step comes from the writer's :class:`~globalstep.clock.Clock` unless a call gives one
+(see :mod:`globalstep.clock` for what a step is). A call on the training thread only
+checks its arguments and appends a tuple to a queue; a background thread encodes and
+writes the queue in batches, every ``flush_seconds`` or sooner when it fills. ``flush()``,
+``close()`` and interpreter exit write everything queued. A write that fails in the
+background (disk full) raises :class:`~globalstep.errors.SummaryWriteError` at the next
+call or at ``close()``; what was written before stays on disk.
+
+Restarts: a writer opened on a directory whose logs reach past its clock's step (the run
+resumed from a checkpoint at step S) marks the restart, so that TensorBoard, and
+:mod:`globalstep.summary.reader`, drop the points above S that the crashed attempt wrote.
+``purge_step=P`` marks one explicitly, dropping the points at P and above, as
+``tf.summary`` and tensorboardX do.
+
+Tags: any non-empty string of printable characters; ``/`` groups tags in TensorBoard
+(``"train/loss"``) and non-ASCII characters are kept as UTF-8. Backslashes, control
+characters (newlines, ...) and blank tags are refused.
+
+Example:
+    >>> import tempfile
+    >>> from globalstep import Clock
+    >>> from globalstep.summary.reader import read_run
+    >>> clock = Clock()
+    >>> with tempfile.TemporaryDirectory() as logdir:
+    ...     with SummaryWriter(logdir, clock=clock, formats=("jsonl",)) as writer:
+    ...         for _ in range(3):
+    ...             clock.tick()
+    ...             writer.scalars({"loss": 1.0 / clock.step, "lr": 0.1})
+    ...     [p.step for p in read_run(logdir).scalars["loss"]]
+    [1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import importlib.util
+import math
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from globalstep.clock import Clock
+from globalstep.errors import ConfigError, MissingDependencyError, SummaryWriteError
+from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
+from globalstep.summary._base import HISTOGRAM, SCALAR, TEXT, Backend, Closing, Item
+from globalstep.summary.finite import NonFiniteHandler, check_finite
+
+__all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter", "available_formats"]
+
+FORMATS = ("tensorboard", "jsonl")
+"""The output formats a writer knows."""
+
+_BATCH_ITEMS = 20_000
+_MAX_QUEUED = 50 * _BATCH_ITEMS
+_OPEN_WRITERS: set[SummaryWriter] = set()
+_COUNTER = iter(range(2**62))
+
+
+def available_formats() -> tuple[str, ...]:
+    """Returns the formats this install can write: JSONL always, event files with the extra.
+
+    For code that should log to TensorBoard where it can and still run on the core
+    install: ``SummaryWriter(logdir, formats=available_formats())``.
+
+    Example:
+        >>> "jsonl" in available_formats()
+        True
+    """
+    needed = ("tensorboard", "google_crc32c")
+    if all(importlib.util.find_spec(name) is not None for name in needed):
+        return FORMATS
+    return ("jsonl",)
+
+
+class StepOrderWarning(UserWarning):
+    """A step lower than one already written, without a restart mark: the curve folds back."""
+
+
+def _close_open_writers() -> None:
+    for writer in list(_OPEN_WRITERS):
+        writer.close()
+
+
+atexit.register(_close_open_writers)
+
+
+def _check_tag(tag: Any) -> str:
+    if not isinstance(tag, str):
+        raise ConfigError("tag", "must be a str", tag)
+    if not tag.strip():
+        raise ConfigError("tag", "must not be empty or blank", tag)
+    if "\\" in tag:
+        raise ConfigError("tag", "must not contain a backslash", tag, hint="Use '/' to group tags.")
+    if not tag.isprintable():
+        raise ConfigError("tag", "must hold printable characters only (no newline)", tag)
+    return tag
+
+
+def _as_float(tag: str, value: Any) -> float:
+    if isinstance(value, str | bytes) or value is None:
+        raise ConfigError(f"value of {tag!r}", "must be a real number", value)
+    try:
+        return float(value)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"value of {tag!r}", "must be a real number (or a one-element array)", value
+        ) from err
+
+
+def _check_step(step: Any, parameter: str = "step") -> int:
+    if isinstance(step, bool) or not isinstance(step, int):
+        index = getattr(step, "__index__", None)
+        if index is None or isinstance(step, bool):
+            raise ConfigError(parameter, "must be an int", step)
+        step = index()
+    if step < 0:
+        raise ConfigError(parameter, "must be >= 0", step)
+    return int(step)
+
+
+class SummaryWriter(Closing):
+    """Writes step-keyed scalars, histograms and texts, off the training thread.
+
+    Args:
+        logdir: the run's directory, created if missing.
+        clock: the clock whose step each call uses when it gives none.
+        formats: any of ``"tensorboard"`` (event files, needs the ``tensorboard`` extra)
+            and ``"jsonl"`` (``metrics.jsonl``, core install).
+        purge_step: marks a restart: points at this step and above, written before,
+            are dropped by TensorBoard and by the reader.
+        guard_tags: tags whose values must be finite; ``scalar(..., guard=True)`` guards
+            any other.
+        on_nonfinite: called with the :class:`~globalstep.errors.NonFiniteError` of a
+            guarded non-finite value instead of raising it; the value is then written.
+        flush_seconds: the longest time, in seconds, a value waits in memory.
+        stale_threshold: writes at one unchanged step after which to warn that the step
+            is not advancing.
+
+    Raises:
+        ConfigError: a parameter breaks its rule, or ``logdir`` cannot be created (the
+            message says why).
+        MissingDependencyError: ``"tensorboard"`` is asked for and the extra is missing.
+
+    Opening reads the run's existing logs to find the highest step already written (the
+    restart check): under a second per million points of JSONL, five seconds per million
+    in event files alone. Calls are meant for one training thread. A writer never closed
+    is closed, and flushed, at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        formats: Sequence[str] = FORMATS,
+        purge_step: int | None = None,
+        guard_tags: Iterable[str] = ("loss",),
+        on_nonfinite: NonFiniteHandler | None = None,
+        flush_seconds: float = 2.0,
+        stale_threshold: int = DEFAULT_STALE_THRESHOLD,
+    ) -> None:
+        if clock is not None and not isinstance(clock, Clock):
+            raise ConfigError("clock", "must be a globalstep Clock or None", clock)
+        formats = self._check_formats(formats)
+        if purge_step is not None:
+            purge_step = _check_step(purge_step, "purge_step")
+        if isinstance(guard_tags, str):
+            raise ConfigError("guard_tags", "must be a collection of tags, not one str", guard_tags)
+        guarded = frozenset(_check_tag(t) for t in guard_tags)
+        if on_nonfinite is not None and not callable(on_nonfinite):
+            raise ConfigError("on_nonfinite", "must be callable or None", on_nonfinite)
+        if (
+            isinstance(flush_seconds, bool)
+            or not isinstance(flush_seconds, int | float)
+            or not math.isfinite(flush_seconds)
+            or flush_seconds <= 0
+        ):
+            raise ConfigError("flush_seconds", "must be a finite number > 0", flush_seconds)
+        if not isinstance(logdir, str | os.PathLike):
+            raise ConfigError("logdir", "must be a path", logdir)
+        self.logdir = os.fspath(logdir)
+        try:
+            os.makedirs(self.logdir, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(
+                "logdir", "must be a directory that can be created", self.logdir, hint=str(err)
+            ) from err
+        if isinstance(stale_threshold, bool) or not isinstance(stale_threshold, int):
+            raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
+        if stale_threshold < 2:
+            raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
+        self._stale = StaleStepDetector("SummaryWriter", threshold=stale_threshold)
+        self._clock = clock
+        self._clock_name = clock.name if clock is not None else None
+        self._guarded = guarded
+        self._on_nonfinite = on_nonfinite
+        self._flush_seconds = float(flush_seconds)
+        self._known_tags: set[str] = set()
+        self._queue: collections.deque[Item] = collections.deque()
+        self._io_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._error: BaseException | None = None
+        self._error_path: str | None = None
+        self._error_reported = False
+        self._closed = False
+        self._warned_order = False
+
+        existing = self._existing_max_step()
+        if (
+            purge_step is None
+            and clock is not None
+            and existing is not None
+            and clock.step < existing
+        ):
+            purge_step = clock.step + 1
+        self._backends = self._open_backends(formats)
+        self.purge_step = purge_step
+        if purge_step is not None:
+            wall_time = time.time()
+            for backend in self._backends:
+                backend.mark_restart(purge_step, wall_time)
+            self._last_step = purge_step - 1
+        else:
+            self._last_step = existing if existing is not None else -1
+        for backend in self._backends:
+            backend.flush()
+        self._thread = threading.Thread(
+            target=self._run, name=f"globalstep-summary-{self.logdir}", daemon=True
+        )
+        _OPEN_WRITERS.add(self)
+        self._thread.start()
+
+    @staticmethod
+    def _check_formats(formats: Any) -> tuple[str, ...]:
+        if isinstance(formats, str) or not isinstance(formats, Sequence):
+            raise ConfigError("formats", f"must be a sequence of names from {FORMATS}", formats)
+        chosen = tuple(formats)
+        if not chosen or len(set(chosen)) != len(chosen) or not set(chosen) <= set(FORMATS):
+            raise ConfigError(
+                "formats", f"must name each of {FORMATS} at most once, at least one", formats
+            )
+        return chosen
+
+    def _open_backends(self, formats: tuple[str, ...]) -> list[Backend]:
+        backends: list[Backend] = []
+        try:
+            for name in formats:
+                if name == "tensorboard":
+                    from globalstep.summary._tensorboard import TensorBoardBackend
+
+                    backends.append(TensorBoardBackend(self.logdir, next(_COUNTER)))
+                else:
+                    from globalstep.summary._jsonl import JsonlBackend
+
+                    backends.append(JsonlBackend(self.logdir))
+        except BaseException as err:
+            for backend in backends:
+                backend.close()
+            if isinstance(err, OSError):
+                raise ConfigError(
+                    "logdir",
+                    "must be a directory this process can write",
+                    self.logdir,
+                    hint=str(err),
+                ) from err
+            raise
+        return backends
+
+    def _existing_max_step(self) -> int | None:
+        from globalstep.summary.reader import last_standing_step
+
+        try:
+            return last_standing_step(self.logdir)
+        except MissingDependencyError:
+            return None
+
+    def __repr__(self) -> str:
+        return f"SummaryWriter({self.logdir!r}, clock={self._clock_name!r})"
+
+    def _close_after(self, error: BaseException | None) -> None:
+        if error is None:
+            self.close()
+            return
+        # The body's error is the one to see; a write error would only hide it.
+        with contextlib.suppress(SummaryWriteError):
+            self.close()
+
+    # --- the training thread --------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            self._error_reported = True
+            raise SummaryWriteError(
+                f"the summary writer could not write {self._error_path}: {self._error}",
+                self._error_path,
+            ) from self._error
+        if self._closed:
+            raise ConfigError("writer", "must be open (close() was called)", self.logdir)
+
+    def _resolve_step(self, step: Any) -> int:
+        if step is None:
+            if self._clock is None:
+                raise ConfigError(
+                    "step",
+                    "must be given when the writer has no clock",
+                    step,
+                    hint="Pass step=..., or SummaryWriter(logdir, clock=clock).",
+                )
+            step = self._clock.step
+        elif type(step) is not int or step < 0:
+            step = _check_step(step)
+        if step < self._last_step:
+            self._step_went_back(step)
+        self._last_step = step
+        return int(step)
+
+    def _step_went_back(self, step: int) -> None:
+        if self._warned_order:
+            return
+        self._warned_order = True
+        warnings.warn(
+            f"SummaryWriter for {self.logdir!r} got step {step} after step {self._last_step}, "
+            "without a restart mark, so TensorBoard will draw the curve folding back. After "
+            "restoring a checkpoint, open a new SummaryWriter with the restored clock (it marks "
+            "the restart itself) or pass purge_step=<first step to rewrite>.",
+            StepOrderWarning,
+            stacklevel=4,
+        )
+
+    def _enqueue(self, item: Item) -> None:
+        queue = self._queue
+        queue.append(item)
+        queued = len(queue)
+        if queued >= _BATCH_ITEMS:
+            if queued == _BATCH_ITEMS:
+                self._wake.set()
+            elif queued >= _MAX_QUEUED:
+                # The disk is slower than the training loop: write here rather than grow.
+                self._drain()
+
+    def scalar(self, tag: str, value: Any, step: int | None = None, *, guard: bool = False) -> None:
+        """Queues one scalar.
+
+        Args:
+            tag: the series' name, e.g. ``"train/loss"``.
+            value: a real number (a Python or NumPy number, or a one-element tensor).
+            step: the step; defaults to the clock's.
+            guard: refuse a non-finite value even if ``tag`` is not in ``guard_tags``.
+
+        Raises:
+            ConfigError: a bad tag, value or step, or a closed writer.
+            NonFiniteError: a guarded value is NaN or infinite (and no handler was given).
+            SummaryWriteError: an earlier background write failed.
+        """
+        if self._error is not None or self._closed:
+            self._check_open()
+        if tag not in self._known_tags:
+            self._known_tags.add(_check_tag(tag))
+        if type(value) is not float:
+            value = _as_float(tag, value)
+        step = self._resolve_step(step)
+        # Called here, not in _resolve_step, so that its warning points at the caller's line.
+        self._stale.observe(step, self._clock_name)
+        if (guard or tag in self._guarded) and value - value != 0.0:
+            check_finite(tag, value, step, self._on_nonfinite)
+        self._enqueue((SCALAR, tag, step, time.time(), value))
+
+    def scalars(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        """Queues several scalars at one step and one wall time.
+
+        Raises:
+            ConfigError: ``values`` is not a mapping, or one of its tags or values is bad
+                (then none of them is queued).
+            NonFiniteError: a guarded value is NaN or infinite.
+        """
+        self._check_open()
+        if not isinstance(values, Mapping):
+            raise ConfigError("values", "must be a mapping from tag to number", values)
+        checked = [(_check_tag(t), _as_float(t, v)) for t, v in values.items()]
+        step = self._resolve_step(step)
+        self._stale.observe(step, self._clock_name)
+        for tag, value in checked:
+            if tag in self._guarded and not math.isfinite(value):
+                check_finite(tag, value, step, self._on_nonfinite)
+        wall_time = time.time()
+        for tag, value in checked:
+            self._known_tags.add(tag)
+            self._enqueue((SCALAR, tag, step, wall_time, value))
+
+    def histogram(self, tag: str, values: Any, step: int | None = None) -> None:
+        """Queues a histogram of ``values`` (any array-like of finite numbers; copied).
+
+        Raises:
+            ConfigError: a bad tag or step, or values that are not finite numbers.
+        """
+        import numpy as np
+
+        self._check_open()
+        _check_tag(tag)
+        try:
+            array = np.array(values, dtype=np.float64).ravel()
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"values of {tag!r}", "must be an array of numbers", values) from err
+        if not np.isfinite(array).all():
+            raise ConfigError(f"values of {tag!r}", "must all be finite", values)
+        step = self._resolve_step(step)
+        self._stale.observe(step, self._clock_name)
+        self._enqueue((HISTOGRAM, tag, step, time.time(), array))
+
+    def text(self, tag: str, text: str, step: int | None = None) -> None:
+        """Queues a text (shown by TensorBoard's text plugin as Markdown).
+
+        Raises:
+            ConfigError: a bad tag or step, or ``text`` is not a str.
+        """
+        self._check_open()
+        _check_tag(tag)
+        if not isinstance(text, str):
+            raise ConfigError("text", "must be a str", text)
+        step = self._resolve_step(step)
+        self._stale.observe(step, self._clock_name)
+        self._enqueue((TEXT, tag, step, time.time(), text))
+
+    def flush(self) -> None:
+        """Writes everything queued so far, on this thread, and hands it to the OS.
+
+        Raises:
+            SummaryWriteError: the write failed, now or earlier in the background.
+        """
+        self._check_open()
+        self._drain()
+        self._check_open()
+
+    def close(self) -> None:
+        """Writes everything queued, stops the background thread and closes the files.
+
+        Calling it again does nothing.
+
+        Raises:
+            SummaryWriteError: a write failed and no call has reported it yet.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN_WRITERS.discard(self)
+        self._wake.set()
+        self._thread.join()
+        self._drain()
+        for backend in self._backends:
+            try:
+                backend.close()
+            except OSError as err:
+                self._record_error(err, backend.path)
+        if self._error is not None and not self._error_reported:
+            self._error_reported = True
+            raise SummaryWriteError(
+                f"the summary writer could not write {self._error_path}: {self._error}",
+                self._error_path,
+            ) from self._error
+
+    # --- the background thread ------------------------------------------------------
+
+    def _record_error(self, err: BaseException, path: str) -> None:
+        if self._error is None:
+            self._error, self._error_path = err, path
+
+    def _drain(self) -> None:
+        with self._io_lock:
+            if self._error is not None:
+                return
+            queue = self._queue
+            backend: Backend | None = None
+            try:
+                while queue:
+                    count = min(len(queue), _BATCH_ITEMS)
+                    items = [queue.popleft() for _ in range(count)]
+                    for backend in self._backends:
+                        backend.write(items)
+                for backend in self._backends:
+                    backend.flush()
+            except Exception as err:
+                self._record_error(err, backend.path if backend else self.logdir)
+
+    def _run(self) -> None:
+        while not self._closed and self._error is None:
+            self._wake.wait(self._flush_seconds)
+            self._wake.clear()
+            self._drain()

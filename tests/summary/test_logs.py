@@ -1,0 +1,136 @@
+"""Tests for `globalstep logs` (globalstep.summary.logs), driven through globalstep.cli.main."""
+
+import csv
+import io
+
+import pytest
+
+from globalstep import Clock, SummaryWriter
+from globalstep.cli import main
+from globalstep.summary.logs import terminal_plot
+from globalstep.summary.reader import Point
+
+
+def _write_run(logdir, formats=("jsonl",)):
+    """Writes loss 1/step and lr 0.1 for steps 1..20."""
+    clock = Clock()
+    with SummaryWriter(logdir, clock=clock, formats=formats) as writer:
+        for _ in range(20):
+            clock.tick()
+            writer.scalars({"loss": 1.0 / clock.step, "lr": 0.1})
+
+
+def test_table_per_run(tmp_path, capsys):
+    """The table lists each run's tags with points, first/last step, last value, min, max."""
+    _write_run(tmp_path / "a")
+    _write_run(tmp_path / "b", formats=("tensorboard",))
+    assert main(["logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "run a (jsonl)" in out
+    assert "run b (tensorboard)" in out
+    loss_rows = [line.split() for line in out.splitlines() if line.startswith("loss")]
+    assert loss_rows[0] == ["loss", "20", "1", "20", "0.05", "0.05", "1"]
+    assert loss_rows[1] == ["loss", "20", "1", "20", "0.05", "0.05", "1"]
+
+
+def test_csv_to_stdout(tmp_path, capsys):
+    """--csv - prints run, tag, step, wall time and value for each point."""
+    _write_run(tmp_path)
+    assert main(["logs", str(tmp_path), "--tag", "lr", "--csv", "-"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["step"]) for r in rows] == list(range(1, 21))
+    assert {r["tag"] for r in rows} == {"lr"}
+    assert float(rows[0]["value"]) == 0.1
+
+
+def test_csv_to_file(tmp_path):
+    """--csv PATH writes every scalar tag to the file."""
+    _write_run(tmp_path / "run")
+    target = tmp_path / "out.csv"
+    assert main(["logs", str(tmp_path / "run"), "--csv", str(target)]) == 0
+    rows = list(csv.DictReader(io.StringIO(target.read_text())))
+    assert len(rows) == 40
+
+
+def test_restarted_run_shows_each_step_once(tmp_path, capsys):
+    """After a crash at 150 and a resume from 110, logs --csv has steps 0..200 once each."""
+    clock = Clock()
+    with SummaryWriter(tmp_path, clock=clock) as writer:
+        for step in range(151):
+            writer.scalar("loss", float(step), step=step)
+    resumed = Clock()
+    resumed.load_state_dict({**clock.state_dict(), "step": 110, "step_in_epoch": 110})
+    with SummaryWriter(tmp_path, clock=resumed) as writer:
+        for step in range(111, 201):
+            writer.scalar("loss", -float(step), step=step)
+    assert main(["logs", str(tmp_path), "--csv", "-"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["step"]) for r in rows] == list(range(201))
+    assert float(rows[110]["value"]) == 110.0
+    assert float(rows[111]["value"]) == -111.0
+
+
+def test_terminal_plot(tmp_path, capsys):
+    """--tag without --plot draws the series in the terminal, max and min labelled."""
+    _write_run(tmp_path)
+    assert main(["logs", str(tmp_path), "--tag", "loss"]) == 0
+    out = capsys.readouterr().out
+    assert "*" in out
+    assert "1 |*" in out
+    assert "1 .. 20" in out
+
+
+def test_terminal_plot_of_no_finite_point():
+    """A series with no finite point says so instead of drawing."""
+    assert terminal_plot([Point(0, 0.0, float("nan"))]) == "(no finite points)"
+
+
+def test_png_plot(tmp_path):
+    """--tag loss --plot out.png writes a PNG file."""
+    pytest.importorskip("matplotlib")
+    _write_run(tmp_path / "run")
+    target = tmp_path / "loss.png"
+    assert main(["logs", str(tmp_path / "run"), "--tag", "loss", "--plot", str(target)]) == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tag", "nope"], "`--tag` must name a logged scalar"),
+        (["--plot", "x.png"], "`--plot` needs --tag"),
+    ],
+)
+def test_bad_options(tmp_path, capsys, argv, message):
+    """An unknown tag or --plot without --tag exits 1 with the rule."""
+    _write_run(tmp_path)
+    assert main(["logs", str(tmp_path), *argv]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_missing_directory(tmp_path, capsys):
+    """A directory that does not exist exits 1, naming it."""
+    assert main(["logs", str(tmp_path / "absent")]) == 1
+    assert "must be an existing directory" in capsys.readouterr().err
+
+
+def test_directory_without_runs(tmp_path, capsys):
+    """A directory with no log files exits 1 and says what it looked for."""
+    assert main(["logs", str(tmp_path)]) == 1
+    assert "metrics.jsonl or *tfevents*" in capsys.readouterr().err
+
+
+def test_table_lists_histograms_texts_and_skipped_lines(tmp_path, capsys):
+    """Below the table come the histogram and text tags with their counts, and skipped lines."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.histogram("weights", [1.0, 2.0], step=0)
+        writer.histogram("weights", [1.0, 3.0], step=1)
+        writer.text("notes", "hello", step=1)
+    with open(tmp_path / "metrics.jsonl", "a") as file:
+        file.write("{broken\n")
+    assert main(["logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "(no scalars)" in out
+    assert "histograms: weights (2)" in out
+    assert "texts: notes (1)" in out
+    assert "skipped 1 unreadable line(s)" in out

@@ -1,0 +1,139 @@
+"""Tests for globalstep.summary.progress: the throughput meter and the progress display."""
+
+import io
+
+import pytest
+
+from globalstep import Clock, ConfigError, SummaryWriter
+from globalstep.summary.progress import ProgressDisplay, ThroughputMeter, format_seconds
+from globalstep.summary.reader import read_run
+
+
+class FakeTime:
+    """A settable monotonic clock."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_meter_rates_from_clock_deltas():
+    """Steps, samples and tokens per second come from the clock's counters over time."""
+    time_fn = FakeTime()
+    clock = Clock(batch_size=8, tokens_per_step=1024)
+    meter = ThroughputMeter(clock, time_fn=time_fn)
+    clock.tick(20)
+    time_fn.now = 4.0
+    reading = meter.read()
+    assert (reading.steps_per_second, reading.samples_per_second) == (5.0, 40.0)
+    assert reading.tokens_per_second == 5120.0
+    clock.tick(10)
+    time_fn.now = 5.0
+    assert meter.read().steps_per_second == 10.0
+
+
+def test_meter_without_elapsed_time_reads_none():
+    """A reading with no time passed since the last one is None, not a division by zero."""
+    clock = Clock()
+    meter = ThroughputMeter(clock, time_fn=lambda: 1.0)
+    clock.tick()
+    assert meter.read() is None
+
+
+def test_meter_writes_stepcounterhook_tags(tmp_path):
+    """write() logs global_step/sec (TensorFlow's tag) and samples/sec at the clock's step."""
+    time_fn = FakeTime()
+    clock = Clock(batch_size=4)
+    meter = ThroughputMeter(clock, time_fn=time_fn)
+    with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",)) as writer:
+        clock.tick(50)
+        time_fn.now = 2.0
+        meter.write(writer)
+    run = read_run(tmp_path)
+    assert run.scalars["global_step/sec"][0].value == 25.0
+    assert run.scalars["samples/sec"][0].value == 100.0
+    assert run.scalars["samples/sec"][0].step == 50
+    assert "tokens/sec" not in run.scalars
+
+
+def test_plain_lines_when_not_a_terminal():
+    """A non-terminal stream gets one line every N steps with step/total, epoch, rate, ETA."""
+    time_fn = FakeTime()
+    clock = Clock(steps_per_epoch=10)
+    out = io.StringIO()
+    display = ProgressDisplay(clock, 100, every_n_steps=25, stream=out, time_fn=time_fn)
+    for _ in range(100):
+        clock.tick()
+        time_fn.now += 0.5
+        display.update(loss=0.25)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4
+    assert lines[0] == "step 25/100 (25%)  epoch 2  2 steps/s  ETA 38s  loss 0.25"
+    assert lines[-1].startswith("step 100/100 (100%)  epoch 10")
+
+
+def test_plain_lines_without_total():
+    """Without total_steps the line has no percentage and no ETA."""
+    clock = Clock()
+    out = io.StringIO()
+    display = ProgressDisplay(clock, every_n_steps=1, stream=out, time_fn=FakeTime())
+    clock.tick()
+    display.update(lr=0.1)
+    assert out.getvalue() == "step 1  epoch 0  lr 0.1\n"
+
+
+def test_live_bar_with_rich():
+    """live=True draws rich's bar and shows the step and the chosen scalars."""
+    pytest.importorskip("rich")
+    time_fn = FakeTime()
+    clock = Clock()
+    out = io.StringIO()
+    with ProgressDisplay(clock, 10, stream=out, live=True, time_fn=time_fn) as display:
+        for _ in range(10):
+            clock.tick()
+            time_fn.now += 1.0
+            display.update(loss=0.5)
+    text = out.getvalue()
+    assert "step 10/10" in text
+    assert "loss 0.5" in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"total_steps": 0}, "total_steps"),
+        ({"total_steps": 2.5}, "total_steps"),
+        ({"every_n_steps": 0}, "every_n_steps"),
+        ({"every_n_steps": "10"}, "every_n_steps"),
+    ],
+)
+def test_bad_display_parameters(kwargs, parameter):
+    """Bad total_steps and every_n_steps are refused, naming them."""
+    with pytest.raises(ConfigError, match=f"`{parameter}`"):
+        ProgressDisplay(Clock(), stream=io.StringIO(), **kwargs)
+
+
+def test_live_without_rich(monkeypatch):
+    """live=True without rich installed names the extra to install."""
+    monkeypatch.setattr("globalstep.summary.progress._rich_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"pip install 'globalstep\[progress\]'"):
+        ProgressDisplay(Clock(), stream=io.StringIO(), live=True)
+
+
+def test_meter_needs_a_clock():
+    """A meter on something that is not a Clock is refused."""
+    with pytest.raises(ConfigError, match="`clock` must be a globalstep Clock"):
+        ThroughputMeter("global_step")
+
+
+def test_format_seconds_of_infinity():
+    """An unknown duration formats as '?'."""
+    assert format_seconds(float("inf")) == "?"
+
+
+def test_display_needs_a_clock():
+    """A display on something that is not a Clock is refused."""
+    with pytest.raises(ConfigError, match="`clock` must be a globalstep Clock"):
+        ProgressDisplay("global_step", stream=io.StringIO())

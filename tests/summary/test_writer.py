@@ -1,0 +1,436 @@
+"""Tests for globalstep.summary.writer, read back with TensorBoard's own reader."""
+
+import errno
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from globalstep import Clock, ConfigError, NonFiniteError, SummaryWriteError, SummaryWriter
+from globalstep.guards import FrozenStepWarning
+from globalstep.summary.reader import read_run
+from globalstep.summary.writer import StepOrderWarning, available_formats
+
+
+@pytest.fixture
+def writer(tmp_path):
+    """A JSONL writer on tmp_path, closed after the test."""
+    w = SummaryWriter(tmp_path, formats=("jsonl",))
+    yield w
+    w.close()
+
+
+def accumulator(logdir):
+    """Loads ``logdir`` with TensorBoard's EventAccumulator, keeping every point."""
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = ea.EventAccumulator(
+        str(logdir), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0}
+    )
+    acc.Reload()
+    return acc
+
+
+def test_scalars_read_back_by_tensorboard(tmp_path):
+    """EventAccumulator gets every scalar with its step, value and wall time."""
+    clock = Clock()
+    before = time.time()
+    with SummaryWriter(tmp_path, clock=clock) as writer:
+        for _ in range(300):
+            clock.tick()
+            writer.scalar("train/loss", 1.0 / clock.step)
+    after = time.time()
+    events = accumulator(tmp_path).Scalars("train/loss")
+    assert [e.step for e in events] == list(range(1, 301))
+    assert [e.value for e in events] == pytest.approx([1.0 / s for s in range(1, 301)])
+    assert all(before <= e.wall_time <= after for e in events)
+    jsonl = read_run(tmp_path).scalars["train/loss"]
+    assert [p.wall_time for p in jsonl] == pytest.approx([e.wall_time for e in events])
+
+
+def test_histogram_read_back_by_tensorboard(tmp_path):
+    """A histogram reaches TensorBoard with its count, sum, extremes and step."""
+    values = np.arange(100, dtype=np.float32)
+    with SummaryWriter(tmp_path) as writer:
+        writer.histogram("weights", values, step=7)
+    (event,) = accumulator(tmp_path).Histograms("weights")
+    h = event.histogram_value
+    assert (event.step, h.num, h.min, h.max, h.sum) == (7, 100, 0.0, 99.0, 4950.0)
+    assert sum(h.bucket) == 100
+
+
+def test_text_read_back_by_tensorboard(tmp_path):
+    """A text reaches TensorBoard's text plugin as a UTF-8 string tensor at its step."""
+    with SummaryWriter(tmp_path) as writer:
+        writer.text("notes", "lr warm-up done ✓", step=3)
+    acc = accumulator(tmp_path)
+    (event,) = acc.Tensors("notes")
+    assert event.step == 3
+    assert event.tensor_proto.string_val[0].decode() == "lr warm-up done ✓"
+    assert acc.SummaryMetadata("notes").plugin_data.plugin_name == "text"
+
+
+def test_scalars_share_step_and_wall_time(tmp_path):
+    """scalars() writes every tag at one step and one wall time."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.scalars({"loss": 0.5, "lr": np.float32(0.1)}, step=4)
+    run = read_run(tmp_path)
+    loss, lr = run.scalars["loss"][0], run.scalars["lr"][0]
+    assert (loss.step, lr.step, loss.wall_time) == (4, 4, lr.wall_time)
+    assert lr.value == pytest.approx(0.1)
+
+
+def test_step_comes_from_the_clock(tmp_path):
+    """Without step=, each point takes the clock's step at the call."""
+    clock = Clock()
+    with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",)) as writer:
+        writer.scalar("a", 1.0)
+        clock.tick(5)
+        writer.scalar("a", 2.0)
+    assert [p.step for p in read_run(tmp_path).scalars["a"]] == [0, 5]
+
+
+def test_jsonl_needs_no_tensorboard(tmp_path):
+    """A JSONL-only writer in a fresh interpreter imports neither tensorboard nor protobuf."""
+    code = (
+        "import sys; from globalstep import SummaryWriter\n"
+        f"w = SummaryWriter({str(tmp_path)!r}, formats=('jsonl',)); w.scalar('x', 1.0, 0)\n"
+        "w.close(); print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('tensorboard', 'google')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == "[]"
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["value"] == 1.0
+
+
+def test_missing_tensorboard_names_the_extra(tmp_path, monkeypatch):
+    """Asking for event files without the extra raises the pip install hint."""
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
+    with pytest.raises(ImportError, match=r"pip install 'globalstep\[tensorboard\]'"):
+        SummaryWriter(tmp_path, formats=("tensorboard",))
+
+
+def test_interpreter_exit_flushes(tmp_path):
+    """A writer never closed still writes everything when the interpreter exits."""
+    code = (
+        "from globalstep import SummaryWriter\n"
+        f"w = SummaryWriter({str(tmp_path)!r}, flush_seconds=3600)\n"
+        "for i in range(1000): w.scalar('x', float(i), step=i)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert len(accumulator(tmp_path).Scalars("x")) == 1000
+    assert len(read_run(tmp_path).scalars["x"]) == 1000
+
+
+def test_background_flush_without_close(tmp_path):
+    """Queued values reach the file within flush_seconds, with no call from the caller."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=0.05)
+    writer.scalar("x", 1.0, step=0)
+    deadline = time.monotonic() + 30
+    while (tmp_path / "metrics.jsonl").stat().st_size == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert read_run(tmp_path).scalars["x"][0].value == 1.0
+    writer.close()
+
+
+def test_disk_full_surfaces_on_next_call(tmp_path):
+    """A full disk (/dev/full) raises SummaryWriteError at the next call after the write."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    os.symlink("/dev/full", tmp_path / "metrics.jsonl")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",))
+    writer.scalar("x", 1.0, step=0)
+    with pytest.raises(SummaryWriteError, match="could not write") as info:
+        writer.flush()
+    assert isinstance(info.value.__cause__, OSError)
+    assert info.value.__cause__.errno == errno.ENOSPC
+    with pytest.raises(SummaryWriteError, match="could not write"):
+        writer.scalar("x", 2.0, step=1)
+    writer.close()
+
+
+def test_write_error_keeps_what_was_flushed(tmp_path):
+    """After a failed background write, the points flushed before it are all still readable."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl", "tensorboard"))
+    for i in range(100):
+        writer.scalar("x", float(i), step=i)
+    writer.flush()
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for backend in writer._backends:
+        backend._file.write = full
+    writer.scalar("x", 100.0, step=100)
+    with pytest.raises(SummaryWriteError, match="No space left"):
+        writer.close()
+    assert [p.step for p in read_run(tmp_path).scalars["x"]] == list(range(100))
+    assert len(accumulator(tmp_path).Scalars("x")) == 100
+
+
+def test_closed_writer_refuses_writes(tmp_path):
+    """A call after close() is a ConfigError that says the writer is closed."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",))
+    writer.close()
+    writer.close()
+    with pytest.raises(ConfigError, match="must be open"):
+        writer.scalar("x", 1.0, step=0)
+
+
+# --- bad input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["1.0", None, [1.0, 2.0], b"1", object()])
+def test_non_numeric_value(writer, value):
+    """A value that is not a real number is refused, naming the tag."""
+    with pytest.raises(ConfigError, match=r"value of 'loss'` must be a real number"):
+        writer.scalar("loss", value, step=0)
+
+
+def test_numpy_and_torch_scalars_accepted(tmp_path):
+    """NumPy scalars, 0-d arrays and one-element tensors are written as floats."""
+    torch = pytest.importorskip("torch")
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.scalar("a", np.float16(0.5), step=0)
+        writer.scalar("a", np.array(1.5), step=1)
+        writer.scalar("a", torch.tensor(2.5), step=2)
+        writer.scalar("a", 3, step=3)
+    assert [p.value for p in read_run(tmp_path).scalars["a"]] == [0.5, 1.5, 2.5, 3.0]
+
+
+def test_nan_in_guarded_tag_raises(tmp_path, writer):
+    """NaN in `loss` (guarded by default) raises NonFiniteError with step, tag and value."""
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 12") as info:
+        writer.scalar("loss", float("nan"), step=12)
+    assert (info.value.step, info.value.tag) == (12, "loss")
+    assert math.isnan(info.value.value)
+    writer.flush()
+    assert "loss" not in read_run(tmp_path).scalars
+
+
+def test_guard_marks_any_tag(tmp_path):
+    """guard=True and guard_tags guard other tags; an unguarded inf is written as Infinity."""
+    with SummaryWriter(tmp_path, formats=("jsonl",), guard_tags=("grad_norm",)) as writer:
+        writer.scalar("free", float("inf"), step=0)
+        with pytest.raises(NonFiniteError, match="`grad_norm` is inf"):
+            writer.scalar("grad_norm", float("inf"), step=1)
+        with pytest.raises(NonFiniteError, match="`acc` is -inf"):
+            writer.scalar("acc", float("-inf"), step=1, guard=True)
+        with pytest.raises(NonFiniteError, match="`grad_norm` is nan"):
+            writer.scalars({"grad_norm": float("nan")}, step=2)
+    assert read_run(tmp_path).scalars["free"][0].value == math.inf
+
+
+def test_nonfinite_handler_called_instead(tmp_path):
+    """With on_nonfinite, the handler gets the error and the value is still written."""
+    seen = []
+    with SummaryWriter(tmp_path, formats=("jsonl",), on_nonfinite=seen.append) as writer:
+        writer.scalar("loss", float("nan"), step=5)
+    assert [(e.tag, e.step) for e in seen] == [("loss", 5)]
+    assert math.isnan(read_run(tmp_path).scalars["loss"][0].value)
+
+
+@pytest.mark.parametrize(
+    ("tag", "rule"),
+    [
+        ("", "must not be empty"),
+        ("   ", "must not be empty"),
+        ("a\\b", "must not contain a backslash"),
+        ("a\nb", "printable characters only"),
+        (3, "must be a str"),
+    ],
+)
+def test_bad_tags(writer, tag, rule):
+    """Empty, blank, backslashed, multi-line and non-str tags are refused with the rule."""
+    with pytest.raises(ConfigError, match=rule):
+        writer.scalar(tag, 1.0, step=0)
+
+
+def test_slash_and_non_ascii_tags_round_trip(tmp_path):
+    """'/' groups tags and non-ASCII tags are kept as UTF-8, in both formats."""
+    tags = ["train/loss", "métrique/perte", "损失"]
+    with SummaryWriter(tmp_path) as writer:
+        for tag in tags:
+            writer.scalar(tag, 1.0, step=0)
+    assert sorted(accumulator(tmp_path).Tags()["scalars"]) == sorted(tags)
+    assert sorted(read_run(tmp_path).scalars) == sorted(tags)
+
+
+def test_logdir_that_cannot_be_created(tmp_path):
+    """A log directory under a regular file is refused, naming `logdir` and the reason."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="`logdir` must be a directory that can be created"):
+        SummaryWriter(blocker / "logs")
+
+
+def test_logdir_that_cannot_be_written(tmp_path):
+    """A log directory whose log file cannot be opened is refused, naming `logdir`."""
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(ConfigError, match="`logdir` must be a directory this process can write"):
+        SummaryWriter(tmp_path, formats=("jsonl",))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"formats": ()}, "formats"),
+        ({"formats": "jsonl"}, "formats"),
+        ({"formats": ("csv",)}, "formats"),
+        ({"formats": ("jsonl", "jsonl")}, "formats"),
+        ({"flush_seconds": 0}, "flush_seconds"),
+        ({"flush_seconds": float("nan")}, "flush_seconds"),
+        ({"clock": "global_step"}, "clock"),
+        ({"purge_step": -1}, "purge_step"),
+        ({"purge_step": 2.0}, "purge_step"),
+        ({"stale_threshold": 1}, "stale_threshold"),
+        ({"stale_threshold": 10.0}, "stale_threshold"),
+        ({"guard_tags": "loss"}, "guard_tags"),
+        ({"on_nonfinite": 3}, "on_nonfinite"),
+    ],
+)
+def test_bad_parameters(tmp_path, kwargs, parameter):
+    """Each bad constructor parameter is refused, naming it."""
+    with pytest.raises(ConfigError, match=f"`{parameter}`"):
+        SummaryWriter(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, "3", True])
+def test_bad_steps(writer, step):
+    """A step that is negative or not an int is refused."""
+    with pytest.raises(ConfigError, match="`step` must be"):
+        writer.scalar("x", 1.0, step=step)
+
+
+def test_no_clock_no_step(writer):
+    """Without a clock, a call without step= says to pass one."""
+    with pytest.raises(ConfigError, match="must be given when the writer has no clock"):
+        writer.scalar("x", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "rule"),
+    [
+        ("histogram", ("h", ["a", "b"]), "must be an array of numbers"),
+        ("histogram", ("h", [1.0, float("nan")]), "must all be finite"),
+        ("text", ("t", 3), "`text` must be a str"),
+        ("scalars", ([("a", 1.0)],), "`values` must be a mapping"),
+    ],
+)
+def test_bad_histogram_text_and_mapping(writer, method, args, rule):
+    """Histogram values must be finite numbers, a text a str, scalars() a mapping."""
+    with pytest.raises(ConfigError, match=rule):
+        getattr(writer, method)(*args, step=0)
+
+
+# --- step order and frozen steps ------------------------------------------------------
+
+
+def _write_many(writer, count, steps=None):
+    """Writes `count` scalars at the given steps (default: the clock's)."""
+    for i in range(count):
+        writer.scalar("loss", 1.0, step=None if steps is None else steps[i])
+
+
+def test_frozen_step_warns_once_naming_the_clock(tmp_path):
+    """Many writes at one unchanged clock step warn once, naming the clock."""
+    clock = Clock("critic")
+    writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=50)
+    with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
+        _write_many(writer, 200)
+    writer.close()
+    assert len(record) == 1
+    assert record[0].filename == __file__
+
+
+def test_step_going_back_warns_with_the_fix(writer):
+    """A lower step without a restart mark warns once and says how to fix it."""
+    writer.scalar("x", 1.0, step=10)
+    with pytest.warns(StepOrderWarning, match="purge_step=") as record:
+        _write_many(writer, 2, steps=[5, 4])
+    assert len(record) == 1
+    assert record[0].filename == __file__
+
+
+def test_advancing_steps_do_not_warn(tmp_path):
+    """Several tags per step over advancing steps never warn."""
+    clock = Clock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5) as w:
+            for _ in range(100):
+                w.scalars({"a": 1.0, "b": 2.0, "c": 3.0})
+                w.scalar("d", 4.0)
+                clock.tick()
+
+
+def test_histogram_and_text_wall_times(tmp_path):
+    """Histograms and texts carry the wall time of their call in both formats."""
+    before = time.time()
+    with SummaryWriter(tmp_path) as writer:
+        writer.histogram("h", [1.0, 2.0], step=1)
+        writer.text("t", "hi", step=1)
+    after = time.time()
+    acc = accumulator(tmp_path)
+    run = read_run(tmp_path)
+    assert before <= acc.Histograms("h")[0].wall_time <= after
+    assert before <= acc.Tensors("t")[0].wall_time <= after
+    assert run.histograms["h"][0].wall_time == pytest.approx(acc.Histograms("h")[0].wall_time)
+    assert run.texts["t"][0].wall_time == pytest.approx(acc.Tensors("t")[0].wall_time)
+
+
+def test_queue_bound_writes_on_the_callers_thread(tmp_path, monkeypatch):
+    """When the queue passes its bound, the caller writes it itself instead of growing it."""
+    monkeypatch.setattr("globalstep.summary.writer._BATCH_ITEMS", 5)
+    monkeypatch.setattr("globalstep.summary.writer._MAX_QUEUED", 10)
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    real_wake = writer._wake
+
+    class Deaf:
+        """An event whose set() the sleeping background thread never hears."""
+
+        def set(self):
+            pass
+
+    writer._wake = Deaf()
+    for i in range(10):
+        writer.scalar("x", float(i), step=i)
+    written = len(read_run(tmp_path).scalars["x"])
+    writer._wake = real_wake
+    writer.close()
+    assert written == 10
+
+
+def test_numpy_integer_steps_accepted(writer, tmp_path):
+    """A NumPy integer step is taken as an int."""
+    writer.scalar("x", 1.0, step=np.int64(7))
+    writer.flush()
+    assert read_run(tmp_path).scalars["x"][0].step == 7
+
+
+def test_available_formats_with_the_extra():
+    """With tensorboard and google-crc32c installed, both formats are available."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("google_crc32c")
+    assert available_formats() == ("tensorboard", "jsonl")
+
+
+def test_available_formats_on_the_core_install(monkeypatch):
+    """Without the tensorboard extra, only JSONL is available."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "google_crc32c" else real_find_spec(name, *a),
+    )
+    assert available_formats() == ("jsonl",)
