@@ -30,6 +30,7 @@ from globalstep.schedules.core import (
     PolynomialDecay,
     WarmupStableDecay,
 )
+from globalstep.schedules.plateau import ReduceOnPlateau
 
 __all__ = [
     "Clip",
@@ -47,6 +48,7 @@ __all__ = [
     "OneCycle",
     "PiecewiseConstant",
     "PolynomialDecay",
+    "ReduceOnPlateau",
     "Scale",
     "Schedule",
     "Warmup",
