@@ -112,7 +112,7 @@ def _exponential(
         )
         if end is not None:
             value = (np.maximum if rate < 1.0 else np.minimum)(value, np.float32(end))
-        return value  # type: ignore[no-any-return]
+        return value
 
     return fn
 
@@ -164,7 +164,7 @@ def _interpolate(kind: str, init: float, boundaries_and_scales: Mapping[int, flo
             half = (start - end) / np.float32(2.0)
             interpolated = end + half * (_F32.cos(np.float32(math.pi) * pct) + np.float32(1))
         picked = np.where(inside, interpolated, np.float32(0)).sum(axis=1, dtype=np.float32)
-        return picked + (bounds[-1] <= count).astype(np.float32) * values[-1]  # type: ignore[no-any-return]
+        return picked + (bounds[-1] <= count).astype(np.float32) * values[-1]
 
     return fn
 
@@ -296,7 +296,7 @@ def piecewise_constant_schedule(
         for threshold, scale in items:
             indicator = (count < threshold).astype(np.float32)
             value = value * indicator + (np.float32(1) - indicator) * np.float32(scale) * value
-        return value  # type: ignore[no-any-return]
+        return value
 
     return OptaxSchedule(
         "piecewise_constant_schedule",
