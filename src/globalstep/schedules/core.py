@@ -181,7 +181,11 @@ class ExponentialDecay(Schedule):
 
     name: ClassVar[str] = "exponential_decay"
     lengths: ClassVar[dict[str, int]] = {"decay_steps": 1, "begin": 0}
-    formula: ClassVar[str] = "v(s) = {initial} * {rate} ** (max(s - {begin}, 0) / {decay_steps})"
+    formula: ClassVar[str] = "v(s) = {initial} * {rate} ** {p}"
+
+    def _format_fields(self) -> dict[str, Any]:
+        p = f"(max(s - {self.begin}, 0) / {self.decay_steps})"
+        return {**super()._format_fields(), "p": f"floor{p}" if self.staircase else p}
 
     def __post_init__(self) -> None:
         _check_decay(self, zero_ok=False)
@@ -240,6 +244,10 @@ class _RateDecay(Schedule):
     def __post_init__(self) -> None:
         _check_decay(self, zero_ok=True)
 
+    def _format_fields(self) -> dict[str, Any]:
+        p = f"(s / {self.decay_steps})"
+        return {**super()._format_fields(), "p": f"floor{p}" if self.staircase else p}
+
 
 @dataclass(frozen=True)
 class NaturalExpDecay(_RateDecay):
@@ -253,7 +261,7 @@ class NaturalExpDecay(_RateDecay):
     """
 
     name: ClassVar[str] = "natural_exp_decay"
-    formula: ClassVar[str] = "v(s) = {initial} * exp(-{rate} * s / {decay_steps})"
+    formula: ClassVar[str] = "v(s) = {initial} * exp(-{rate} * {p})"
 
     def _compute(self, steps: Steps) -> Values:
         return self._c(self.initial) * np.exp(-self._c(self.rate) * _decay_exponent(self, steps))
@@ -271,7 +279,7 @@ class InverseTimeDecay(_RateDecay):
     """
 
     name: ClassVar[str] = "inverse_time_decay"
-    formula: ClassVar[str] = "v(s) = {initial} / (1 + {rate} * s / {decay_steps})"
+    formula: ClassVar[str] = "v(s) = {initial} / (1 + {rate} * {p})"
 
     def _compute(self, steps: Steps) -> Values:
         p = _decay_exponent(self, steps)
