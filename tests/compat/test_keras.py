@@ -139,3 +139,18 @@ def test_invalid_parameter(call, parameter, value):
     """An invalid argument raises ConfigError naming it and the value received."""
     with pytest.raises(ConfigError, match=rf"`{parameter}` .*; got {parameter}={value}"):
         call()
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs", "period"), CASES, ids=IDS)
+def test_float64_parity_with_keras(keras, name, args, kwargs, period):
+    """With a float64 initial rate each schedule equals Keras' float64 values bit for bit."""
+    if name == "PiecewiseConstantDecay":
+        args = (args[0], [np.float64(v) for v in args[1]])
+    else:
+        args = (np.float64(args[0]), *args[1:])
+    theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
+    ours = getattr(ck, name)(*args, **kwargs)
+    steps = parity_steps([period], largest=2**31 - 1)
+    reference = np.array([np.asarray(theirs(int(s))) for s in steps])
+    assert ours.values(steps).dtype == reference.dtype == np.float64
+    assert ours.values(steps).tolist() == reference.tolist()

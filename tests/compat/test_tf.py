@@ -266,3 +266,26 @@ def test_invalid_parameter(call, parameter, value):
     """An invalid argument raises ConfigError naming it and the value received."""
     with pytest.raises(ConfigError, match=rf"`{parameter}` .*; got {parameter}={value}"):
         call()
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("exponential_decay", {"decay_steps": 1000, "decay_rate": 0.96}),
+        ("polynomial_decay", {"decay_steps": 1000, "end_learning_rate": 0.01, "power": 0.5}),
+        ("inverse_time_decay", {"decay_steps": 100, "decay_rate": 0.3, "staircase": True}),
+    ],
+    ids=["exponential", "polynomial", "inverse time"],
+)
+def test_float64_parity_with_python_floats_through_float32(tf, name, kwargs):
+    """With a float64 rate TF passes Python hyper-parameters through float32; so do we."""
+    steps = parity_steps([100])
+    lr = np.float64(0.1)
+    reference = _reference(tf, getattr(tf.compat.v1.train, name), steps, lr, **kwargs)
+    ours = _ours(getattr(ctf, name), steps, lr, **kwargs)
+    assert ours.dtype == reference.dtype == np.float64
+    assert ours.tolist() == reference.tolist()
+    if "decay_rate" in kwargs:
+        # The same rate given as float64 skips the float32 pass, and the values move.
+        wide = {**kwargs, "decay_rate": np.float64(kwargs["decay_rate"])}
+        assert _ours(getattr(ctf, name), steps, lr, **wide).tolist() != ours.tolist()

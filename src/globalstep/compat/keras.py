@@ -210,8 +210,8 @@ class InverseTimeDecay(PeerSchedule):
 
 def cosine_decayed(ops: Any, fraction: Values, alpha: float, lr: Any) -> Values:
     """Keras' ``_decay_function``: ``lr * ((1 - alpha) * 0.5 * (1 + cos(pi f)) + alpha)``."""
-    cosine = 0.5 * (ops.c(1.0) + ops.cos(ops.c(math.pi) * fraction))
-    decayed = ops.c(1 - alpha) * cosine + ops.c(alpha)
+    cosine = 0.5 * (ops.c(1.0) + ops.cos(ops.exact(math.pi) * fraction))
+    decayed = ops.exact(1 - alpha) * cosine + ops.exact(alpha)
     return lr * decayed
 
 
@@ -316,6 +316,6 @@ class CosineDecayRestarts(PeerSchedule):
             sum_r = (one - o.pow(t_mul, restart)) / (one - t_mul)
             fraction = (fraction - sum_r) / o.pow(t_mul, restart)
         m_fac = o.pow(m_mul, restart)
-        cosine = 0.5 * m_fac * (one + o.cos(o.c(math.pi) * fraction))
+        cosine = 0.5 * m_fac * (one + o.cos(o.exact(math.pi) * fraction))
         decayed = (one - alpha) * cosine + alpha
         return o.c(self.initial_learning_rate) * decayed

@@ -294,7 +294,7 @@ class _LinearCosineDecay(PeerSchedule):
             noise = standard_normal(self.seed, steps).astype(o.dtype) * np.sqrt(variance)
             linear = linear + noise
         fraction = 2.0 * o.c(self.num_periods) * (t / d)
-        cosine = 0.5 * (o.c(1.0) + o.cos(o.c(math.pi) * fraction))
+        cosine = 0.5 * (o.c(1.0) + o.cos(o.exact(math.pi) * fraction))
         decayed = (o.c(self.alpha) + linear) * cosine + o.c(self.beta)
         return o.c(self.initial_learning_rate) * decayed
 
