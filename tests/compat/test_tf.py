@@ -289,3 +289,15 @@ def test_float64_parity_with_python_floats_through_float32(tf, name, kwargs):
         # The same rate given as float64 skips the float32 pass, and the values move.
         wide = {**kwargs, "decay_rate": np.float64(kwargs["decay_rate"])}
         assert _ours(getattr(ctf, name), steps, lr, **wide).tolist() != ours.tolist()
+
+
+def test_core_float32_exponential_decay_equals_tfs(tf):
+    """The core ExponentialDecay with dtype='float32' gives TF's numbers bit for bit."""
+    from globalstep.schedules import ExponentialDecay
+
+    steps = parity_steps([1000])
+    for staircase in (False, True):
+        core = ExponentialDecay(0.1, 1000, 0.96, staircase=staircase, dtype="float32")
+        kwargs = {"decay_steps": 1000, "decay_rate": 0.96, "staircase": staircase}
+        reference = _reference(tf, tf.compat.v1.train.exponential_decay, steps, 0.1, **kwargs)
+        assert max_ulp(core.values(steps), reference) == 0

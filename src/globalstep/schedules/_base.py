@@ -202,6 +202,13 @@ class Schedule(ABC):
         """``value`` as a scalar of the schedule's dtype."""
         return self._dt.type(value)
 
+    def _f(self, ufunc: np.ufunc, *args: Any) -> Values:
+        """``ufunc(*args)`` (pow, exp, log, cos); in float32 computed in float64 and rounded
+        once, the correctly rounded value in all but rare cases, as the compat layers do."""
+        if self._dt == np.float32:
+            return ufunc(*(np.asarray(a, dtype=np.float64) for a in args)).astype(np.float32)
+        return ufunc(*args)
+
     def _t(self, steps: Steps) -> Values:
         """``steps`` as floats of the schedule's dtype."""
         return steps.astype(self._dt)

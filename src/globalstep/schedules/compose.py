@@ -109,9 +109,9 @@ class Warmup(_Wraps, Schedule):
         start = self._c(self.start_value)
         pct = self._t(steps[ramp]) / self._c(w)
         if self.shape == "exponential":
-            out[ramp] = start * np.power(target / start, pct)
+            out[ramp] = start * self._f(np.power, target / start, pct)
         else:
-            out[ramp] = _anneal(self.shape, start, target, pct)
+            out[ramp] = _anneal(self, self.shape, start, target, pct)
         out[~ramp] = self.schedule._compute(steps[~ramp] - w)
         return out
 

@@ -212,7 +212,9 @@ class ExponentialDecay(Schedule):
         return value
 
     def _compute(self, steps: Steps) -> Values:
-        value = self._c(self.initial) * np.power(self._c(self.rate), _decay_exponent(self, steps))
+        value = self._c(self.initial) * self._f(
+            np.power, self._c(self.rate), _decay_exponent(self, steps)
+        )
         if self.end_value is None:
             return value
         clip = np.maximum if self.rate <= 1 else np.minimum
@@ -264,7 +266,8 @@ class NaturalExpDecay(_RateDecay):
     formula: ClassVar[str] = "v(s) = {initial} * exp(-{rate} * {p})"
 
     def _compute(self, steps: Steps) -> Values:
-        return self._c(self.initial) * np.exp(-self._c(self.rate) * _decay_exponent(self, steps))
+        p = _decay_exponent(self, steps)
+        return self._c(self.initial) * self._f(np.exp, -self._c(self.rate) * p)
 
 
 @dataclass(frozen=True)
@@ -407,15 +410,15 @@ class PolynomialDecay(Schedule):
         v0, v1 = self._c(self.initial), self._c(self.end_value)
         # In float32, ceil(t / d) * d may round below t; clamping keeps 1 - p >= 0 finite.
         remaining = np.maximum(self._c(1.0) - t / d, self._c(0.0))
-        return (v0 - v1) * np.power(remaining, self._c(self.power)) + v1
+        return (v0 - v1) * self._f(np.power, remaining, self._c(self.power)) + v1
 
     def end_step(self) -> int | None:
         return None if self.cycle else int(self._len("begin") + self._len("decay_steps"))
 
 
-def _cosine(dt_one: Any, fraction: Values) -> Values:
+def _cosine(schedule: Schedule, fraction: Values) -> Values:
     """``0.5 * (1 + cos(pi * fraction))``."""
-    return 0.5 * (dt_one + np.cos(np.pi * fraction))
+    return 0.5 * (schedule._c(1.0) + schedule._f(np.cos, np.pi * fraction))
 
 
 @dataclass(frozen=True)
@@ -460,9 +463,9 @@ class CosineDecay(Schedule):
 
     def _compute(self, steps: Steps) -> Values:
         d = self._c(self._len("decay_steps"))
-        c = _cosine(self._c(1.0), np.minimum(self._t(steps), d) / d)
+        c = _cosine(self, np.minimum(self._t(steps), d) / d)
         a = self._c(self.alpha)
-        return self._c(self.initial) * ((1 - a) * np.power(c, self._c(self.exponent)) + a)
+        return self._c(self.initial) * ((1 - a) * self._f(np.power, c, self._c(self.exponent)) + a)
 
     def end_step(self) -> int | None:
         return int(self._len("decay_steps"))
@@ -523,10 +526,13 @@ class CosineDecayRestarts(Schedule):
             restart = np.floor(fraction)
             fraction = fraction - restart
         else:
-            restart = np.floor(np.log(one - fraction * (one - t_mul)) / np.log(t_mul))
-            sum_r = (one - np.power(t_mul, restart)) / (one - t_mul)
-            fraction = (fraction - sum_r) / np.power(t_mul, restart)
-        decayed = 0.5 * np.power(m_mul, restart) * (one + np.cos(np.pi * fraction))
+            log = self._f(np.log, one - fraction * (one - t_mul)) / self._f(np.log, t_mul)
+            restart = np.floor(log)
+            sum_r = (one - self._f(np.power, t_mul, restart)) / (one - t_mul)
+            fraction = (fraction - sum_r) / self._f(np.power, t_mul, restart)
+        decayed = (
+            0.5 * self._f(np.power, m_mul, restart) * (one + self._f(np.cos, np.pi * fraction))
+        )
         return self._c(self.initial) * ((one - alpha) * decayed + alpha)
 
 
@@ -537,7 +543,7 @@ def _linear_cosine(schedule: Any, steps: Steps, noise: Values | None) -> Values:
     if noise is not None:
         linear = linear + noise
     fraction = 2.0 * schedule._c(schedule.num_periods) * (t / d)
-    cosine = _cosine(schedule._c(1.0), fraction)
+    cosine = _cosine(schedule, fraction)
     value = (schedule._c(schedule.alpha) + linear) * cosine + schedule._c(schedule.beta)
     return schedule._c(schedule.initial) * value
 
@@ -672,17 +678,17 @@ class NoisyLinearCosineDecay(Schedule):
 
     def _compute(self, steps: Steps) -> Values:
         t = np.minimum(self._t(steps), self._c(self._len("decay_steps")))
-        variance = self._c(self.initial_variance) / np.power(
-            self._c(1.0) + t, self._c(self.variance_decay)
+        variance = self._c(self.initial_variance) / self._f(
+            np.power, self._c(1.0) + t, self._c(self.variance_decay)
         )
         noise = np.sqrt(variance) * standard_normal(self.seed, steps).astype(self._dt)
         return _linear_cosine(self, steps, noise)
 
 
-def _anneal(shape: str, start: Any, end: Any, pct: Values) -> Values:
+def _anneal(schedule: Schedule, shape: str, start: Any, end: Any, pct: Values) -> Values:
     """From ``start`` (exactly, at pct 0) to ``end`` along a half cosine or a line."""
     if shape == "cosine":
-        return start + (end - start) * ((1 - np.cos(np.pi * pct)) / 2)
+        return start + (end - start) * ((1 - schedule._f(np.cos, np.pi * pct)) / 2)
     return start + (end - start) * pct
 
 
@@ -743,8 +749,8 @@ class OneCycle(Schedule):
         start = peak / self._c(self.div_factor)
         floor = start / self._c(self.final_div_factor)
         t = self._t(steps)
-        rising = _anneal(self.shape, start, peak, t / up)
-        falling = _anneal(self.shape, peak, floor, np.minimum((t - up) / (total - up), 1))
+        rising = _anneal(self, self.shape, start, peak, t / up)
+        falling = _anneal(self, self.shape, peak, floor, np.minimum((t - up) / (total - up), 1))
         return np.where(t < up, rising, falling)
 
     def end_step(self) -> int | None:
@@ -857,7 +863,7 @@ class WarmupStableDecay(Schedule):
         if self.decay_shape == "sqrt":
             decay = v1 + (peak - v1) * (1 - np.sqrt(pct))
         else:
-            decay = _anneal(self.decay_shape, peak, v1, pct)
+            decay = _anneal(self, self.decay_shape, peak, v1, pct)
         stable = np.where(steps < total - d, peak, decay)
         return np.where(steps < w, warm, stable)
 
