@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import Clock, ConfigError, ConversionError
@@ -49,6 +49,7 @@ composites = st.one_of(
 )
 
 
+@settings(deadline=None)
 @given(schedule=joins())
 def test_join_meets_each_part_at_its_boundary(schedule):
     """At each boundary a join gives the next part's step-0 value, just before it the last."""
@@ -59,6 +60,7 @@ def test_join_meets_each_part_at_its_boundary(schedule):
         assert schedule(b - 1) == float(cast(schedule.schedules[i](b - 1 - starts[i])))
 
 
+@settings(deadline=None)
 @given(a=st.floats(-5, 5), b=st.floats(-5, 5), n=st.integers(1, 1000), tail=st.integers(0, 100))
 def test_join_is_continuous_where_parts_meet(a, b, n, tail):
     """A line joined to a constant at its end value never jumps at the boundary."""
@@ -68,6 +70,7 @@ def test_join_is_continuous_where_parts_meet(a, b, n, tail):
     assert abs(values[1] - values[0]) <= abs(b - a) / n * (1 + 1e-9) + 1e-15
 
 
+@settings(deadline=None)
 @given(
     schedule=any_schedule,
     w=st.integers(1, 1000),
@@ -87,6 +90,7 @@ def test_exponential_warmup_is_geometric():
     assert lr.values([0, 1, 2]).tolist() == [0.25, 0.5, 1.0]
 
 
+@settings(deadline=None)
 @given(schedule=composites, drawn=st.lists(steps, min_size=1, max_size=20))
 def test_composite_values_equal_call_bit_for_bit(schedule, drawn):
     """A composite's values() equals its __call__ element by element, bit for bit."""
@@ -95,12 +99,14 @@ def test_composite_values_equal_call_bit_for_bit(schedule, drawn):
     assert bits.tolist() == calls.tolist()
 
 
+@settings(deadline=None)
 @given(schedule=composites)
 def test_composite_config_round_trip(schedule):
     """A composite's config goes through JSON and back to an equal schedule."""
     assert from_config(json.loads(json.dumps(schedule.to_config()))) == schedule
 
 
+@settings(deadline=None)
 @given(schedule=composites, drawn=st.lists(steps, min_size=1, max_size=20))
 def test_composites_are_finite(schedule, drawn):
     """Composites of finite schedules are finite at every step."""

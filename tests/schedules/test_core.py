@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import Clock, ConfigError, ConversionError, DurationError, StepError
@@ -62,6 +62,7 @@ def _bits(values: np.ndarray) -> list[int]:
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
+@settings(deadline=None)
 @given(data=st.data())
 def test_finite_at_every_step(name, data):
     """Every core schedule is finite at every step >= 0, up to 2**63-1."""
@@ -72,6 +73,7 @@ def test_finite_at_every_step(name, data):
 
 
 @pytest.mark.parametrize("name", sorted(STEP_ZERO))
+@settings(deadline=None)
 @given(data=st.data())
 def test_value_at_step_zero(name, data):
     """Every core schedule gives its documented value at step 0."""
@@ -82,6 +84,7 @@ def test_value_at_step_zero(name, data):
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
+@settings(deadline=None)
 @given(data=st.data())
 def test_constant_after_end(name, data):
     """A schedule with an end step keeps its end value at every later step."""
@@ -94,6 +97,7 @@ def test_constant_after_end(name, data):
 
 
 @pytest.mark.parametrize("name", sorted(MONOTONE))
+@settings(deadline=None)
 @given(data=st.data())
 def test_monotone(name, data):
     """Decays documented as monotone never rise from one step to the next."""
@@ -103,6 +107,7 @@ def test_monotone(name, data):
     assert (np.diff(values) * MONOTONE[name] >= 0).all()
 
 
+@settings(deadline=None)
 @given(schedule=st.builds(Linear, st.floats(-5, 5), st.floats(-5, 5), st.integers(1, 500)))
 def test_linear_is_monotone_towards_its_end(schedule):
     """A linear schedule moves only towards its end value."""
@@ -111,6 +116,7 @@ def test_linear_is_monotone_towards_its_end(schedule):
     assert (diffs * direction >= 0).all()
 
 
+@settings(deadline=None)
 @given(schedule=SCHEDULES["inverse_sqrt"])
 def test_inverse_sqrt_rises_then_falls(schedule):
     """InverseSqrt rises up to step warmup_steps - 1 and falls after."""
@@ -121,6 +127,7 @@ def test_inverse_sqrt_rises_then_falls(schedule):
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
+@settings(deadline=None)
 @given(data=st.data())
 def test_config_round_trip(name, data):
     """to_config() through JSON and back gives an equal schedule."""
@@ -131,6 +138,7 @@ def test_config_round_trip(name, data):
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
+@settings(deadline=None)
 @given(data=st.data())
 def test_values_equal_call_bit_for_bit(name, data):
     """values() equals __call__ element by element, bit for bit."""
@@ -139,6 +147,7 @@ def test_values_equal_call_bit_for_bit(name, data):
     assert _bits(schedule.values(drawn)) == _bits(np.array([schedule(s) for s in drawn]))
 
 
+@settings(deadline=None)
 @given(schedule=SCHEDULES["exponential_decay"], step=st.integers(0, 2**53))
 def test_exponential_fast_path_matches_values(schedule, step):
     """The exponential decay's scalar fast path gives the bits values() gives."""

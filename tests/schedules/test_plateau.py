@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import ConfigError, StepError
@@ -51,6 +51,7 @@ def test_call_and_values_give_the_current_value():
     assert (lr(5), lr.values([1, 2]).tolist()) == (0.3, [0.3, 0.3])
 
 
+@settings(deadline=None)
 @given(metrics=st.lists(st.floats(-10, 10), max_size=40), cut=st.integers(0, 40))
 def test_state_round_trip_resumes_exactly(metrics, cut):
     """A run resumed from state_dict() (through JSON) continues as the uninterrupted run."""

@@ -221,6 +221,11 @@ class Schedule(ABC):
     def __call__(self, step: int) -> float:
         """Returns the value at ``step`` (an int >= 0).
 
+        Example:
+            >>> from globalstep.schedules import Linear
+            >>> Linear(0.0, 1.0, 10)(5)
+            0.5
+
         Raises:
             StepError: ``step`` is negative or not an int.
             ConversionError: a length is a duration that was not resolved.
@@ -231,6 +236,11 @@ class Schedule(ABC):
 
     def values(self, steps: Any) -> Values:
         """Returns the values at every step of ``steps`` (ints >= 0), bit for bit ``self(s)``.
+
+        Example:
+            >>> from globalstep.schedules import Linear
+            >>> Linear(0.0, 1.0, 10).values([0, 5, 20]).tolist()
+            [0.0, 0.5, 1.0]
 
         Raises:
             StepError: a step is negative, or the array is not of ints.
@@ -243,7 +253,13 @@ class Schedule(ABC):
 
     # -- description and serialisation ----------------------------------------------------
     def describe(self) -> str:
-        """Returns the formula with the parameters filled in."""
+        """Returns the formula with the parameters filled in.
+
+        Example:
+            >>> from globalstep.schedules import Constant
+            >>> Constant(0.5).describe()
+            "constant(value=0.5, dtype='float64'): v(s) = 0.5"
+        """
         params = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
         return f"{self.name}({params}): {self.formula.format(**self._format_fields())}"
 
@@ -312,7 +328,13 @@ class Schedule(ABC):
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
     def end_step(self) -> int | None:
-        """The first step from which the value stays constant, or None if it never does."""
+        """The first step from which the value stays constant, or None if it never does.
+
+        Example:
+            >>> from globalstep.schedules import CosineDecay
+            >>> CosineDecay(1.0, 100).end_step()
+            100
+        """
         return None
 
 
