@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from globalstep import Clock, ConfigError, ConversionError, DurationError, StepError
@@ -114,6 +114,15 @@ def test_linear_is_monotone_towards_its_end(schedule):
     diffs = np.diff(schedule.values(np.arange(0, 600)))
     direction = np.sign(schedule.end_value - schedule.initial)
     assert (diffs * direction >= 0).all()
+
+
+@settings(deadline=None)
+@given(schedule=SCHEDULES["polynomial_decay"], start=st.integers(0, 10**6))
+def test_polynomial_moves_towards_its_end_value(schedule, start):
+    """A polynomial decay without cycle moves only towards its end value."""
+    assume(not schedule.cycle)
+    diffs = np.diff(schedule.values(np.arange(start, start + 300)))
+    assert (diffs * np.sign(schedule.end_value - schedule.initial) >= 0).all()
 
 
 @settings(deadline=None)

@@ -149,3 +149,11 @@ def test_params_without_name(capsys):
         == 1
     )
     assert "`schedule` must be named" in capsys.readouterr().err
+
+
+def test_schedule_help_lists_parameters(capsys):
+    """`schedule --help` lists each schedule with its parameters."""
+    assert main(["schedule", "--help"]) == 0
+    assert (
+        "exponential_decay: --initial --decay-steps --rate [--staircase" in capsys.readouterr().out
+    )

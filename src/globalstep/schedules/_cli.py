@@ -43,6 +43,8 @@ def add_schedule_arguments(
     else:
         parser.add_argument("--schedule", dest="name", metavar="NAME", help=help_name)
     parser.add_argument("--config", metavar="FILE", help="a schedule's to_config() as JSON")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _parameters_help(core)
     group = parser.add_argument_group("schedule parameters (as in the schedule's dataclass)")
     for name in _parameters():
         if name in skip:
@@ -55,6 +57,25 @@ def add_schedule_arguments(
             metavar="VALUE",
             help=argparse.SUPPRESS,
         )
+
+
+def _parameters_help(names: list[str]) -> str:
+    """One line per schedule: its required parameters, then its optional ones in brackets."""
+    lines = ["schedules and their parameters (--name VALUE; a bare --staircase means true):"]
+    for name in names:
+        required, optional = [], []
+        for spec in fields_of(registered()[name]):
+            flag = "--" + spec.name.replace("_", "-")
+            missing = spec.default is dataclasses.MISSING
+            (
+                required if missing and spec.default_factory is dataclasses.MISSING else optional
+            ).append(flag)
+        extra = f" [{' '.join(optional)}]" if optional else ""
+        lines.append(f"  {name}: {' '.join(required)}{extra}")
+    lines.append(
+        "lists (--boundaries, --levels) are comma-separated; lengths take durations ('3ep')"
+    )
+    return "\n".join(lines)
 
 
 def _number(text: str) -> Any:
