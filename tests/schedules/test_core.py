@@ -427,3 +427,11 @@ def test_numpy_integer_step_is_accepted():
     """A numpy integer step is accepted and gives the same value as an int."""
     lr = ExponentialDecay(0.1, 10, 0.9)
     assert lr(np.int64(7)) == lr(7)
+
+
+def test_exponential_with_epoch_begin_resolves():
+    """An exponential decay whose begin is in epochs works once resolved, not before."""
+    lr = ExponentialDecay(1.0, 1, 0.5, begin="1ep")
+    with pytest.raises(ConversionError, match="steps_per_epoch"):
+        lr(0)
+    assert lr.resolve(steps_per_epoch=2)(3) == 0.5

@@ -59,19 +59,28 @@ def add_schedule_arguments(
         )
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _required(cls: type[Schedule]) -> list[str]:
+    """The fields of ``cls`` that have no default."""
+    return [
+        f.name
+        for f in fields_of(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+
+
 def _parameters_help(names: list[str]) -> str:
     """One line per schedule: its required parameters, then its optional ones in brackets."""
     lines = ["schedules and their parameters (--name VALUE; a bare --staircase means true):"]
     for name in names:
-        required, optional = [], []
-        for spec in fields_of(registered()[name]):
-            flag = "--" + spec.name.replace("_", "-")
-            missing = spec.default is dataclasses.MISSING
-            (
-                required if missing and spec.default_factory is dataclasses.MISSING else optional
-            ).append(flag)
+        cls = registered()[name]
+        required = _required(cls)
+        optional = [_flag(f.name) for f in fields_of(cls) if f.name not in required]
         extra = f" [{' '.join(optional)}]" if optional else ""
-        lines.append(f"  {name}: {' '.join(required)}{extra}")
+        lines.append(f"  {name}: {' '.join(_flag(r) for r in required)}{extra}")
     lines.append(
         "lists (--boundaries, --levels) are comma-separated; lengths take durations ('3ep')"
     )
@@ -150,17 +159,9 @@ def schedule_from_args(args: argparse.Namespace, total_steps: int | None) -> Sch
     params = {name: _value(name, text, cls) for name, text in given.items()}
     if "total_steps" in accepted and "total_steps" not in params and total_steps is not None:
         params["total_steps"] = total_steps
-    missing = [
-        f.name
-        for f in fields_of(cls)
-        if f.name not in params
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
+    missing = [name for name in _required(cls) if name not in params]
     if missing:
         raise ConfigError(
-            "schedule",
-            f"{args.name} needs {', '.join('--' + m.replace('_', '-') for m in missing)}",
-            args.name,
+            "schedule", f"{args.name} needs {', '.join(map(_flag, missing))}", args.name
         )
     return cls(**params)

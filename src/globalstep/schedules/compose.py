@@ -146,8 +146,6 @@ class Join(Schedule):
         for part in self.schedules:
             _check_schedule("schedules", part)
         _check_boundaries("boundaries", self.boundaries, len(self.schedules) - 1, "schedules")
-        if not isinstance(self.boundaries, tuple):
-            raise ConfigError("boundaries", "must be a tuple", self.boundaries)
         self._setup(self.schedules[0]._dt.name)
         _check_increasing("boundaries", self)
 

@@ -194,15 +194,18 @@ class ExponentialDecay(Schedule):
             raise ConfigError(
                 "end_value", "must be given as a ceiling when rate > 1", self.end_value
             )
-        self.__dict__["_fast"] = self.dtype == "float64" and self.rate <= 1
+        # The scalar fast path needs float64, no growth, and both lengths in steps.
+        self.__dict__["_fast"] = (
+            self.dtype == "float64"
+            and self.rate <= 1
+            and {"begin", "decay_steps"} <= self._n.keys()
+        )
 
     def __call__(self, step: int) -> float:
         # A scalar fast path; the same operations as _compute, so the same bits.
         if type(step) is not int or not self.__dict__["_fast"] or not 0 <= step < 2**53:
             return super().__call__(step)
         n = step - self._n["begin"]
-        if "decay_steps" not in self._n:
-            return super().__call__(step)
         p = float(n if n > 0 else 0) / float(self._n["decay_steps"])
         if self.staircase:
             p = float(math.floor(p))
@@ -290,8 +293,8 @@ class InverseTimeDecay(_RateDecay):
 
 
 def _check_boundaries(parameter: str, boundaries: Any, count: int, count_name: str) -> None:
-    if not isinstance(boundaries, tuple | list):
-        raise ConfigError(parameter, "must be a sequence of steps", boundaries)
+    if not isinstance(boundaries, tuple):
+        raise ConfigError(parameter, "must be a tuple of steps", boundaries)
     if len(boundaries) != count:
         raise ConfigError(
             parameter,
@@ -317,7 +320,7 @@ class PiecewiseConstant(Schedule):
     (``step > boundary``); :mod:`globalstep.compat.tf` keeps their rule.
 
     Args:
-        boundaries: strictly increasing steps >= 1 (or durations of one unit).
+        boundaries: strictly increasing steps >= 1 (or durations).
         levels: the values, one more than boundaries (``values`` is the vectorised method).
 
     Example:
@@ -340,8 +343,6 @@ class PiecewiseConstant(Schedule):
         for v in self.levels:
             check_number("levels", v)
         _check_boundaries("boundaries", self.boundaries, len(self.levels) - 1, "levels")
-        if not isinstance(self.boundaries, tuple):
-            raise ConfigError("boundaries", "must be a tuple", self.boundaries)
         self._setup()
         _check_increasing("boundaries", self)
 
