@@ -152,10 +152,10 @@ class ReduceOnPlateau:
         return np.full(check_steps(steps).shape, self._value)
 
     def state_dict(self) -> dict[str, Any]:
-        """Returns the state as a JSON-ready dict (``best`` may be ``inf`` before any update)."""
+        """Returns the state as a JSON-ready dict (``best`` is None before any finite metric)."""
         return {
             "value": self._value,
-            "best": self._best,
+            "best": self._best if math.isfinite(self._best) else None,
             "bad_updates": self._bad,
             "cooldown_left": self._cooldown_left,
             "updates": self._updates,
@@ -177,10 +177,12 @@ class ReduceOnPlateau:
                 raise ConfigError(f"state[{key!r}]", "must be an int >= 0", count)
         check_number("state['value']", state["value"])
         best = state["best"]
-        if isinstance(best, bool) or not isinstance(best, int | float) or math.isnan(best):
-            raise ConfigError("state['best']", "must be a number", best)
+        if best is not None:
+            check_number("state['best']", best)
         self._value = float(state["value"])
-        self._best = float(best)
+        self._best = (
+            float(best) if best is not None else (math.inf if self.mode == "min" else -math.inf)
+        )
         self._bad = state["bad_updates"]
         self._cooldown_left = state["cooldown_left"]
         self._updates = state["updates"]
