@@ -435,3 +435,10 @@ def test_exponential_with_epoch_begin_resolves():
     with pytest.raises(ConversionError, match="steps_per_epoch"):
         lr(0)
     assert lr.resolve(steps_per_epoch=2)(3) == 0.5
+
+
+def test_exponential_fast_path_at_an_exact_square():
+    """At p = 2.0 exactly the scalar call still gives values()'s bits (NumPy's scalar and
+    array power differ there)."""
+    lr = ExponentialDecay(1.0, 5840, 0.010000000000000002)
+    assert _bits(np.array([lr(11_680)])) == _bits(lr.values([11_680]))
