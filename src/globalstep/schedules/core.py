@@ -110,6 +110,8 @@ class Constant(Schedule):
 class Linear(Schedule):
     """Goes in a straight line from ``initial`` to ``end_value`` over ``steps``, then stays.
 
+    It only ever moves towards ``end_value``.
+
     .. math:: v(s) = v_0 + (v_1 - v_0) \\cdot \\min(\\max(s - b, 0), n) / n
 
     Args:
@@ -160,6 +162,7 @@ class ExponentialDecay(Schedule):
 
     clipped below at ``end_value`` when ``rate <= 1`` (a floor) and above when ``rate > 1``
     (a ceiling). With ``staircase`` the value first changes at step ``begin + decay_steps``.
+    With ``0 < rate <= 1`` and ``initial >= 0`` it never rises from one step to the next.
 
     Args:
         initial: :math:`v_0`, the value at step 0.
@@ -272,7 +275,7 @@ class _RateDecay(Schedule):
 class NaturalExpDecay(_RateDecay):
     """Decays as :math:`e^{-r p}`, :math:`p = s / d`: :math:`v(s) = v_0 e^{-r p}`.
 
-    Arguments as :class:`_RateDecay`.
+    Arguments as :class:`_RateDecay`. Never rises for ``initial >= 0``.
 
     Example:
         >>> NaturalExpDecay(1.0, 10, 0.5)(0)
@@ -291,7 +294,7 @@ class NaturalExpDecay(_RateDecay):
 class InverseTimeDecay(_RateDecay):
     """Decays as :math:`1 / (1 + r p)`, :math:`p = s / d`: :math:`v(s) = v_0 / (1 + r p)`.
 
-    Arguments as :class:`_RateDecay`.
+    Arguments as :class:`_RateDecay`. Never rises for ``initial >= 0``.
 
     Example:
         >>> InverseTimeDecay(1.0, 10, 1.0)(10)
@@ -373,6 +376,9 @@ class PiecewiseConstant(Schedule):
 class PolynomialDecay(Schedule):
     """Decays from ``initial`` to ``end_value`` along :math:`(1 - p)^k`.
 
+    Without ``cycle`` it only ever moves towards ``end_value`` and is constant from step
+    ``begin + decay_steps`` on.
+
     .. math::
         t = \\max(s - b, 0), \\quad
         D = d \\lceil t / d \\rceil \\ (\\text{cycle}, D = d \\text{ at } t = 0)
@@ -439,6 +445,8 @@ def _cosine(schedule: Schedule, fraction: Values) -> Values:
 @dataclass(frozen=True)
 class CosineDecay(Schedule):
     """Half a cosine from ``initial`` down to ``alpha * initial`` over ``decay_steps``.
+
+    Never rises for ``initial >= 0``; constant from step ``decay_steps`` on.
 
     .. math::
         c = \\tfrac12 (1 + \\cos(\\pi \\min(s, d) / d)), \\qquad
