@@ -22,7 +22,12 @@ from globalstep.errors import GlobalStepError
 __all__ = ["main"]
 
 # Modules that register a sub-command, in the order `--help` lists them.
-_COMMANDS = ("globalstep.demo", "globalstep.summary.logs")
+_COMMANDS = (
+    "globalstep.demo",
+    "globalstep.schedules.explain",
+    "globalstep.schedules.plan",
+    "globalstep.summary.logs",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

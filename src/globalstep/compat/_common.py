@@ -1,0 +1,166 @@
+"""What the compat layers share: a peer's formula evaluated like every schedule.
+
+A peer computes in float32 (``dtype`` follows the initial rate, as in TensorFlow and Keras).
+Arithmetic is done in that dtype, operation for operation in the peer's order, so it
+matches bit for bit. Transcendental functions (pow, exp, log, cos) are where the peers
+themselves disagree: TensorFlow's Eigen kernels and XLA's each use their own float32
+approximations, and TensorFlow's scalar and vector kernels differ from each other by one
+ulp. Here they are computed in float64 and rounded once to float32 (the correctly rounded
+value in all but rare cases): within one ulp of each peer and, at every step the parity
+tests check, equal to TensorFlow's scalar kernels and to Keras' and optax's eager results.
+In float64 (a float64 initial rate) they are the C library's, as TF's float64 kernels are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from globalstep.errors import ConfigError
+from globalstep.schedules._base import Schedule, Steps, Values, check_number
+
+__all__ = ["F32Ops", "Formula", "PeerSchedule", "check_positive_steps"]
+
+
+def _libm(fn: Callable[..., float]) -> Callable[..., float]:
+    """``fn`` from the C library (as Eigen's and XLA's float64 kernels call it), or inf/NaN."""
+
+    def safe(*args: float) -> float:
+        try:
+            return fn(*args)
+        except OverflowError:
+            return math.inf
+        except ValueError:
+            return math.nan
+
+    return safe
+
+
+_FLOAT64: dict[np.ufunc, np.ufunc] = {
+    np.power: np.frompyfunc(_libm(math.pow), 2, 1),
+    np.exp: np.frompyfunc(_libm(math.exp), 1, 1),
+    np.log: np.frompyfunc(_libm(math.log), 1, 1),
+    np.cos: np.frompyfunc(_libm(math.cos), 1, 1),
+}
+
+
+class F32Ops:
+    """Scalar casts and transcendental functions in a peer's dtype.
+
+    Args:
+        dtype: ``np.float32`` (the peers' default) or ``np.float64``.
+        via_float32: cast Python floats through float32 first (TensorFlow does this when a
+            Python hyper-parameter meets a float64 rate).
+    """
+
+    def __init__(self, dtype: Any, via_float32: bool = False) -> None:
+        self.dtype = np.dtype(dtype)
+        self.type = self.dtype.type
+        self._via32 = via_float32 and self.dtype == np.float64
+
+    def c(self, value: Any) -> Any:
+        """``value`` as a scalar of the dtype."""
+        if self._via32 and type(value) is float:  # np.float64 is a float subclass: exact
+            return self.type(np.float32(value))
+        return self.type(value)
+
+    def exact(self, value: Any) -> Any:
+        """``value`` as a scalar of the dtype, directly (a Python float meeting a tensor)."""
+        return self.type(value)
+
+    def _round(self, fn: np.ufunc, *args: Any) -> Any:
+        if self.dtype == np.float64:
+            # NumPy's SIMD float64 kernels differ from the C library's in the last bit.
+            return np.asarray(_FLOAT64[fn](*args), dtype=np.float64)
+        wide = [np.asarray(a, dtype=np.float64) for a in args]
+        return np.asarray(fn(*wide)).astype(self.dtype)
+
+    def pow(self, base: Any, exponent: Any) -> Any:
+        """``base ** exponent``."""
+        return self._round(np.power, base, exponent)
+
+    def exp(self, x: Any) -> Any:
+        """``e ** x``."""
+        return self._round(np.exp, x)
+
+    def log(self, x: Any) -> Any:
+        """The natural logarithm."""
+        return self._round(np.log, x)
+
+    def cos(self, x: Any) -> Any:
+        """The cosine."""
+        return self._round(np.cos, x)
+
+
+@dataclass(frozen=True)
+class Formula(Schedule):
+    """A peer's formula as a schedule: ``fn`` maps int64 steps to values."""
+
+    fn: Callable[[Steps], Values]
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        self._setup()
+
+    def _compute(self, steps: Steps) -> Values:
+        return self.fn(steps)
+
+
+def check_positive_steps(parameter: str, value: Any) -> None:
+    """Raises ConfigError unless ``value`` is a finite number > 0."""
+    check_number(parameter, value)
+    if value <= 0:
+        raise ConfigError(parameter, "must be > 0", value)
+
+
+class PeerSchedule:
+    """A schedule with a peer's names; subclasses set ``_fields`` and ``_formula``.
+
+    Called with a step (an int >= 0) it returns the value as a Python float (exactly the
+    peer's float32 value); ``values(steps)`` is the vectorised form, bit for bit the same.
+    """
+
+    _fields: tuple[str, ...] = ()
+
+    def _init(self, initial: Any) -> None:
+        dtype = np.float64 if isinstance(initial, np.float64) else np.float32
+        self._ops = F32Ops(dtype, via_float32=True)
+        self._schedule = Formula(self._formula, dtype=np.dtype(dtype).name)
+
+    def _formula(self, steps: Steps) -> Values:
+        raise NotImplementedError
+
+    def __call__(self, step: int) -> float:
+        """Returns the value at ``step``, an int >= 0."""
+        return self._schedule(step)
+
+    def values(self, steps: Any) -> Values:
+        """Returns the values at every step of ``steps``, in the peer's dtype."""
+        return self._schedule.values(steps)
+
+    def get_config(self) -> dict[str, Any]:
+        """Returns the constructor's arguments, as the peer's ``get_config()`` does."""
+        return {name: getattr(self, name) for name in self._fields}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """Builds the schedule from :meth:`get_config`'s output."""
+        return cls(**config)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PeerSchedule)
+            and type(other) is type(self)
+            and (self.get_config() == other.get_config())
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(sorted(self.get_config().items()))))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,403 @@
+"""TensorFlow's ``tf.compat.v1.train`` decays and global-step functions, with TF's names.
+
+Migrating is renaming an import: ``tf.compat.v1.train.exponential_decay(lr, global_step,
+...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, clock, ...)``. As in TF 2's
+eager mode each decay returns a zero-argument callable; given a
+:class:`~globalstep.clock.Clock` as ``global_step`` it reads the clock's step at every call
+(the step is the number of optimizer updates applied, see :mod:`globalstep.clock`), so the
+rate follows training. Each read is reported to a
+:class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops advancing:
+the classic frozen-learning-rate bug of a ``minimize()`` without ``global_step=``.
+
+Values are TF's: float32 for a Python-float rate, operation for operation (see
+:mod:`globalstep.compat._common` for the one-ulp allowance on pow, exp, log and cos).
+
+Example:
+    >>> from globalstep import Clock
+    >>> clock = Clock()
+    >>> lr = exponential_decay(1.0, clock, decay_steps=100_000, decay_rate=0.96)
+    >>> lr()
+    1.0
+    >>> clock.tick()
+    >>> lr() < 1.0
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from globalstep.clock import Clock
+from globalstep.compat import keras as _keras
+from globalstep.compat._common import PeerSchedule, check_positive_steps
+from globalstep.errors import ConfigError
+from globalstep.guards import StaleStepDetector
+from globalstep.schedules._base import Steps, Values, check_number, check_step
+from globalstep.schedules.core import standard_normal
+
+__all__ = [
+    "DecayedLearningRate",
+    "cosine_decay",
+    "cosine_decay_restarts",
+    "create_global_step",
+    "exponential_decay",
+    "get_global_step",
+    "get_or_create_global_step",
+    "global_step",
+    "inverse_time_decay",
+    "linear_cosine_decay",
+    "natural_exp_decay",
+    "noisy_linear_cosine_decay",
+    "piecewise_constant",
+    "polynomial_decay",
+]
+
+_GLOBAL_STEPS: dict[Any, Clock] = {}
+"""One global-step clock per graph key, as TF keeps one ``global_step`` per graph."""
+
+
+class DecayedLearningRate:
+    """The zero-argument callable a decay returns: the schedule at the global step now.
+
+    Attributes:
+        schedule: the schedule (with Keras' names), callable with a step.
+        global_step: the Clock read at each call, or the fixed int step.
+    """
+
+    __slots__ = ("_detector", "global_step", "schedule")
+
+    def __init__(self, schedule: PeerSchedule, global_step: Clock | int, what: str) -> None:
+        if isinstance(global_step, Clock):
+            self._detector: StaleStepDetector | None = StaleStepDetector(what)
+        else:
+            check_step(global_step)
+            self._detector = None
+        self.schedule = schedule
+        self.global_step = global_step
+
+    def __call__(self) -> float:
+        """Returns the rate at the global step now."""
+        clock = self.global_step
+        if isinstance(clock, Clock):
+            step = clock.step
+            self._detector.observe(step, clock.name)  # type: ignore[union-attr]
+            return self.schedule(step)
+        return self.schedule(clock)
+
+    def __repr__(self) -> str:
+        return f"DecayedLearningRate({self.schedule!r}, global_step={self.global_step!r})"
+
+
+def _decayed(schedule: PeerSchedule, global_step: Clock | int, what: str) -> DecayedLearningRate:
+    if global_step is None:
+        raise ConfigError(
+            "global_step", "is required for decay (a Clock, or an int step)", global_step
+        )
+    if not isinstance(global_step, Clock | int) or isinstance(global_step, bool):
+        raise ConfigError("global_step", "must be a globalstep Clock or an int step", global_step)
+    return DecayedLearningRate(schedule, global_step, what)
+
+
+def exponential_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    decay_rate: float,
+    staircase: bool = False,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """``learning_rate * decay_rate ** (global_step / decay_steps)`` (floored if staircase).
+
+    Example:
+        >>> exponential_decay(0.1, 0, decay_steps=100_000, decay_rate=0.96)()
+        0.10000000149011612
+    """
+    schedule = _keras.ExponentialDecay(
+        learning_rate, decay_steps, decay_rate, staircase, name or "ExponentialDecay"
+    )
+    return _decayed(schedule, global_step, name or "exponential_decay")
+
+
+def piecewise_constant(
+    x: Clock | int, boundaries: Sequence[int], values: Sequence[float], name: str | None = None
+) -> DecayedLearningRate:
+    """``values[i]`` for ``boundaries[i-1] < x <= boundaries[i]`` (the change comes at b + 1).
+
+    Example:
+        >>> piecewise_constant(101, [100], [1.0, 0.5])()
+        0.5
+    """
+    schedule = _keras.PiecewiseConstantDecay(boundaries, values, name or "PiecewiseConstant")
+    return _decayed(schedule, x, name or "piecewise_constant")
+
+
+def polynomial_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    end_learning_rate: float = 0.0001,
+    power: float = 1.0,
+    cycle: bool = False,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """``(learning_rate - end) * (1 - step / decay_steps) ** power + end``.
+
+    Example:
+        >>> polynomial_decay(1.0, 10, 10, end_learning_rate=0.0)()
+        0.0
+    """
+    schedule = _keras.PolynomialDecay(
+        learning_rate, decay_steps, end_learning_rate, power, cycle, name or "PolynomialDecay"
+    )
+    return _decayed(schedule, global_step, name or "polynomial_decay")
+
+
+def natural_exp_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    decay_rate: float,
+    staircase: bool = False,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """``learning_rate * exp(-decay_rate * step / decay_steps)``; TF computes the factor
+    ``exp(-decay_rate)`` in float32 once and raises it to the power, and so does this.
+
+    Example:
+        >>> natural_exp_decay(1.0, 0, 10, 0.5)()
+        1.0
+    """
+    check_number("decay_rate", decay_rate)
+    rate = float(np.exp(-np.float64(np.float32(decay_rate))).astype(np.float32))
+    schedule = _keras.ExponentialDecay(
+        learning_rate, decay_steps, rate, staircase, name or "ExponentialDecay"
+    )
+    return _decayed(schedule, global_step, name or "natural_exp_decay")
+
+
+def inverse_time_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    decay_rate: float,
+    staircase: bool = False,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """``learning_rate / (1 + decay_rate * step / decay_steps)``.
+
+    Example:
+        >>> inverse_time_decay(1.0, 10, 10, 1.0)()
+        0.5
+    """
+    schedule = _keras.InverseTimeDecay(
+        learning_rate, decay_steps, decay_rate, staircase, name or "InverseTimeDecay"
+    )
+    return _decayed(schedule, global_step, name or "inverse_time_decay")
+
+
+def cosine_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    alpha: float = 0.0,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """``learning_rate * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, d) / d)) + alpha)``.
+
+    Example:
+        >>> cosine_decay(1.0, 100, 100)()
+        0.0
+    """
+    schedule = _keras.CosineDecay(learning_rate, decay_steps, alpha, name or "CosineDecay")
+    return _decayed(schedule, global_step, name or "cosine_decay")
+
+
+def cosine_decay_restarts(
+    learning_rate: float,
+    global_step: Clock | int,
+    first_decay_steps: int,
+    t_mul: float = 2.0,
+    m_mul: float = 1.0,
+    alpha: float = 0.0,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """SGDR: cosine decays restarting after ``first_decay_steps * t_mul ** i`` steps.
+
+    Example:
+        >>> cosine_decay_restarts(1.0, 0, 10)()
+        1.0
+    """
+    schedule = _keras.CosineDecayRestarts(
+        learning_rate, first_decay_steps, t_mul, m_mul, alpha, name or "SGDRDecay"
+    )
+    return _decayed(schedule, global_step, name or "cosine_decay_restarts")
+
+
+class _LinearCosineDecay(PeerSchedule):
+    """TF's LinearCosineDecay and NoisyLinearCosineDecay (noise when a seed is given)."""
+
+    _fields = (
+        "initial_learning_rate",
+        "decay_steps",
+        "num_periods",
+        "alpha",
+        "beta",
+        "initial_variance",
+        "variance_decay",
+        "seed",
+    )
+
+    def __init__(
+        self,
+        initial_learning_rate: float,
+        decay_steps: int,
+        num_periods: float = 0.5,
+        alpha: float = 0.0,
+        beta: float = 0.001,
+        initial_variance: float = 1.0,
+        variance_decay: float = 0.55,
+        seed: int | None = None,
+    ) -> None:
+        for name, value in (
+            ("learning_rate", initial_learning_rate),
+            ("num_periods", num_periods),
+            ("alpha", alpha),
+            ("beta", beta),
+            ("initial_variance", initial_variance),
+            ("variance_decay", variance_decay),
+        ):
+            check_number(name, value)
+        check_positive_steps("decay_steps", decay_steps)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ConfigError("seed", "must be an int >= 0", seed)
+        self.initial_learning_rate = initial_learning_rate
+        self.decay_steps = decay_steps
+        self.num_periods = num_periods
+        self.alpha = alpha
+        self.beta = beta
+        self.initial_variance = initial_variance
+        self.variance_decay = variance_decay
+        self.seed = seed
+        self._init(initial_learning_rate)
+
+    def _formula(self, steps: Steps) -> Values:
+        o = self._ops
+        d = o.c(self.decay_steps)
+        t = np.minimum(steps.astype(o.dtype), d)
+        linear = (d - t) / d
+        if self.seed is not None:
+            variance = o.c(self.initial_variance) / o.pow(1.0 + t, o.c(self.variance_decay))
+            noise = standard_normal(self.seed, steps).astype(o.dtype) * np.sqrt(variance)
+            linear = linear + noise
+        fraction = 2.0 * o.c(self.num_periods) * (t / d)
+        cosine = 0.5 * (o.c(1.0) + o.cos(o.exact(math.pi) * fraction))
+        decayed = (o.c(self.alpha) + linear) * cosine + o.c(self.beta)
+        return o.c(self.initial_learning_rate) * decayed
+
+
+def linear_cosine_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    num_periods: float = 0.5,
+    alpha: float = 0.0,
+    beta: float = 0.001,
+    name: str | None = None,
+) -> DecayedLearningRate:
+    """``learning_rate * ((alpha + linear) * cosine + beta)`` (Bello et al., 2017).
+
+    Example:
+        >>> linear_cosine_decay(1.0, 100, 100, beta=0.0)()
+        0.0
+    """
+    schedule = _LinearCosineDecay(learning_rate, decay_steps, num_periods, alpha, beta)
+    return _decayed(schedule, global_step, name or "linear_cosine_decay")
+
+
+def noisy_linear_cosine_decay(
+    learning_rate: float,
+    global_step: Clock | int,
+    decay_steps: int,
+    initial_variance: float = 1.0,
+    variance_decay: float = 0.55,
+    num_periods: float = 0.5,
+    alpha: float = 0.0,
+    beta: float = 0.001,
+    name: str | None = None,
+    *,
+    seed: int = 0,
+) -> DecayedLearningRate:
+    """:func:`linear_cosine_decay` with Gaussian noise on the linear part.
+
+    TF draws unseeded noise at every call; here the draw at a step is a pure function of
+    ``(seed, step)``, so a run is reproducible and resumes with the same noise.
+
+    Example:
+        >>> lr = noisy_linear_cosine_decay(1.0, 5, 100, seed=1)
+        >>> lr() == lr()
+        True
+    """
+    schedule = _LinearCosineDecay(
+        learning_rate, decay_steps, num_periods, alpha, beta, initial_variance, variance_decay, seed
+    )
+    return _decayed(schedule, global_step, name or "noisy_linear_cosine_decay")
+
+
+def get_global_step(graph: Any = None) -> Clock | None:
+    """Returns the global-step clock of ``graph`` (the default one for None), or None.
+
+    Example:
+        >>> get_global_step(graph="a graph with no global step") is None
+        True
+    """
+    return _GLOBAL_STEPS.get(graph)
+
+
+def create_global_step(graph: Any = None) -> Clock:
+    """Creates the global-step clock of ``graph``.
+
+    Raises:
+        ConfigError: it exists already (as TF raises "'global_step' already exists.").
+
+    Example:
+        >>> marker = object()
+        >>> create_global_step(marker).step
+        0
+    """
+    key = graph
+    if key in _GLOBAL_STEPS:
+        raise ConfigError(
+            "global_step",
+            "already exists; use get_or_create_global_step() to reuse it",
+            _GLOBAL_STEPS[key],
+        )
+    clock = Clock("global_step")
+    _GLOBAL_STEPS[key] = clock
+    return clock
+
+
+def get_or_create_global_step(graph: Any = None) -> Clock:
+    """Returns the global-step clock of ``graph``, creating it first if needed.
+
+    Example:
+        >>> marker = object()
+        >>> get_or_create_global_step(marker) is get_or_create_global_step(marker)
+        True
+    """
+    return get_global_step(graph) or create_global_step(graph)
+
+
+def global_step(sess: Any, global_step_tensor: Clock | int) -> int:
+    """Returns the step of ``global_step_tensor`` (a Clock or an int); ``sess`` is unused.
+
+    Example:
+        >>> global_step(None, 7)
+        7
+    """
+    if isinstance(global_step_tensor, Clock):
+        return global_step_tensor.step
+    return check_step(global_step_tensor)

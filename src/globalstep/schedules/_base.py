@@ -1,0 +1,388 @@
+"""The schedule protocol: a frozen dataclass that is a pure function of the step.
+
+Every schedule has ``__call__(step) -> float`` and a vectorised ``values(steps)`` that give
+the same numbers bit for bit (both run the one ``_compute`` on int64 arrays), a JSON-ready
+``to_config()`` / :func:`from_config`, ``describe()`` (its formula with the parameters filled
+in), and a ``dtype``: ``"float64"`` by default, ``"float32"`` to compute as frameworks do.
+A step is the number of optimizer updates applied (see :mod:`globalstep.clock`).
+
+Lengths (``decay_steps``, ``warmup_steps``, ...) are an int of steps or a duration
+(``"3ep"``, ``"1e6sp"``); a duration in epochs, samples or tokens is turned into steps by
+:meth:`Schedule.resolve` with what a clock or a plan knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import Field
+from typing import Any, ClassVar, TypeAlias, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from globalstep.clock import Clock, Progress
+from globalstep.errors import ConfigError, ConversionError, StepError
+from globalstep.units import Duration, Unit
+
+__all__ = ["Schedule", "from_config", "registered"]
+
+_REGISTRY: dict[str, type[Schedule]] = {}
+_DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
+
+Steps = NDArray[np.int64]
+# Float arrays of the schedule's dtype; Any because numpy's stubs cannot follow arithmetic
+# that mixes dtype-typed scalars and arrays.
+Values: TypeAlias = Any
+S = TypeVar("S", bound="Schedule")
+
+
+def fields_of(obj: Any) -> tuple[Field[Any], ...]:
+    """The dataclass fields of a schedule (or schedule class)."""
+    return dataclasses.fields(obj)
+
+
+def check_number(parameter: str, value: Any, *, optional: bool = False) -> None:
+    """Raises ConfigError unless ``value`` is a finite real number (None if optional)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise ConfigError(parameter, "must be a finite number", value)
+    if not math.isfinite(value):
+        raise ConfigError(parameter, "must be a finite number", value)
+
+
+def check_range(parameter: str, value: Any, rule: str, ok: bool) -> None:
+    """Raises ConfigError(parameter, rule, value) unless ``ok``."""
+    if not ok:
+        raise ConfigError(parameter, rule, value)
+
+
+def check_choice(parameter: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raises ConfigError unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ConfigError(parameter, f"must be one of {', '.join(map(repr, choices))}", value)
+
+
+def check_flag(parameter: str, value: Any) -> None:
+    """Raises ConfigError unless ``value`` is a bool."""
+    if not isinstance(value, bool):
+        raise ConfigError(parameter, "must be a bool", value)
+
+
+def _length_duration(parameter: str, value: Any, minimum: int) -> Duration:
+    if isinstance(value, bool) or not isinstance(value, int | str | Duration | np.integer):
+        raise ConfigError(parameter, "must be an int of steps or a duration such as '3ep'", value)
+    if isinstance(value, np.integer):
+        value = int(value)
+    if isinstance(value, int) and value < minimum:
+        raise ConfigError(parameter, f"must be >= {minimum}", value)
+    duration = Duration.parse(value, parameter)
+    if duration.unit is Unit.SECONDS:
+        raise ConfigError(
+            parameter, "must be counted in steps, epochs, samples or tokens, not wall time", value
+        )
+    if duration.unit is Unit.STEPS and duration.value < minimum:
+        raise ConfigError(parameter, f"must be >= {minimum}", value)
+    return duration
+
+
+def check_step(step: Any) -> int:
+    """Returns ``step`` as an int, or raises StepError unless it is an int >= 0."""
+    if isinstance(step, bool) or not isinstance(step, int | np.integer):
+        raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
+    if step < 0:
+        raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
+    if step > np.iinfo(np.int64).max:
+        raise StepError(f"`step` must be <= 2**63-1; got step={step!r}.", step)
+    return int(step)
+
+
+def check_steps(steps: Any) -> Steps:
+    """Returns ``steps`` as an int64 array, or raises StepError."""
+    array = np.asarray(steps)
+    if array.dtype.kind not in "iu":
+        raise StepError(
+            f"`steps` must be an array of ints >= 0; got dtype {array.dtype}: {steps!r}.", steps
+        )
+    if array.size and array.min() < 0:
+        raise StepError(
+            f"`steps` must be an array of ints >= 0; got step={int(array.min())}.",
+            int(array.min()),
+        )
+    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        raise StepError("`steps` must be <= 2**63-1.", int(array.max()))
+    return array.astype(np.int64, copy=False)
+
+
+class Schedule(ABC):
+    """A pure function of the step; subclasses are frozen dataclasses.
+
+    Subclasses set ``name`` (the config and command-line name), declare their lengths in
+    ``lengths`` (``{field: minimum}``), and implement ``_compute`` on an int64 array.
+    """
+
+    name: ClassVar[str] = ""
+    # Set by _setup: the numpy dtype, lengths already in steps, lengths still durations.
+    _dt: np.dtype[Any]
+    _n: dict[str, Any]
+    _pending: dict[str, Any]
+    lengths: ClassVar[Mapping[str, int]] = {}
+    formula: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            _REGISTRY[cls.name] = cls
+
+    # -- validation shared by every subclass -------------------------------------------
+    def _setup(self, default_dtype: str = "float64") -> None:
+        """Checks dtype and lengths; caches resolved lengths (fields are never rewritten)."""
+        dtype = getattr(self, "dtype", None) or default_dtype
+        check_choice("dtype", dtype, tuple(_DTYPES))
+        object.__setattr__(self, "_dt", _DTYPES[dtype])
+        resolved: dict[str, Any] = {}
+        pending: dict[str, Any] = {}
+        for field, minimum in self.lengths.items():
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                durations = tuple(_length_duration(field, v, minimum) for v in value)
+                if all(d.unit is Unit.STEPS for d in durations):
+                    resolved[field] = tuple(int(d.value) for d in durations)
+                else:
+                    pending[field] = durations
+                continue
+            duration = _length_duration(field, value, minimum)
+            if duration.unit is Unit.STEPS:
+                resolved[field] = int(duration.value)
+            else:
+                pending[field] = duration
+        object.__setattr__(self, "_n", resolved)
+        object.__setattr__(self, "_pending", pending)
+
+    @property
+    def resolved(self) -> bool:
+        """True when every length, here and in the parts, is a number of steps."""
+        if self._pending:
+            return False
+        return all(part.resolved for part in self.parts())
+
+    def parts(self) -> tuple[Schedule, ...]:
+        """The schedules this one is built from (none for a core schedule)."""
+        return ()
+
+    def _len(self, field: str) -> Any:
+        """The length ``field`` in steps; raises ConversionError if it is unresolved."""
+        n: dict[str, Any] = self._n
+        try:
+            return n[field]
+        except KeyError:
+            pending = self._pending[field]
+            units = {d.unit for d in pending} if isinstance(pending, tuple) else {pending.unit}
+            unit = next(u for u in (Unit.EPOCHS, Unit.SAMPLES, Unit.TOKENS) if u in units)
+            needed = {Unit.EPOCHS: "steps_per_epoch", Unit.SAMPLES: "batch_size"}.get(
+                unit, "tokens_per_step"
+            )
+            raise ConversionError(
+                f"`{field}`={getattr(self, field)!r} is a duration; resolve it to steps first "
+                f"with schedule.resolve(clock) or schedule.resolve({needed}=...).",
+                needed,
+            ) from None
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any]:
+        """The numpy dtype the values are computed in (a composite's may be its part's)."""
+        return self._dt
+
+    def _c(self, value: float) -> Any:
+        """``value`` as a scalar of the schedule's dtype."""
+        return self._dt.type(value)
+
+    def _f(self, ufunc: np.ufunc, *args: Any) -> Values:
+        """``ufunc(*args)`` (pow, exp, log, cos); in float32 computed in float64 and rounded
+        once, the correctly rounded value in all but rare cases, as the compat layers do."""
+        if self._dt == np.float32:
+            return ufunc(*(np.asarray(a, dtype=np.float64) for a in args)).astype(np.float32)
+        return ufunc(*args)
+
+    def _t(self, steps: Steps) -> Values:
+        """``steps`` as floats of the schedule's dtype."""
+        return steps.astype(self._dt)
+
+    # -- evaluation --------------------------------------------------------------------
+    @abstractmethod
+    def _compute(self, steps: Steps) -> Values:
+        """Returns the values at ``steps`` (int64, >= 0, validated)."""
+
+    def __call__(self, step: int) -> float:
+        """Returns the value at ``step`` (an int >= 0).
+
+        Example:
+            >>> from globalstep.schedules import Linear
+            >>> Linear(0.0, 1.0, 10)(5)
+            0.5
+
+        Raises:
+            StepError: ``step`` is negative or not an int.
+            ConversionError: a length is a duration that was not resolved.
+        """
+        array = np.array([check_step(step)], dtype=np.int64)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            return float(self._compute(array)[0])
+
+    def values(self, steps: Any) -> Values:
+        """Returns the values at every step of ``steps`` (ints >= 0), bit for bit ``self(s)``.
+
+        Example:
+            >>> from globalstep.schedules import Linear
+            >>> Linear(0.0, 1.0, 10).values([0, 5, 20]).tolist()
+            [0.0, 0.5, 1.0]
+
+        Raises:
+            StepError: a step is negative, or the array is not of ints.
+        """
+        array = check_steps(steps)
+        flat = array.reshape(-1)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            out = self._compute(flat)
+        return np.asarray(out, dtype=self._dt).reshape(array.shape)
+
+    # -- description and serialisation ----------------------------------------------------
+    def describe(self) -> str:
+        """Returns the formula with the parameters filled in.
+
+        Example:
+            >>> from globalstep.schedules import Constant
+            >>> Constant(0.5).describe()
+            "constant(value=0.5, dtype='float64'): v(s) = 0.5"
+        """
+        params = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
+        return f"{self.name}({params}): {self.formula.format(**self._format_fields())}"
+
+    def _format_fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields_of(self)}
+
+    def _params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields_of(self)}
+
+    def to_config(self) -> dict[str, Any]:
+        """Returns a JSON-ready dict that :func:`from_config` turns back into an equal schedule.
+
+        Example:
+            >>> from globalstep.schedules import ExponentialDecay
+            >>> ExponentialDecay(0.1, 1000, 0.96).to_config()["name"]
+            'exponential_decay'
+        """
+        return {"name": self.name, **{k: _to_json(v) for k, v in self._params().items()}}
+
+    @classmethod
+    def from_config(cls: type[S], config: Mapping[str, Any]) -> S:
+        """Builds a schedule from :meth:`to_config`'s output.
+
+        Raises:
+            ConfigError: an unknown schedule name, or a config of another class.
+        """
+        schedule = from_config(config)
+        if not isinstance(schedule, cls):
+            raise ConfigError("config['name']", f"must name a {cls.__name__}", config)
+        return schedule
+
+    def resolve(self: S, source: Clock | Progress | None = None, **known: int | None) -> S:
+        """Returns a copy whose duration lengths are steps, converted with ``source``.
+
+        Args:
+            source: a clock or snapshot that knows steps per epoch, batch size, tokens.
+            **known: ``steps_per_epoch``, ``batch_size``, ``tokens_per_step`` given by hand.
+
+        Raises:
+            ConversionError: a conversion needs a number neither source gives (it is named).
+
+        Example:
+            >>> from globalstep.schedules import CosineDecay
+            >>> CosineDecay(1.0, "3ep").resolve(steps_per_epoch=12).decay_steps
+            36
+        """
+        if source is not None:
+            known = {
+                "steps_per_epoch": source.steps_per_epoch,
+                "batch_size": source.batch_size,
+                "tokens_per_step": source.tokens_per_step,
+                **{k: v for k, v in known.items() if v is not None},
+            }
+        changes: dict[str, Any] = {}
+        for field, pending in self._pending.items():
+            if isinstance(pending, tuple):
+                changes[field] = tuple(d.to_steps(**known) for d in pending)
+            else:
+                changes[field] = pending.to_steps(**known)
+        for spec in fields_of(self):
+            value = getattr(self, spec.name)
+            if isinstance(value, Schedule):
+                changes[spec.name] = value.resolve(source, **known)
+            elif isinstance(value, tuple) and value and isinstance(value[0], Schedule):
+                changes[spec.name] = tuple(v.resolve(source, **known) for v in value)
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def end_step(self) -> int | None:
+        """The first step from which the value stays constant, or None if it never does.
+
+        Example:
+            >>> from globalstep.schedules import CosineDecay
+            >>> CosineDecay(1.0, 100).end_step()
+            100
+        """
+        return None
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Schedule):
+        return value.to_config()
+    if isinstance(value, tuple):
+        return [_to_json(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, Mapping) and "name" in value:
+        return from_config(value)
+    if isinstance(value, list):
+        return tuple(_from_json(v) for v in value)
+    return value
+
+
+def from_config(config: Mapping[str, Any]) -> Schedule:
+    """Builds any registered schedule from its ``to_config()`` dict.
+
+    Raises:
+        ConfigError: not a mapping, no ``name`` key, an unknown name, or bad parameters.
+
+    Example:
+        >>> s = from_config({"name": "constant", "value": 0.5})
+        >>> s(10)
+        0.5
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError("config", "must be a mapping with a 'name' key", config)
+    name = config.get("name")
+    if name not in _REGISTRY:
+        raise ConfigError("config['name']", f"must be one of {', '.join(sorted(_REGISTRY))}", name)
+    cls = _REGISTRY[name]
+    params = {k: _from_json(v) for k, v in config.items() if k != "name"}
+    names = {f.name for f in fields_of(cls)}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise ConfigError(
+            "config", f"has parameters {name} does not take ({', '.join(sorted(names))})", unknown
+        )
+    return cls(**params)
+
+
+def registered() -> dict[str, type[Schedule]]:
+    """Returns every schedule class by its config name."""
+    return dict(sorted(_REGISTRY.items()))

@@ -1,0 +1,167 @@
+"""Command-line plumbing shared by ``globalstep schedule`` and ``globalstep plan``.
+
+A schedule is named (``exponential_decay``) with its parameters as options in the
+dataclass's own names (``--initial 0.1 --decay-steps 100000 --rate 0.96 --staircase``),
+or given as a JSON file of ``to_config()`` (``--config schedule.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from globalstep.errors import ConfigError
+from globalstep.schedules._base import Schedule, fields_of, from_config, registered
+
+__all__ = ["add_schedule_arguments", "schedule_from_args"]
+
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_TUPLES = ("boundaries", "levels")
+
+
+def _parameters() -> list[str]:
+    names: set[str] = set()
+    for cls in registered().values():
+        for spec in fields_of(cls):
+            value_type = str(spec.type)
+            if "Schedule" not in value_type:
+                names.add(spec.name)
+    return sorted(names)
+
+
+def add_schedule_arguments(
+    parser: argparse.ArgumentParser, *, positional: bool, skip: tuple[str, ...] = ()
+) -> None:
+    """Adds the schedule name (positional or ``--schedule``), ``--config`` and every parameter."""
+    core = sorted(n for n, c in registered().items() if c.__module__.endswith("core"))
+    help_name = f"a schedule: {', '.join(core)}"
+    if positional:
+        parser.add_argument("name", nargs="?", metavar="NAME", help=help_name)
+    else:
+        parser.add_argument("--schedule", dest="name", metavar="NAME", help=help_name)
+    parser.add_argument("--config", metavar="FILE", help="a schedule's to_config() as JSON")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = _parameters_help(core)
+    group = parser.add_argument_group("schedule parameters (as in the schedule's dataclass)")
+    for name in _parameters():
+        if name in skip:
+            continue
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=f"param_{name}",
+            nargs="?",
+            const="true",
+            metavar="VALUE",
+            help=argparse.SUPPRESS,
+        )
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _required(cls: type[Schedule]) -> list[str]:
+    """The fields of ``cls`` that have no default."""
+    return [
+        f.name
+        for f in fields_of(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+
+
+def _parameters_help(names: list[str]) -> str:
+    """One line per schedule: its required parameters, then its optional ones in brackets."""
+    lines = ["schedules and their parameters (--name VALUE; a bare --staircase means true):"]
+    for name in names:
+        cls = registered()[name]
+        required = _required(cls)
+        optional = [_flag(f.name) for f in fields_of(cls) if f.name not in required]
+        extra = f" [{' '.join(optional)}]" if optional else ""
+        lines.append(f"  {name}: {' '.join(_flag(r) for r in required)}{extra}")
+    lines.append(
+        "lists (--boundaries, --levels) are comma-separated; lengths take durations ('3ep')"
+    )
+    return "\n".join(lines)
+
+
+def _number(text: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _value(name: str, text: str, cls: type[Schedule]) -> Any:
+    spec = {f.name: f for f in fields_of(cls)}[name]
+    if "bool" in str(spec.type) and "float" not in str(spec.type):
+        if text.lower() not in _BOOLS:
+            raise ConfigError(name, "must be true or false", text)
+        return _BOOLS[text.lower()]
+    if name in _TUPLES:
+        return tuple(_number(part.strip()) for part in text.split(",") if part.strip())
+    if text.lower() == "none":
+        return None
+    if "float" in str(spec.type) and "int" not in str(spec.type):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return _number(text)
+
+
+def schedule_from_args(args: argparse.Namespace, total_steps: int | None) -> Schedule | None:
+    """Builds the schedule the arguments describe, or None if they name none.
+
+    A schedule with a ``total_steps`` parameter left out gets the run's ``total_steps``.
+
+    Raises:
+        ConfigError: an unknown name, a parameter the schedule does not take, a bad value,
+            or a config file that cannot be read.
+    """
+    given = {
+        key.removeprefix("param_"): value
+        for key, value in vars(args).items()
+        if key.startswith("param_") and value is not None
+    }
+    if args.config is not None:
+        if args.name is not None or given:
+            raise ConfigError(
+                "config", "must be given alone, without a schedule name or parameters", args.config
+            )
+        try:
+            config = json.loads(Path(args.config).read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(
+                "config", f"must be a readable JSON file ({err})", args.config
+            ) from err
+        return from_config(config)
+    if args.name is None:
+        if given:
+            raise ConfigError("schedule", "must be named when parameters are given", None)
+        return None
+    classes = registered()
+    if args.name not in classes:
+        raise ConfigError("schedule", f"must be one of {', '.join(classes)}", args.name)
+    cls = classes[args.name]
+    accepted = {f.name for f in fields_of(cls)}
+    unknown = sorted(set(given) - accepted)
+    if unknown:
+        raise ConfigError(
+            "schedule",
+            f"{args.name} takes {', '.join(sorted(accepted))}; not {', '.join(unknown)}",
+            args.name,
+        )
+    params = {name: _value(name, text, cls) for name, text in given.items()}
+    if "total_steps" in accepted and "total_steps" not in params and total_steps is not None:
+        params["total_steps"] = total_steps
+    missing = [name for name in _required(cls) if name not in params]
+    if missing:
+        raise ConfigError(
+            "schedule", f"{args.name} needs {', '.join(map(_flag, missing))}", args.name
+        )
+    return cls(**params)

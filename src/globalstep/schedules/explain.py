@@ -1,0 +1,215 @@
+"""``globalstep schedule``: a schedule's values, its explanation, and a plot.
+
+:func:`explain` states what a schedule does over a run: the formula with its parameters,
+the value at step 0 (the first update's, see :mod:`globalstep.clock`), the first step where
+the value changes, the first step where it has fallen to half, and the final value.
+
+Example:
+    >>> from globalstep.schedules import ExponentialDecay
+    >>> e = explain(ExponentialDecay(1.0, 10, 0.5, staircase=True), total_steps=100)
+    >>> e.value_at_zero, e.first_change, e.half_step, e.final_value
+    (1.0, 10, 10, 0.001953125)
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from globalstep._optional import require
+from globalstep.errors import ConfigError
+from globalstep.schedules._base import Schedule
+from globalstep.schedules._cli import add_schedule_arguments, schedule_from_args
+
+__all__ = ["Explanation", "add_parser", "explain", "terminal_plot"]
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a schedule does over ``total_steps`` steps.
+
+    Attributes:
+        formula: the formula with the parameters filled in.
+        total_steps: the run's length the explanation covers.
+        value_at_zero: the value at step 0.
+        first_change: the first step whose value differs from step 0's, or None.
+        half_step: the first step whose value is at most half of step 0's (for a positive
+            start), or None.
+        final_value: the value at the run's last step, ``total_steps - 1``.
+    """
+
+    formula: str
+    total_steps: int
+    value_at_zero: float
+    first_change: int | None
+    half_step: int | None
+    final_value: float
+
+    def lines(self) -> list[str]:
+        """The explanation as lines of text."""
+
+        def step(value: int | None) -> str:
+            return (
+                f"step {value:,}"
+                if value is not None
+                else f"never within {self.total_steps:,} steps"
+            )
+
+        return [
+            f"formula        {self.formula}",
+            f"step 0         {self.value_at_zero:.6g}",
+            f"first change   {step(self.first_change)}",
+            f"falls to half  {step(self.half_step)}",
+            f"final value    {self.final_value:.6g} (step {self.total_steps - 1:,})",
+        ]
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def explain(schedule: Schedule, total_steps: int) -> Explanation:
+    """Explains ``schedule`` over a run of ``total_steps`` steps (scanned in full).
+
+    Raises:
+        ConfigError: ``total_steps`` is not an int >= 1.
+    """
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+        raise ConfigError("total_steps", "must be an int >= 1", total_steps)
+    start = schedule(0)
+    first_change = half_step = None
+    for low in range(0, total_steps, _CHUNK):
+        steps = np.arange(low, min(low + _CHUNK, total_steps), dtype=np.int64)
+        values = schedule.values(steps)
+        if first_change is None and (found := _first(values != start)) is not None:
+            first_change = low + found
+        if half_step is None and start > 0 and (found := _first(values <= start / 2)) is not None:
+            half_step = low + found
+        if first_change is not None and (half_step is not None or start <= 0):
+            break
+    return Explanation(
+        formula=schedule.describe(),
+        total_steps=total_steps,
+        value_at_zero=start,
+        first_change=first_change,
+        half_step=half_step,
+        final_value=schedule(total_steps - 1),
+    )
+
+
+def _sample_steps(total_steps: int, count: int) -> np.ndarray:
+    return np.unique(np.linspace(0, total_steps - 1, num=count).round().astype(np.int64))
+
+
+def terminal_plot(schedule: Schedule, total_steps: int, width: int = 64, height: int = 12) -> str:
+    """Draws the schedule over ``total_steps`` as text, ``width`` by ``height`` characters.
+
+    Example:
+        >>> from globalstep.schedules import Linear
+        >>> print(terminal_plot(Linear(0.0, 1.0, 10), 11, width=11, height=3))
+                 1 |        •••
+                   |   •••••
+                 0 |•••
+                   +-----------
+                    0        10
+    """
+    steps = _sample_steps(total_steps, width)
+    values = schedule.values(steps).astype(np.float64)
+    low, high = float(values.min()), float(values.max())
+    span = high - low or 1.0
+    rows = np.round((values - low) / span * (height - 1)).astype(int)
+    grid = [[" "] * len(steps) for _ in range(height)]
+    for column, row in enumerate(rows):
+        grid[height - 1 - row][column] = "•"
+    labels = {0: f"{high:.4g}", height - 1: f"{low:.4g}"}
+    lines = [f"{labels.get(i, ''):>10} |{''.join(row)}".rstrip() for i, row in enumerate(grid)]
+    lines.append(f"{'':>10} +{'-' * len(steps)}")
+    last = str(int(steps[-1]))
+    lines.append(f"{'':>10}  0{last:>{len(steps) - 1}}")
+    return "\n".join(lines)
+
+
+def write_plot(schedule: Schedule, total_steps: int, path: str | Path) -> Path:
+    """Writes a PNG of the schedule over ``total_steps`` to ``path`` (needs matplotlib).
+
+    Raises:
+        MissingDependencyError: matplotlib is not installed (``globalstep[plot]``).
+    """
+    matplotlib = require("matplotlib", "plot", "globalstep schedule --plot")
+    matplotlib.use("Agg")
+    pyplot = require("matplotlib.pyplot", "plot", "globalstep schedule --plot")
+    steps = _sample_steps(total_steps, 2000)
+    figure, axes = pyplot.subplots(figsize=(8, 4))
+    try:
+        axes.plot(steps, schedule.values(steps))
+        axes.set_xlabel("step (optimizer updates applied)")
+        axes.set_ylabel("value")
+        axes.set_title(schedule.name or type(schedule).__name__)
+        axes.grid(True, alpha=0.3)
+        figure.tight_layout()
+        figure.savefig(path, format="png")
+    finally:
+        pyplot.close(figure)
+    return Path(path)
+
+
+def _parse_steps(text: str) -> list[int]:
+    try:
+        steps = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise ConfigError("at", "must be comma-separated ints >= 0", text) from err
+    if not steps or min(steps) < 0:
+        raise ConfigError("at", "must be comma-separated ints >= 0", text)
+    return steps
+
+
+def _run(args: argparse.Namespace) -> int:
+    schedule = schedule_from_args(args, args.total_steps)
+    if schedule is None:
+        raise ConfigError("name", "must name a schedule (or give --config FILE)", None)
+    end = schedule.end_step() if schedule.resolved else None
+    total = args.total_steps if args.total_steps is not None else (end + 1 if end else 1000)
+    if total < 1:
+        raise ConfigError("total_steps", "must be an int >= 1", total)
+    steps = _parse_steps(args.at) if args.at else _sample_steps(total, 11).tolist()
+    values = schedule.values(np.asarray(steps, dtype=np.int64))
+    width = max(len(f"{s:,}") for s in steps)
+    print(f"{'step':>{width}}  value")
+    for step, value in zip(steps, values.tolist(), strict=True):
+        print(f"{step:>{width},}  {value:.9g}")
+    if args.explain:
+        print()
+        print("\n".join(explain(schedule, total).lines()))
+    if args.plot:
+        print(f"\nwrote {write_plot(schedule, total, args.plot)}")
+    else:
+        print()
+        print(terminal_plot(schedule, total))
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Registers ``globalstep schedule``."""
+    parser = subparsers.add_parser(
+        "schedule",
+        help="print, explain and plot a schedule",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--at", metavar="STEPS", help="comma-separated steps to tabulate")
+    parser.add_argument(
+        "--total-steps",
+        type=int,
+        metavar="N",
+        help="the run's length (also the schedule's total_steps where it has one)",
+    )
+    parser.add_argument("--explain", action="store_true", help="explain the schedule")
+    parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib)")
+    add_schedule_arguments(parser, positional=True, skip=("total_steps",))
+    parser.set_defaults(func=_run)

@@ -1,0 +1,156 @@
+"""Tests for globalstep.compat.keras: Keras 3's schedules, Keras' names and numbers.
+
+Parity is against keras 3 with its default backend here, tensorflow (asserted below),
+called with one int step at a time as an optimizer calls it; it must be bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from globalstep import ConfigError, StepError
+from globalstep.compat import keras as ck
+
+from .parity import max_ulp, parity_steps
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@pytest.fixture(scope="module")
+def keras():
+    """Keras 3, imported once for the module, on the tensorflow backend."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keras = pytest.importorskip("keras")
+    assert keras.backend.backend() == "tensorflow"
+    return keras
+
+
+CASES = [
+    ("ExponentialDecay", (0.1, 1000, 0.96), {}, 1000),
+    ("ExponentialDecay", (0.1, 1000, 0.5), {"staircase": True}, 1000),
+    ("PiecewiseConstantDecay", ([100, 200, 3000], [1.0, 0.5, 0.1, 0.01]), {}, 100),
+    ("PolynomialDecay", (0.1, 1000), {}, 1000),
+    ("PolynomialDecay", (0.1, 100, 0.01, 2.0, True), {}, 100),
+    ("InverseTimeDecay", (0.1, 100, 0.5), {"staircase": True}, 100),
+    ("InverseTimeDecay", (0.1, 100, 0.5), {}, 100),
+    ("CosineDecay", (0.1, 1000), {"alpha": 0.1}, 1000),
+    ("CosineDecay", (0.0, 1000), {"warmup_target": 0.1, "warmup_steps": 100}, 100),
+    ("CosineDecayRestarts", (0.1, 100), {"t_mul": 2.0, "m_mul": 0.5, "alpha": 0.01}, 100),
+    ("CosineDecayRestarts", (0.1, 100), {"t_mul": 1.0, "m_mul": 0.9}, 100),
+]
+IDS = [
+    "exponential",
+    "exponential staircase",
+    "piecewise",
+    "polynomial",
+    "polynomial cycle",
+    "inverse time staircase",
+    "inverse time",
+    "cosine",
+    "cosine warmup",
+    "restarts",
+    "restarts t_mul 1",
+]
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs", "period"), CASES, ids=IDS)
+def test_parity_with_keras(keras, name, args, kwargs, period):
+    """Each schedule equals Keras' bit for bit at dense, boundary and large steps."""
+    theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
+    ours = getattr(ck, name)(*args, **kwargs)
+    largest = 2**31 - 1 if name == "PiecewiseConstantDecay" else 10**12
+    steps = parity_steps([period], largest=largest)
+    reference = np.array([np.asarray(theirs(int(s))) for s in steps])
+    assert ours.values(steps).dtype == np.float32
+    assert max_ulp(ours.values(steps), reference) == 0
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs", "period"), CASES, ids=IDS)
+def test_get_config_equals_keras(keras, name, args, kwargs, period):
+    """get_config() returns what Keras' returns, and from_config() rebuilds an equal one."""
+    theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs).get_config()
+    ours = getattr(ck, name)(*args, **kwargs)
+    assert ours.get_config() == theirs
+    assert type(ours).from_config(theirs) == ours
+
+
+def test_values_equal_call():
+    """values() equals calling one step at a time."""
+    lr = ck.CosineDecayRestarts(0.1, 10)
+    steps = np.arange(100)
+    assert lr.values(steps).tolist() == [lr(int(s)) for s in steps]
+
+
+def test_piecewise_changes_one_step_after_the_boundary():
+    """As in Keras, the next value starts at boundary + 1."""
+    lr = ck.PiecewiseConstantDecay([10], [1.0, 2.0])
+    assert (lr(10), lr(11)) == (1.0, 2.0)
+
+
+def test_float64_rate_computes_in_float64():
+    """A float64 initial rate computes in float64, as Keras does."""
+    assert ck.ExponentialDecay(np.float64(0.1), 10, 0.5).values([1]).dtype == np.float64
+
+
+def test_repr_names_the_arguments():
+    """repr shows the class and its arguments."""
+    assert repr(ck.InverseTimeDecay(0.1, 10, 0.5)).startswith(
+        "InverseTimeDecay(initial_learning_rate=0.1, decay_steps=10"
+    )
+
+
+def test_negative_step():
+    """A negative step is refused."""
+    with pytest.raises(StepError, match="step=-1"):
+        ck.ExponentialDecay(0.1, 10, 0.5)(-1)
+
+
+@pytest.mark.parametrize(
+    ("call", "parameter", "value"),
+    [
+        (lambda: ck.ExponentialDecay(0.1, 0, 0.5), "decay_steps", "0"),
+        (lambda: ck.CosineDecay(0.1, -3), "decay_steps", "-3"),
+        (lambda: ck.CosineDecay(0.1, 10, warmup_steps=-1), "warmup_steps", "-1"),
+        (lambda: ck.PolynomialDecay(float("nan"), 10), "initial_learning_rate", "nan"),
+        (lambda: ck.PiecewiseConstantDecay([1, 2], [1.0, 2.0]), "boundaries", r"\[1, 2\]"),
+        (lambda: ck.PiecewiseConstantDecay([2, 1], [1.0, 2.0, 3.0]), "boundaries", r"\[2, 1\]"),
+        (lambda: ck.InverseTimeDecay(0.1, 10, float("inf")), "decay_rate", "inf"),
+        (lambda: ck.CosineDecayRestarts(0.1, 10, t_mul=-1.0), "t_mul", "-1.0"),
+        (lambda: ck.ExponentialDecay(0.1, 10, 0.5, staircase=1), "staircase", "1"),
+    ],
+    ids=[
+        "zero decay",
+        "negative decay",
+        "negative warmup",
+        "NaN rate",
+        "count",
+        "unsorted",
+        "inf rate",
+        "t_mul",
+        "staircase",
+    ],
+)
+def test_invalid_parameter(call, parameter, value):
+    """An invalid argument raises ConfigError naming it and the value received."""
+    with pytest.raises(ConfigError, match=rf"`{parameter}` .*; got {parameter}={value}"):
+        call()
+
+
+@pytest.mark.parametrize(("name", "args", "kwargs", "period"), CASES, ids=IDS)
+def test_float64_parity_with_keras(keras, name, args, kwargs, period):
+    """With a float64 initial rate each schedule equals Keras' float64 values bit for bit."""
+    if name == "PiecewiseConstantDecay":
+        args = (args[0], [np.float64(v) for v in args[1]])
+    else:
+        args = (np.float64(args[0]), *args[1:])
+    theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
+    ours = getattr(ck, name)(*args, **kwargs)
+    steps = parity_steps([period], largest=2**31 - 1)
+    reference = np.array([np.asarray(theirs(int(s))) for s in steps])
+    assert ours.values(steps).dtype == reference.dtype == np.float64
+    assert ours.values(steps).tolist() == reference.tolist()

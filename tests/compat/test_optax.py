@@ -1,0 +1,152 @@
+"""Tests for globalstep.compat.optax: optax's schedules, optax's names and numbers.
+
+Parity is against optax's own schedules called eagerly (un-jitted) with one Python int
+count at a time, JAX's default 32-bit types; counts stop at 2**31 - 1, the largest JAX's
+int32 count accepts. Every case is bit for bit at these counts. (On random arguments
+XLA's float32 pow and cos differ from the once-rounded float64 value used here in about
+0.5% of cases, by one ulp; see globalstep.compat._common.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from globalstep import ConfigError, StepError
+from globalstep.compat import optax as co
+
+from .parity import max_ulp, parity_steps
+
+
+@pytest.fixture(scope="module")
+def optax():
+    """optax, imported once for the module."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pytest.importorskip("optax")
+
+
+KW = {"init_value": 0.0, "peak_value": 0.1, "warmup_steps": 10, "decay_steps": 100}
+CASES = [
+    ("constant", "constant_schedule", (0.1,), {}, 10, 0),
+    ("linear", "linear_schedule", (0.1, 0.001, 1000), {"transition_begin": 10}, 1000, 0),
+    ("polynomial int power", "polynomial_schedule", (0.1, 0.001, 2, 1000), {}, 1000, 0),
+    ("polynomial float power", "polynomial_schedule", (0.1, 0.001, 0.5, 100), {}, 100, 1),
+    ("exponential", "exponential_decay", (0.1, 1000, 0.96), {}, 1000, 1),
+    (
+        "exponential staircase",
+        "exponential_decay",
+        (0.1, 100, 0.5),
+        {"transition_begin": 7, "staircase": True, "end_value": 1e-4},
+        100,
+        1,
+    ),
+    ("piecewise", "piecewise_constant_schedule", (0.1, {100: 0.5, 300: 0.1}), {}, 100, 0),
+    ("cosine", "cosine_decay_schedule", (0.1, 1000), {"alpha": 0.1}, 1000, 1),
+    ("cosine exponent", "cosine_decay_schedule", (0.1, 1000), {"exponent": 2.0}, 1000, 1),
+    ("warmup cosine", "warmup_cosine_decay_schedule", (0.0, 0.1, 10, 1000), {}, 10, 1),
+    (
+        "warmup exponential",
+        "warmup_exponential_decay_schedule",
+        (0.0, 0.1, 10, 100, 0.9),
+        {},
+        100,
+        1,
+    ),
+    ("sgdr", "sgdr_schedule", ([KW, KW],), {}, 100, 1),
+    ("cosine onecycle", "cosine_onecycle_schedule", (1000, 0.1), {}, 100, 1),
+    ("linear onecycle", "linear_onecycle_schedule", (1000, 0.1), {}, 100, 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs", "period"),
+    [c[1:5] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_parity_with_optax(optax, name, args, kwargs, period):
+    """Each schedule equals optax's eager values bit for bit at the parity counts."""
+    theirs = getattr(optax, name)(*args, **kwargs)
+    ours = getattr(co, name)(*args, **kwargs)
+    steps = parity_steps([period], largest=2**31 - 1, multiples=12)
+    reference = np.array([np.asarray(theirs(int(s))) for s in steps])
+    assert max_ulp(ours.values(steps), reference) == 0
+
+
+def test_join_schedules_parity(optax):
+    """join_schedules equals optax's, each later part restarting its count."""
+    theirs = optax.join_schedules(
+        [optax.linear_schedule(0.0, 0.1, 10), optax.exponential_decay(0.1, 10, 0.5)], [10]
+    )
+    ours = co.join_schedules(
+        [co.linear_schedule(0.0, 0.1, 10), co.exponential_decay(0.1, 10, 0.5)], [10]
+    )
+    steps = parity_steps([10], largest=2**31 - 1, multiples=12)
+    reference = np.array([np.asarray(theirs(int(s))) for s in steps])
+    assert max_ulp(ours.values(steps), reference) == 0
+
+
+def test_constant_returns_the_value_itself():
+    """constant_schedule returns the Python value, as optax does."""
+    assert co.constant_schedule(0.1)(7) == 0.1
+
+
+def test_values_equal_call():
+    """values() equals calling one count at a time."""
+    lr = co.cosine_onecycle_schedule(100, 1.0)
+    steps = np.arange(120)
+    assert lr.values(steps).tolist() == [lr(int(s)) for s in steps]
+
+
+def test_repr_names_the_function():
+    """repr shows optax's function and its arguments."""
+    assert repr(co.cosine_decay_schedule(0.1, 10)).startswith(
+        "cosine_decay_schedule(init_value=0.1"
+    )
+
+
+def test_negative_count():
+    """A negative count is refused."""
+    with pytest.raises(StepError, match="step=-1"):
+        co.linear_schedule(0.0, 1.0, 10)(-1)
+
+
+@pytest.mark.parametrize(
+    ("call", "parameter", "value"),
+    [
+        (lambda: co.linear_schedule(0.0, 1.0, 0), "transition_steps", "0"),
+        (lambda: co.exponential_decay(0.1, -5, 0.5), "transition_steps", "-5"),
+        (lambda: co.exponential_decay(0.1, 5, 0.0), "decay_rate", "0.0"),
+        (lambda: co.exponential_decay(0.1, 5, 0.5, transition_begin=-1), "transition_begin", "-1"),
+        (lambda: co.polynomial_schedule(float("nan"), 0.0, 1, 5), "init_value", "nan"),
+        (lambda: co.cosine_decay_schedule(0.1, 0), "decay_steps", "0"),
+        (lambda: co.piecewise_constant_schedule(0.1, {5: -1.0}), "boundaries_and_scales", "-1.0"),
+        (lambda: co.warmup_cosine_decay_schedule(0.0, 1.0, 10, 10), "decay_steps", "10"),
+        (lambda: co.join_schedules([], []), "schedules", r"\[\]"),
+        (lambda: co.sgdr_schedule([]), "cosine_kwargs", r"\[\]"),
+        (lambda: co.cosine_onecycle_schedule(0, 1.0), "transition_steps", "0"),
+        (lambda: co.linear_onecycle_schedule(10, 1.0, div_factor=0.0), "div_factor", "0.0"),
+        (lambda: co.linear_schedule(0.0, 1.0, 2.5), "transition_steps", "2.5"),
+    ],
+    ids=[
+        "zero steps",
+        "negative steps",
+        "zero rate",
+        "negative begin",
+        "NaN",
+        "zero decay",
+        "negative scale",
+        "decay not past warmup",
+        "empty join",
+        "empty sgdr",
+        "zero onecycle",
+        "zero div",
+        "float steps",
+    ],
+)
+def test_invalid_parameter(call, parameter, value):
+    """An invalid argument raises ConfigError naming it and the value received."""
+    with pytest.raises(ConfigError, match=rf"`{parameter}` .*; got {parameter}={value}"):
+        call()

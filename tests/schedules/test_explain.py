@@ -1,0 +1,159 @@
+"""Tests for globalstep.schedules.explain and the `globalstep schedule` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from globalstep import ConfigError
+from globalstep.cli import main
+from globalstep.schedules import Constant, CosineDecay, ExponentialDecay, Linear, warmup
+from globalstep.schedules.explain import explain, terminal_plot
+
+
+def test_explain_cosine():
+    """A cosine over 1000 steps changes at step 1, halves at 500, ends at 0."""
+    e = explain(CosineDecay(1.0, 1000), total_steps=1001)
+    assert (e.value_at_zero, e.first_change, e.half_step, e.final_value) == (1.0, 1, 500, 0.0)
+
+
+def test_explain_never_changes():
+    """A staircase decay longer than the run never changes and never halves."""
+    e = explain(ExponentialDecay(0.1, 100_000, 0.96, staircase=True), total_steps=24_000)
+    assert (e.first_change, e.half_step, e.final_value) == (None, None, 0.1)
+    assert "never within 24,000 steps" in e.lines()[2]
+
+
+def test_explain_rising_schedule_has_no_half():
+    """A warm-up from 0 has no half step (it starts at 0)."""
+    e = explain(warmup(Constant(1.0), 10), total_steps=20)
+    assert (e.first_change, e.half_step) == (1, None)
+
+
+def test_explain_scans_past_one_chunk():
+    """A change after the first chunk of a million steps is found."""
+    e = explain(ExponentialDecay(1.0, 1_500_000, 0.5, staircase=True), total_steps=2_000_000)
+    assert (e.first_change, e.half_step) == (1_500_000, 1_500_000)
+
+
+def test_explain_states_the_formula():
+    """The explanation's formula has the parameters filled in."""
+    assert (
+        "floor(max(s - 0, 0) / 10)"
+        in explain(ExponentialDecay(1.0, 10, 0.5, staircase=True), 20).formula
+    )
+
+
+def test_explain_bad_total():
+    """total_steps must be an int >= 1."""
+    with pytest.raises(ConfigError, match="`total_steps` must be an int >= 1; got total_steps=0"):
+        explain(Constant(1.0), 0)
+
+
+def test_terminal_plot_shape():
+    """The terminal plot has height rows plus two axis rows."""
+    text = terminal_plot(CosineDecay(1.0, 100), 101, width=40, height=8)
+    assert len(text.splitlines()) == 10
+    assert text.count("•") == 40
+
+
+def test_schedule_cli_table(capsys):
+    """`schedule NAME --at` prints the value at each step."""
+    argv = ["schedule", "linear", "--initial", "0", "--end-value", "1", "--steps", "4"]
+    assert main([*argv, "--at", "0,2,4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines[1:4]] == [["0", "0"], ["2", "0.5"], ["4", "1"]]
+
+
+def test_schedule_cli_explain(capsys):
+    """`schedule --explain` states step 0, first change, half and final value."""
+    argv = ["schedule", "exponential_decay", "--initial", "1", "--decay-steps", "10"]
+    assert main([*argv, "--rate", "0.5", "--staircase", "--total-steps", "100", "--explain"]) == 0
+    out = capsys.readouterr().out
+    for text in ("step 0         1", "first change   step 10", "falls to half  step 10"):
+        assert text in out
+    assert "final value    0.00195312 (step 99)" in out
+
+
+def test_schedule_cli_prints_a_terminal_plot(capsys):
+    """Without --plot a terminal plot is printed."""
+    assert main(["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "50"]) == 0
+    assert "•" in capsys.readouterr().out
+
+
+def test_schedule_cli_png(tmp_path, capsys):
+    """--plot writes a PNG file."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "lr.png"
+    assert (
+        main(
+            [
+                "schedule",
+                "cosine_decay",
+                "--initial",
+                "1",
+                "--decay-steps",
+                "50",
+                "--plot",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_schedule_cli_config(tmp_path, capsys):
+    """--config reads a schedule's JSON config, composites included."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(warmup(Linear(1.0, 0.0, 10), 5).to_config()))
+    assert main(["schedule", "--config", str(path), "--at", "0,5,15"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines[1:4]] == ["0", "1", "0"]
+
+
+def test_schedule_cli_one_cycle_takes_total_steps(capsys):
+    """--total-steps also sets a one-cycle schedule's total_steps."""
+    assert main(["schedule", "one_cycle", "--peak", "1", "--total-steps", "100", "--at", "30"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["30", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["schedule"], "`name` must name a schedule"),
+        (["schedule", "nope"], "`schedule` must be one of"),
+        (["schedule", "constant", "--value", "1", "--at", "x"], "`at` must be comma-separated"),
+        (["schedule", "constant", "--value", "1", "--at", "-1"], "`at` must be comma-separated"),
+        (["schedule", "--config", "/no/such.json"], "`config` must be a readable JSON file"),
+        (["schedule", "constant", "--config", "x.json"], "`config` must be given alone"),
+        (["schedule", "exponential_decay", "--staircase", "maybe"], "`staircase` must be true"),
+        (["schedule", "constant", "--value", "nan"], "`value` must be a finite number"),
+        (["schedule", "constant", "--value", "1", "--total-steps", "0"], "`total_steps` must be"),
+    ],
+    ids=["no name", "unknown", "bad at", "negative at", "no file", "both", "bool", "nan", "total"],
+)
+def test_schedule_cli_errors(capsys, argv, message):
+    """Each bad invocation exits 1 with an error naming the parameter."""
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_params_without_name(capsys):
+    """Parameters without a schedule name are refused."""
+    assert (
+        main(
+            ["plan", "--dataset-size", "1", "--batch-size", "1", "--epochs", "1", "--initial", "1"]
+        )
+        == 1
+    )
+    assert "`schedule` must be named" in capsys.readouterr().err
+
+
+def test_schedule_help_lists_parameters(capsys):
+    """`schedule --help` lists each schedule with its parameters."""
+    assert main(["schedule", "--help"]) == 0
+    assert (
+        "exponential_decay: --initial --decay-steps --rate [--staircase" in capsys.readouterr().out
+    )

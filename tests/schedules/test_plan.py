@@ -1,0 +1,214 @@
+"""Tests for globalstep.schedules.plan: steps from data, and the plan's warnings."""
+
+from __future__ import annotations
+
+import pytest
+
+from globalstep import ConfigError, ConversionError
+from globalstep.cli import main
+from globalstep.schedules import (
+    Constant,
+    CosineDecay,
+    ExponentialDecay,
+    PiecewiseConstant,
+    WarmupStableDecay,
+    join,
+    warmup,
+)
+from globalstep.schedules.plan import Plan
+
+SEED = [
+    "plan",
+    "--dataset-size",
+    "1200",
+    "--batch-size",
+    "100",
+    "--epochs",
+    "2000",
+    "--schedule",
+    "exponential_decay",
+    "--initial",
+    "0.1",
+    "--decay-steps",
+    "100000",
+    "--rate",
+    "0.96",
+    "--staircase",
+]
+NEVER_DECAYS = (
+    "decay_steps=100000 but the run has 24,000 steps: the rate stays 0.1 for the whole run"
+)
+
+
+def test_seed_question_steps(capsys):
+    """The seed run has 12 steps per epoch and 24,000 steps."""
+    assert main(SEED) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["steps", "per", "epoch", "12"]
+    assert lines[1].split() == ["total", "steps", "24,000"]
+
+
+def test_seed_question_never_decays_warning(capsys):
+    """The seed run warns that the staircase decay never fires."""
+    assert main(SEED) == 0
+    assert f"warning: {NEVER_DECAYS}" in capsys.readouterr().out.splitlines()
+
+
+def test_plan_counts():
+    """A plain plan divides rows by batch and multiplies by epochs."""
+    plan = Plan(dataset_size=1200, batch_size=100, epochs=2000)
+    assert (plan.steps_per_epoch, plan.total_steps, plan.samples) == (12, 24_000, 2_400_000)
+
+
+def test_partial_batch_is_a_step():
+    """A last partial batch is a step, unless drop_last."""
+    assert Plan(1250, 100, 1).steps_per_epoch == 13
+    assert Plan(1250, 100, 1, drop_last=True).steps_per_epoch == 12
+
+
+def test_grad_accum_and_world_size_divide_the_steps():
+    """Accumulation and processes each divide the updates per epoch."""
+    plan = Plan(dataset_size=12_800, batch_size=16, epochs=1, grad_accum=4, world_size=8)
+    assert (plan.steps_per_epoch, plan.samples_per_step) == (25, 512)
+
+
+def test_plan_resolves_epoch_durations():
+    """Durations in epochs and samples turn into this run's steps."""
+    plan = Plan(dataset_size=1200, batch_size=100, epochs=10)
+    assert (plan.steps("3ep"), plan.steps("1000sp")) == (36, 10)
+
+
+def test_no_warning_for_a_fitting_schedule():
+    """A cosine decay over exactly the run gives no warning."""
+    plan = Plan(1200, 100, 10)
+    assert plan.lint(CosineDecay(0.1, "10ep")) == []
+
+
+def test_warmup_longer_than_the_run():
+    """A warm-up as long as the run is reported."""
+    plan = Plan(1200, 100, 1)
+    assert "the warm-up of 100 steps is not shorter than the run's 12 steps" in " ".join(
+        plan.lint(warmup(CosineDecay(0.1, 10), 100))
+    )
+
+
+def test_wsd_warmup_longer_than_the_run():
+    """A WSD warm-up longer than the run is reported too."""
+    plan = Plan(1200, 100, 1)
+    lint = plan.lint(WarmupStableDecay(1.0, 200, warmup_steps=50, decay_steps=10))
+    assert any("warm-up of 50 steps" in w for w in lint)
+
+
+def test_schedule_that_ends_early():
+    """A schedule ending at 60% of the run reports its constant tail."""
+    plan = Plan(1000, 100, 10)
+    assert plan.lint(CosineDecay(0.1, 60)) == [
+        "the schedule ends at step 60: its final value 0 is used for the last 40 steps "
+        "(40.0% of the run)"
+    ]
+
+
+def test_trigger_that_never_fires():
+    """A trigger whose period passes the run's end is reported."""
+    plan = Plan(1200, 100, 2000)
+    assert plan.lint(triggers={"checkpoint": "30000st"}) == [
+        "trigger 'checkpoint' every 30000st first fires at step 30,000, but the run has "
+        "24,000 steps: it never fires"
+    ]
+
+
+def test_trigger_in_epochs_that_fires():
+    """A trigger every 5 epochs fires within a 10-epoch run: no warning."""
+    assert Plan(1200, 100, 10).lint(triggers={"eval": "5ep"}) == []
+
+
+def test_wall_time_trigger_is_not_checked():
+    """A wall-time trigger cannot be checked and gives no warning."""
+    assert Plan(1200, 100, 10).lint(triggers={"save": "30min"}) == []
+
+
+def test_piecewise_boundary_past_the_end():
+    """A piecewise boundary past the run's end is reported."""
+    plan = Plan(1200, 100, 10)
+    lint = plan.lint(PiecewiseConstant((60, 500), (1.0, 0.1, 0.01)))
+    assert lint == [
+        "boundary 500 is at or past the run's end (120 steps): what follows it is never used"
+    ]
+
+
+def test_join_boundary_past_the_end():
+    """A join boundary past the run's end is reported."""
+    lint = Plan(1200, 100, 10).lint(join([Constant(1.0), Constant(0.1)], [1000]))
+    assert any("boundary 1,000" in w for w in lint)
+
+
+def test_nested_staircase_is_found():
+    """A never-firing staircase inside a warm-up is still reported."""
+    lr = warmup(ExponentialDecay(0.1, 100_000, 0.96, staircase=True), 10)
+    assert any("decay_steps=100000" in w for w in Plan(1200, 100, 2000).lint(lr))
+
+
+def test_plan_cli_reports_trigger(capsys):
+    """`plan --every` reports a trigger that never fires."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "2"]
+    assert main([*args, "--every", "5ep"]) == 0
+    assert "it never fires" in capsys.readouterr().out
+
+
+def test_plan_cli_fills_total_steps(capsys):
+    """A one-cycle schedule without --total-steps gets the run's length."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "2"]
+    assert main([*args, "--schedule", "one_cycle", "--peak", "1.0"]) == 0
+    assert "total_steps=24" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter", "value"),
+    [
+        ({"dataset_size": 0}, "dataset_size", "0"),
+        ({"batch_size": -1}, "batch_size", "-1"),
+        ({"epochs": 1.5}, "epochs", "1.5"),
+        ({"grad_accum": 0}, "grad_accum", "0"),
+        ({"world_size": True}, "world_size", "True"),
+        ({"drop_last": "yes"}, "drop_last", "'yes'"),
+        ({"batch_size": 2000, "drop_last": True}, "batch_size", "2000"),
+    ],
+    ids=["dataset", "batch", "epochs", "accum", "world", "drop_last", "no update"],
+)
+def test_invalid_plan(kwargs, parameter, value):
+    """An invalid plan parameter names itself and the value received."""
+    base = {"dataset_size": 1200, "batch_size": 100, "epochs": 1}
+    with pytest.raises(ConfigError, match=rf"`{parameter}` .*; got {parameter}={value}"):
+        Plan(**(base | kwargs))
+
+
+def test_wall_time_duration_has_no_steps():
+    """Converting wall time to steps is refused."""
+    with pytest.raises(ConversionError, match="wall time"):
+        Plan(1200, 100, 1).steps("30min")
+
+
+def test_plan_cli_bad_value_exits_1(capsys):
+    """A bad plan value exits 1 with the error."""
+    args = ["plan", "--dataset-size", "0", "--batch-size", "100", "--epochs", "2"]
+    assert main(args) == 1
+    assert "`dataset_size` must be an int >= 1" in capsys.readouterr().err
+
+
+def test_plan_cli_unknown_parameter_exits_1(capsys):
+    """A parameter the schedule does not take exits 1 naming it."""
+    args = ["plan", "--dataset-size", "10", "--batch-size", "1", "--epochs", "1"]
+    assert main([*args, "--schedule", "constant", "--value", "1", "--rate", "2"]) == 1
+    assert "not rate" in capsys.readouterr().err
+
+
+def test_plan_cli_missing_parameter_exits_1(capsys):
+    """A schedule missing a required parameter exits 1 naming it."""
+    args = ["plan", "--dataset-size", "10", "--batch-size", "1", "--epochs", "1"]
+    assert main([*args, "--schedule", "cosine_decay", "--initial", "1"]) == 1
+    assert "needs --decay-steps" in capsys.readouterr().err
+
+
+def test_plan_cli_missing_required_is_usage_error():
+    """Leaving out --epochs is a usage error (exit 2)."""
+    assert main(["plan", "--dataset-size", "10", "--batch-size", "1"]) == 2
