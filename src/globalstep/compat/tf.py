@@ -1,5 +1,7 @@
 """TensorFlow's ``tf.compat.v1.train`` decays and global-step functions, with TF's names.
 
+Also here under TF's names: ``log_every_n`` and ``log_first_n`` (``tf.compat.v1.logging``).
+
 Migrating is renaming an import: ``tf.compat.v1.train.exponential_decay(lr, global_step,
 ...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, clock, ...)``. As in TF 2's
 eager mode each decay returns a zero-argument callable; given a
@@ -34,6 +36,7 @@ import numpy as np
 from globalstep.clock import Clock
 from globalstep.compat import keras as _keras
 from globalstep.compat._common import PeerSchedule, check_positive_steps
+from globalstep.compat._tf_logging import log_every_n, log_first_n
 from globalstep.errors import ConfigError
 from globalstep.guards import StaleStepDetector
 from globalstep.schedules._base import Steps, Values, check_number, check_step
@@ -50,6 +53,8 @@ __all__ = [
     "global_step",
     "inverse_time_decay",
     "linear_cosine_decay",
+    "log_every_n",
+    "log_first_n",
     "natural_exp_decay",
     "noisy_linear_cosine_decay",
     "piecewise_constant",
