@@ -279,3 +279,25 @@ def test_every_fires_once_per_crossed_boundary_group(period, ticks):
         clock.tick(n)
         crossed = clock.step // period > before // period
         assert trigger.should_fire(clock) == crossed
+
+
+def test_skip_past_fires_only_ahead():
+    """A trigger made mid-run fires only at boundaries ahead after skip_past()."""
+    clock = Clock()
+    clock.tick(200)
+    trigger = any_of(every(100), every(100, start=0))
+    trigger.skip_past(clock)
+    assert not trigger.should_fire(clock)
+    clock.tick(99)
+    assert not trigger.should_fire(clock)
+    clock.tick(1)
+    assert trigger.should_fire(clock)
+
+
+def test_skip_past_never_moves_back():
+    """skip_past() at an earlier point keeps boundaries already fired."""
+    clock, trigger = Clock(), every(10)
+    clock.tick(30)
+    assert trigger.should_fire(clock)
+    trigger.skip_past(Clock().progress())
+    assert not trigger.should_fire(clock)

@@ -8,7 +8,8 @@ epochs completed, samples, tokens, or seconds of training time (the clock's
 ``elapsed_seconds``, read from its injectable monotonic ``time_fn``).
 
 A new trigger has fired at no boundary yet: the first time it looks at a run that has
-passed one, it fires (once). Restore its state with the clock's to resume without that.
+passed one, it fires (once). Restore its state with the clock's to resume without that, or,
+for a trigger made in the middle of a run, call :meth:`Trigger.skip_past` first.
 
 Example:
     >>> from globalstep import Clock
@@ -62,6 +63,23 @@ class Trigger(ABC):
         """
 
     @abstractmethod
+    def skip_past(self, progress: Progress | Clock) -> None:
+        """Counts every boundary the run has reached as fired, without firing.
+
+        For a trigger made in the middle of a run (after a restore) that should fire only
+        at boundaries still ahead.
+
+        Example:
+            >>> from globalstep import Clock
+            >>> clock = Clock()
+            >>> clock.tick(250)
+            >>> log = every(100)
+            >>> log.skip_past(clock)
+            >>> log.should_fire(clock)
+            False
+        """
+
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Returns the trigger's state as a JSON-ready dict."""
 
@@ -101,6 +119,11 @@ class _BoundaryTrigger(Trigger):
             self._last = boundary
             return True
         return False
+
+    def skip_past(self, progress: Progress | Clock) -> None:
+        boundary = self._boundary_at_or_below(self._unit_of.count(_snapshot(progress)))
+        if boundary is not None and (self._last is None or boundary > self._last):
+            self._last = boundary
 
     def state_dict(self) -> dict[str, Any]:
         return {"spec": repr(self), "last": _fraction_to_json(self._last)}
@@ -235,6 +258,11 @@ class _Combined(Trigger):
 
     def __repr__(self) -> str:
         return f"{self._name}({', '.join(repr(t) for t in self._triggers)})"
+
+    def skip_past(self, progress: Progress | Clock) -> None:
+        snapshot = _snapshot(progress)
+        for trigger in self._triggers:
+            trigger.skip_past(snapshot)
 
     def state_dict(self) -> dict[str, Any]:
         return {"spec": repr(self), "children": [t.state_dict() for t in self._triggers]}

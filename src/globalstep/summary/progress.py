@@ -182,6 +182,7 @@ class ProgressDisplay(Closing):
             raise ConfigError("live", "needs rich: pip install 'globalstep[progress]'", live)
         self._meter = ThroughputMeter(clock, time_fn=time_fn)
         self._line = every(every_n_steps)
+        self._line.skip_past(clock)  # a resumed run prints at the boundaries still ahead
         self._rate = math.nan
         self._rate_time = time_fn()
         self._time_fn = time_fn
