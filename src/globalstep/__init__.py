@@ -12,6 +12,7 @@ Example:
 """
 
 from globalstep._version import __version__
+from globalstep.checkpoint import CheckpointManager, KeepBest
 from globalstep.clock import Clock, Progress
 from globalstep.errors import (
     CheckpointError,
@@ -34,6 +35,7 @@ from globalstep.units import Duration, Unit
 __all__ = [
     "CheckpointError",
     "CheckpointExistsError",
+    "CheckpointManager",
     "CheckpointNotFoundError",
     "Clock",
     "ConfigError",
@@ -42,6 +44,7 @@ __all__ = [
     "Duration",
     "DurationError",
     "GlobalStepError",
+    "KeepBest",
     "LockError",
     "MissingDependencyError",
     "NonFiniteError",
