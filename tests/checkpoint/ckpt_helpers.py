@@ -47,3 +47,14 @@ def assert_tree_equal(a, b):
         np.testing.assert_array_equal(a, b)
     else:
         assert a == b
+
+
+def state_for_step(step):
+    """A deterministic state for a step, a few hundred KiB to a few MiB in size."""
+    rng = np.random.default_rng(step)
+    size = int(rng.integers(1 << 15, 1 << 19))
+    return {
+        "step": step,
+        "w": rng.random(size, dtype=np.float32),
+        "layers": [rng.integers(0, 9, size=(size // 64, 8), dtype=np.int64), float(step)],
+    }

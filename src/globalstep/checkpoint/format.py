@@ -138,8 +138,11 @@ def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[An
     return {"size": size, "crc32": crc}
 
 
-def _write_json(storage: Storage, path: str, document: Any) -> Any:
+def _write_json(storage: Storage, path: str, document: Any, *, sealed: bool = False) -> Any:
     data = json.dumps(document, indent=1, allow_nan=False).encode()
+    if sealed:
+        # The marker carries its own checksum, so that damage to it is named as such.
+        data += b"\ncrc32 %d\n" % zlib.crc32(data)
     storage.write_bytes(path, data)
     return {"size": len(data), "crc32": zlib.crc32(data)}
 
@@ -212,9 +215,8 @@ def _write_files(
     files = {ARRAYS_FILE: write_arrays(storage, f"{staging}/{ARRAYS_FILE}", arrays)}
     full = {"format": FORMAT_VERSION, **document, "files": files}
     state_sum = _write_json(storage, f"{staging}/{STATE_FILE}", full)
-    _write_json(
-        storage, f"{staging}/{COMMIT_FILE}", {"format": FORMAT_VERSION, STATE_FILE: state_sum}
-    )
+    marker = {"format": FORMAT_VERSION, STATE_FILE: state_sum}
+    _write_json(storage, f"{staging}/{COMMIT_FILE}", marker, sealed=True)
     storage.fsync_dir(staging)
 
 
@@ -271,11 +273,16 @@ def remove_stale(storage: Storage, pattern: str = r"step-\d{12,}") -> list[str]:
     return removed
 
 
-def _json_file(storage: Storage, path: str, expected: Any = None) -> Any:
+def _json_file(storage: Storage, path: str, expected: Any = None, *, sealed: bool = False) -> Any:
     try:
         data = storage.read_bytes(path)
     except FileNotFoundError as err:
         raise CorruptCheckpointError(f"{path} is missing", path) from err
+    if sealed:
+        body, separator, tail = data.rstrip(b"\n").rpartition(b"\ncrc32 ")
+        if not separator or tail != b"%d" % zlib.crc32(body):
+            raise CorruptCheckpointError(f"{path} fails its own checksum", path)
+        data = body
     if expected is not None and (
         len(data) != expected.get("size") or zlib.crc32(data) != expected.get("crc32")
     ):
@@ -302,7 +309,7 @@ def load_state(storage: Storage, name: str) -> dict[str, Any]:
         CorruptCheckpointError: a file is missing, fails its checksum, or is not valid.
     """
     with wrap_os_errors(f"reading {name}", storage.join(name)):
-        marker = _json_file(storage, storage.join(name, COMMIT_FILE))
+        marker = _json_file(storage, storage.join(name, COMMIT_FILE), sealed=True)
         expected = marker.get(STATE_FILE)
         if not isinstance(expected, dict):
             raise CorruptCheckpointError(
