@@ -22,7 +22,7 @@ from globalstep.errors import GlobalStepError
 __all__ = ["main"]
 
 # Modules that register a sub-command, in the order `--help` lists them.
-_COMMANDS = ("globalstep.demo",)
+_COMMANDS = ("globalstep.demo", "globalstep.checkpoint.command")
 
 
 def build_parser() -> argparse.ArgumentParser:

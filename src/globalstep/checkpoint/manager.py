@@ -53,6 +53,7 @@ from globalstep.checkpoint.policy import (
     KeepEveryNSteps,
     KeepLatest,
     KeepPolicy,
+    policy_from_config,
     retained,
 )
 from globalstep.checkpoint.storage import DirectoryLock, open_storage
@@ -242,9 +243,24 @@ class CheckpointManager:
         """
         return load_state(self._storage, step_name(self._resolve(step)))
 
-    def summaries(self) -> list[CheckpointSummary]:
-        """Describes every committed checkpoint, oldest first, reading no array."""
-        reasons = retained(self.policy, list(self._scan().values()))
+    def stored_policy(self) -> KeepPolicy | None:
+        """Returns the retention policy recorded by the newest checkpoint's writer, if any."""
+        steps = self.steps()
+        if not steps:
+            return None
+        try:
+            saved = self.metadata(steps[-1]).get("manager")
+            return policy_from_config(saved["keep"]) if isinstance(saved, dict) else None
+        except (CorruptCheckpointError, ConfigError, KeyError):
+            return None
+
+    def summaries(self, policy: KeepPolicy | None = None) -> list[CheckpointSummary]:
+        """Describes every committed checkpoint, oldest first, reading no array.
+
+        Args:
+            policy: the policy whose reasons ``kept_because`` gives; default the manager's.
+        """
+        reasons = retained(policy or self.policy, list(self._scan().values()))
         out = []
         for step in self.steps():
             try:
