@@ -110,6 +110,18 @@ class Storage(ABC):
         with self.open_reader(path) as f:
             return f.read()
 
+    def replace_file(self, path: str, data: bytes) -> None:
+        """Replaces a small file's content, atomically where rename is."""
+        if not self.atomic_rename:
+            self.remove_file(path)
+            self.write_bytes(path, data)
+            return
+        staging = f"{path}.tmp-{os.getpid()}"
+        self.remove_file(staging)
+        self.write_bytes(staging, data)
+        os.replace(staging, path)
+        self.fsync_dir(os.path.dirname(path))
+
     def write_bytes(self, path: str, data: bytes) -> None:
         """Writes a new file durably."""
         writer = self.open_writer(path)

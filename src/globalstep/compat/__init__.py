@@ -1,0 +1,1 @@
+"""Compatibility layers: the names, arguments and behaviour of other libraries."""
