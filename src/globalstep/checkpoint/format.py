@@ -28,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import queue
 import re
 import secrets
 import struct
+import threading
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -94,6 +96,42 @@ def _chunks(array: np.ndarray[Any, Any]) -> Iterator[memoryview]:
         yield part.reshape(-1).view(np.uint8).data
 
 
+class _Checksum:
+    """A CRC-32 computed in a helper thread, in order, while the caller does I/O.
+
+    zlib releases the GIL on large buffers, so the checksum of one chunk overlaps the
+    read or write of the next instead of adding a pass over memory. At most two chunks
+    wait, which bounds the memory held by temporary chunks. (A plain thread, not an
+    executor: executors refuse work once the interpreter begins to exit, and a
+    background save must be able to finish then.)
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._crc = zlib.crc32(data)
+        self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=2)
+        self._thread = threading.Thread(target=self._run, name="globalstep-crc", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (view := self._queue.get()) is not None:
+            self._crc = zlib.crc32(view, self._crc)
+
+    def feed(self, view: memoryview) -> None:
+        """Adds ``view``'s bytes; the buffer must stay unchanged until :meth:`value`."""
+        self._queue.put(view)
+
+    def value(self) -> int:
+        """Waits for every chunk and returns the checksum."""
+        self.close()
+        return self._crc
+
+    def close(self) -> None:
+        """Ends the helper thread once it has used every chunk; calling twice is harmless."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+
 def _header(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[bytes, list[str]]:
     order = sorted(arrays, key=lambda k: (-_alignment(arrays[k]), k))
     header: dict[str, Any] = {"__metadata__": {"format": "globalstep", "version": "1"}}
@@ -122,16 +160,18 @@ def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[An
     """
     prefix, order = _header(arrays)
     writer = storage.open_writer(path)
+    checksum = _Checksum(prefix)
     try:
         writer.write(prefix)
-        crc = zlib.crc32(prefix)
         size = len(prefix)
         for key in order:
             for chunk in _chunks(arrays[key]):
+                checksum.feed(chunk)
                 writer.write(chunk)
-                crc = zlib.crc32(chunk, crc)
                 size += len(chunk)
+        crc = checksum.value()
     except BaseException:
+        checksum.close()
         writer.abort()
         raise
     writer.close()
@@ -452,31 +492,50 @@ def read_arrays(
             if isinstance(storage, LocalStorage):
                 _advise_sequential(f)
             prefix, entries = read_header(f, size, path)
-            crc = zlib.crc32(prefix)
             if {e[0] for e in entries} != set(nodes):
                 raise CorruptCheckpointError(f"{path}: its tensors differ from state.json", path)
             arrays: dict[str, np.ndarray[Any, Any]] = {}
-            for key, code, _, _, shape in entries:
-                dtype, array_shape = check_entry(nodes[key], code, shape, path)
-                target = into.get(key)
-                if not (
-                    target is not None
-                    and target.dtype == dtype
-                    and target.shape == array_shape
-                    and target.flags.writeable
-                    and target.flags.c_contiguous
-                ):
-                    target = np.empty(array_shape, dtype)
-                view = target.reshape(-1).view(np.uint8).data
-                read_exactly(f, view, path)
-                crc = zlib.crc32(view, crc)
-                arrays[key] = target
+            checksum = _Checksum(prefix)
+            try:
+                for key, code, _, _, shape in entries:
+                    arrays[key] = _read_array(
+                        f, nodes[key], code, shape, into.get(key), path, checksum
+                    )
+                crc = checksum.value()
+            finally:
+                checksum.close()
     if crc != expected.get("crc32"):
         raise CorruptCheckpointError(
             f"{path} fails its checksum (CRC-32 {crc}, state.json says {expected.get('crc32')})",
             path,
         )
     return arrays
+
+
+def _read_array(
+    f: Any,
+    node: Any,
+    code: str,
+    shape: Any,
+    target: np.ndarray[Any, Any] | None,
+    path: str,
+    checksum: _Checksum,
+) -> np.ndarray[Any, Any]:
+    dtype, array_shape = check_entry(node, code, shape, path)
+    if not (
+        target is not None
+        and target.dtype == dtype
+        and target.shape == array_shape
+        and target.flags.writeable
+        and target.flags.c_contiguous
+    ):
+        target = np.empty(array_shape, dtype)
+    view = target.reshape(-1).view(np.uint8).data
+    for start in range(0, len(view), CHUNK_BYTES):
+        chunk = view[start : start + CHUNK_BYTES]
+        read_exactly(f, chunk, path)
+        checksum.feed(chunk)
+    return target
 
 
 def _advise_sequential(f: Any) -> None:
