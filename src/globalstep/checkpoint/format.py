@@ -28,11 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import queue
 import re
 import secrets
 import struct
-import threading
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -97,39 +95,23 @@ def _chunks(array: np.ndarray[Any, Any]) -> Iterator[memoryview]:
 
 
 class _Checksum:
-    """A CRC-32 computed in a helper thread, in order, while the caller does I/O.
+    """A running CRC-32 over the buffers being written or read, in the same pass.
 
-    zlib releases the GIL on large buffers, so the checksum of one chunk overlaps the
-    read or write of the next instead of adding a pass over memory. At most two chunks
-    wait, which bounds the memory held by temporary chunks. (A plain thread, not an
-    executor: executors refuse work once the interpreter begins to exit, and a
-    background save must be able to finish then.)
+    Measured on the 2-core development machines, computing it inline beside each
+    ``os.write``/``readinto`` cost less than a helper thread, which competes for the
+    second core (see BENCHMARKS.md).
     """
 
     def __init__(self, data: bytes) -> None:
         self._crc = zlib.crc32(data)
-        self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=2)
-        self._thread = threading.Thread(target=self._run, name="globalstep-crc", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (view := self._queue.get()) is not None:
-            self._crc = zlib.crc32(view, self._crc)
 
     def feed(self, view: memoryview) -> None:
-        """Adds ``view``'s bytes; the buffer must stay unchanged until :meth:`value`."""
-        self._queue.put(view)
+        """Adds ``view``'s bytes."""
+        self._crc = zlib.crc32(view, self._crc)
 
     def value(self) -> int:
-        """Waits for every chunk and returns the checksum."""
-        self.close()
+        """Returns the checksum of everything fed."""
         return self._crc
-
-    def close(self) -> None:
-        """Ends the helper thread once it has used every chunk; calling twice is harmless."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
 
 
 def _header(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[bytes, list[str]]:
@@ -171,7 +153,6 @@ def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[An
                 size += len(chunk)
         crc = checksum.value()
     except BaseException:
-        checksum.close()
         writer.abort()
         raise
     writer.close()
@@ -496,14 +477,9 @@ def read_arrays(
                 raise CorruptCheckpointError(f"{path}: its tensors differ from state.json", path)
             arrays: dict[str, np.ndarray[Any, Any]] = {}
             checksum = _Checksum(prefix)
-            try:
-                for key, code, _, _, shape in entries:
-                    arrays[key] = _read_array(
-                        f, nodes[key], code, shape, into.get(key), path, checksum
-                    )
-                crc = checksum.value()
-            finally:
-                checksum.close()
+            for key, code, _, _, shape in entries:
+                arrays[key] = _read_array(f, nodes[key], code, shape, into.get(key), path, checksum)
+            crc = checksum.value()
     if crc != expected.get("crc32"):
         raise CorruptCheckpointError(
             f"{path} fails its checksum (CRC-32 {crc}, state.json says {expected.get('crc32')})",
