@@ -10,7 +10,6 @@ import struct
 import subprocess
 import sys
 import time
-import zlib
 
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ import globalstep.checkpoint.storage as storage_module
 from globalstep import CheckpointError, CorruptCheckpointError, GlobalStepError
 from globalstep.checkpoint import CheckpointManager
 from globalstep.checkpoint import format as fmt
+from globalstep.checkpoint.format import checksum_of
 
 HERE = pathlib.Path(__file__).parent
 STEP1 = "step-000000000001"
@@ -41,13 +41,13 @@ def reseal(checkpoint, *, arrays=None, state=None):
     doc = json.loads((checkpoint / "state.json").read_bytes())
     if arrays is not None:
         (checkpoint / "arrays.safetensors").write_bytes(arrays)
-        doc["files"]["arrays.safetensors"] = {"size": len(arrays), "crc32": zlib.crc32(arrays)}
+        doc["files"]["arrays.safetensors"] = {"size": len(arrays), "xxh3_64": checksum_of(arrays)}
     data = json.dumps(doc).encode() if state is None else state
     (checkpoint / "state.json").write_bytes(data)
     marker = json.dumps(
-        {"format": 1, "state.json": {"size": len(data), "crc32": zlib.crc32(data)}}
+        {"format": 1, "state.json": {"size": len(data), "xxh3_64": checksum_of(data)}}
     ).encode()
-    (checkpoint / "COMMITTED").write_bytes(marker + b"\ncrc32 %d\n" % zlib.crc32(marker))
+    (checkpoint / "COMMITTED").write_bytes(marker + f"\nxxh3_64 {checksum_of(marker)}\n".encode())
 
 
 def restore_all_ways(directory):
@@ -189,7 +189,7 @@ json_values = st.recursive(
                     "numpy_scalar",
                     "arrays.safetensors",
                     "size",
-                    "crc32",
+                    "xxh3_64",
                     "ml_dtypes",
                     "step",
                     "metrics",

@@ -1,10 +1,19 @@
 """Tests for globalstep.checkpoint.tree."""
 
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
 
-from globalstep import Clock, ConfigError, CorruptCheckpointError, RestoreMismatchError, every
+from globalstep import (
+    Clock,
+    ConfigError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    RestoreMismatchError,
+    every,
+)
 from globalstep.checkpoint.tree import (
     check_key,
     decode_dtype,
@@ -156,3 +165,10 @@ def test_malformed_structure_is_corrupt(structure):
     """A malformed structure raises CorruptCheckpointError."""
     with pytest.raises(CorruptCheckpointError, match=r"state.json"):
         unflatten(structure, {})
+
+
+def test_bfloat16_without_ml_dtypes_names_the_extra(monkeypatch):
+    """Restoring a bfloat16 dtype without ml_dtypes says which extra to install."""
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'globalstep\[bf16\]'"):
+        decode_dtype({"ml_dtypes": "bfloat16"})

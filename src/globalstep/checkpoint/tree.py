@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep._optional import require
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError, CorruptCheckpointError, RestoreMismatchError
 
@@ -149,8 +150,7 @@ def decode_dtype(descr: Any) -> np.dtype[Any]:
     dtype: np.dtype[Any]
     try:
         if isinstance(descr, dict):
-            import ml_dtypes
-
+            ml_dtypes = require("ml_dtypes", "bf16", "restoring bfloat16 and float8 arrays")
             name = descr.get("ml_dtypes")
             if not isinstance(name, str) or not name.isidentifier():
                 raise ValueError(name)
@@ -159,7 +159,7 @@ def decode_dtype(descr: Any) -> np.dtype[Any]:
             if isinstance(descr, list):
                 descr = [tuple(field) if isinstance(field, list) else field for field in descr]
             dtype = np.dtype(np.lib.format.descr_to_dtype(descr))
-    except (ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError) as err:
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError) as err:
         raise CorruptCheckpointError(f"state.json: bad dtype {descr!r}") from err
     if dtype.hasobject:
         raise CorruptCheckpointError(f"state.json: dtype {descr!r} holds Python objects")
