@@ -12,6 +12,7 @@ Example:
 """
 
 from globalstep._version import __version__
+from globalstep.checkpoint import CheckpointManager, KeepBest
 from globalstep.clock import Clock, Progress
 from globalstep.errors import (
     CheckpointError,
@@ -62,6 +63,7 @@ from globalstep.units import Duration, Unit
 __all__ = [
     "CheckpointError",
     "CheckpointExistsError",
+    "CheckpointManager",
     "CheckpointNotFoundError",
     "Clip",
     "Clock",
@@ -78,6 +80,7 @@ __all__ = [
     "InverseSqrt",
     "InverseTimeDecay",
     "Join",
+    "KeepBest",
     "Linear",
     "LinearCosineDecay",
     "LockError",

@@ -26,6 +26,7 @@ _COMMANDS = (
     "globalstep.demo",
     "globalstep.schedules.explain",
     "globalstep.schedules.plan",
+    "globalstep.checkpoint.command",
     "globalstep.summary.logs",
 )
 

@@ -1,0 +1,164 @@
+"""``globalstep ckpt ls | show | verify | prune``: inspect and tidy a checkpoint directory.
+
+``ls`` and ``show`` read only state.json files; ``verify`` reads every byte and checks every
+checksum (exit status 1 on any corruption, naming it); ``prune`` takes the writer's lock.
+
+Example:
+    >>> import numpy as np, tempfile
+    >>> from globalstep.checkpoint import CheckpointManager
+    >>> from globalstep.cli import main
+    >>> directory = tempfile.mkdtemp()
+    >>> with CheckpointManager(directory) as manager:
+    ...     manager.save(100, {"w": np.zeros((2, 3), np.float32)}, metrics={"loss": 0.5})
+    >>> main(["ckpt", "verify", directory])
+    step 100: ok
+    1 checkpoint verified
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from globalstep.checkpoint.manager import CheckpointManager
+from globalstep.checkpoint.policy import KeepAny, KeepLatest
+from globalstep.checkpoint.tree import decode_dtype
+from globalstep.errors import ConfigError, CorruptCheckpointError
+
+__all__ = ["add_parser"]
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _ls(args: argparse.Namespace) -> int:
+    with CheckpointManager(args.directory, read_only=True, max_to_keep=None) as manager:
+        summaries = manager.summaries(manager.stored_policy() or KeepAny(()))
+    if not summaries:
+        print(f"no committed checkpoint in {args.directory}")
+        return 0
+    rows = [["STEP", "EPOCH", "TIME (UTC)", "SIZE", "METRICS", "KEPT BECAUSE"]]
+    for s in summaries:
+        if s.error is not None:
+            rows.append([str(s.step), "?", "?", "?", "?", f"CORRUPT: {s.error}"])
+            continue
+        epoch = str(s.clocks[0].epoch) if s.clocks else "-"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s.created_unix))
+        metrics = " ".join(f"{k}={v:.6g}" for k, v in sorted(s.metrics.items())) or "-"
+        rows.append([str(s.step), epoch, when, _size(s.size_bytes), metrics, s.kept_because])
+    print(_table(rows))
+    return 0
+
+
+def _tree_lines(node: Any, path: str, out: list[str]) -> None:
+    if not isinstance(node, dict):
+        out.append(f"  {path or '<root>'}: ?")
+        return
+    if "array" in node:
+        dtype = decode_dtype(node.get("dtype"))
+        out.append(f"  {path or '<root>'}: {dtype} {tuple(node.get('shape', ()))}")
+    elif "dict" in node and isinstance(node["dict"], dict):
+        for key, child in node["dict"].items():
+            _tree_lines(child, f"{path}/{key}" if path else key, out)
+    elif "list" in node or "tuple" in node:
+        children = node.get("list", node.get("tuple"))
+        for i, child in enumerate(children if isinstance(children, list) else []):
+            _tree_lines(child, f"{path}/{i}" if path else str(i), out)
+    elif "stateful" in node:
+        _tree_lines(node["stateful"], path, out)
+    else:
+        out.append(f"  {path or '<root>'} = {node.get('value', node.get('float'))!r}")
+
+
+def _show(args: argparse.Namespace) -> int:
+    with CheckpointManager(args.directory, read_only=True) as manager:
+        state = manager.metadata(args.step)
+    created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(state.get("created_unix", 0)))
+    lines = [f"step {state.get('step')}  saved {created}"]
+    for clock in state.get("clocks", []):
+        lines.append(
+            f"clock {clock.get('clock')!r}: step {clock.get('step')}, epoch {clock.get('epoch')}"
+            f", step in epoch {clock.get('step_in_epoch')}, samples {clock.get('samples')}"
+            f", tokens {clock.get('tokens')}, {clock.get('elapsed_seconds', 0):.1f} s"
+        )
+    for name, value in sorted(state.get("metrics", {}).items()):
+        lines.append(f"metric {name} = {value}")
+    lines.append("tree:")
+    _tree_lines(state["tree"], "", lines)
+    print("\n".join(lines))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    with CheckpointManager(args.directory, read_only=True) as manager:
+        steps = manager.steps()
+        if not steps:
+            print(f"no committed checkpoint in {args.directory}")
+            return 1
+        bad = 0
+        for step in steps:
+            try:
+                manager.verify(step)
+            except CorruptCheckpointError as err:
+                bad += 1
+                print(f"step {step}: CORRUPT: {err}")
+            else:
+                print(f"step {step}: ok")
+    if bad:
+        print(f"{bad} of {len(steps)} checkpoints corrupt")
+        return 1
+    print(f"{len(steps)} checkpoint{'s' if len(steps) > 1 else ''} verified")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    if args.keep < 1:
+        raise ConfigError(
+            "--keep", "must be >= 1 (the newest checkpoint is always kept)", args.keep
+        )
+    policy = KeepLatest(args.keep)
+    with CheckpointManager(args.directory, max_to_keep=None) as manager:
+        doomed = manager.prune(policy, dry_run=args.dry_run)
+        left = manager.steps()
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{verb} steps {doomed}" if doomed else "nothing to delete")
+    if not args.dry_run:
+        print(f"kept steps {left}")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Registers ``globalstep ckpt`` and its four sub-commands."""
+    parser = subparsers.add_parser(
+        "ckpt", help="inspect, verify and prune checkpoints", description=__doc__.splitlines()[0]
+    )
+    commands = parser.add_subparsers(dest="ckpt_command", metavar="ACTION", required=True)
+    ls = commands.add_parser("ls", help="a table of the committed checkpoints")
+    ls.set_defaults(func=_ls)
+    show = commands.add_parser("show", help="one checkpoint's tree, shapes, dtypes, clocks")
+    show.add_argument("--step", type=int, default=None, help="the step (default: newest)")
+    show.set_defaults(func=_show)
+    verify = commands.add_parser("verify", help="check every checksum; exit 1 on corruption")
+    verify.set_defaults(func=_verify)
+    prune = commands.add_parser("prune", help="delete all but the newest N checkpoints")
+    prune.add_argument("--keep", type=int, required=True, help="how many newest to keep")
+    prune.add_argument("--dry-run", action="store_true", help="only say what would go")
+    prune.set_defaults(func=_prune)
+    for sub in (ls, show, verify, prune):
+        sub.add_argument("directory", help="the checkpoint directory (path or fsspec URL)")

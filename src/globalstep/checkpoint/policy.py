@@ -1,0 +1,240 @@
+"""Which checkpoints to keep: small, composable retention policies.
+
+Each policy looks at the committed checkpoints (their step, creation time and metrics, as
+:class:`CheckpointInfo`) and says which it keeps, and why. :func:`retained` combines them: a
+checkpoint is kept when any policy keeps it, and the newest checkpoint is always kept. The
+decision depends only on what is stored in the checkpoints, so a restarted run continues
+the same retention. When to *save* is a trigger (:mod:`globalstep.triggers`).
+
+Example:
+    >>> infos = [CheckpointInfo(step, 0.0, {"loss": 5.0 - step}) for step in range(1, 6)]
+    >>> sorted(retained(KeepAny((KeepLatest(2), KeepBest("loss", k=1, mode="max"))), infos))
+    [1, 4, 5]
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from globalstep.errors import ConfigError
+
+__all__ = [
+    "CheckpointInfo",
+    "KeepAny",
+    "KeepBest",
+    "KeepEveryNHours",
+    "KeepEveryNSteps",
+    "KeepLatest",
+    "KeepPolicy",
+    "policy_from_config",
+    "retained",
+]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What retention knows of one committed checkpoint.
+
+    Attributes:
+        step: the checkpoint's step.
+        created_unix: its creation time, seconds since the epoch.
+        metrics: the metrics saved with it.
+    """
+
+    step: int
+    created_unix: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def _positive_int(parameter: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(parameter, "must be an int >= 1", value)
+
+
+class KeepPolicy(ABC):
+    """A retention rule: which checkpoints it keeps, and why."""
+
+    @abstractmethod
+    def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+        """Returns step -> reason for each checkpoint this policy keeps.
+
+        Args:
+            infos: the committed checkpoints, oldest first.
+        """
+
+    @abstractmethod
+    def to_config(self) -> dict[str, Any]:
+        """Returns a JSON-ready description, read back by :func:`policy_from_config`."""
+
+
+@dataclass(frozen=True)
+class KeepLatest(KeepPolicy):
+    """Keeps the ``n`` newest checkpoints."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        _positive_int("max_to_keep", self.n)
+
+    def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+        return {i.step: f"latest {self.n}" for i in infos[-self.n :]}
+
+    def to_config(self) -> dict[str, Any]:
+        return {"policy": "latest", "n": self.n}
+
+
+@dataclass(frozen=True)
+class KeepEveryNSteps(KeepPolicy):
+    """Keeps every checkpoint whose step is a multiple of ``n``."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        _positive_int("keep_every_n_steps", self.n)
+
+    def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+        return {i.step: f"every {self.n} steps" for i in infos if i.step % self.n == 0}
+
+    def to_config(self) -> dict[str, Any]:
+        return {"policy": "every_n_steps", "n": self.n}
+
+
+@dataclass(frozen=True)
+class KeepEveryNHours(KeepPolicy):
+    """Keeps the oldest checkpoint, then each one created >= ``hours`` after the last kept."""
+
+    hours: float
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.hours, bool)
+            or not isinstance(self.hours, int | float)
+            or not math.isfinite(self.hours)
+            or self.hours <= 0
+        ):
+            raise ConfigError("keep_every_n_hours", "must be a finite number > 0", self.hours)
+
+    def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+        kept: dict[int, str] = {}
+        last: float | None = None
+        for info in sorted(infos, key=lambda i: (i.created_unix, i.step)):
+            if last is None or info.created_unix - last >= self.hours * 3600:
+                kept[info.step] = f"every {self.hours:g} h"
+                last = info.created_unix
+        return kept
+
+    def to_config(self) -> dict[str, Any]:
+        return {"policy": "every_n_hours", "hours": self.hours}
+
+
+@dataclass(frozen=True)
+class KeepBest(KeepPolicy):
+    """Keeps the ``k`` checkpoints with the best value of ``metric``.
+
+    Args:
+        metric: the metric's name, as passed to ``save(..., metrics=...)``.
+        k: how many to keep, >= 1.
+        mode: ``"min"`` (lower is better, e.g. a loss) or ``"max"`` (e.g. an accuracy).
+
+    Checkpoints without the metric, or with a NaN, are never among the best; ties go to
+    the newer checkpoint.
+    """
+
+    metric: str
+    k: int = 1
+    mode: str = "min"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ConfigError("metric", "must be a non-empty string", self.metric)
+        _positive_int("k", self.k)
+        if self.mode not in ("min", "max"):
+            raise ConfigError("mode", "must be 'min' or 'max'", self.mode)
+
+    def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+        scored = [
+            (float(i.metrics[self.metric]), i.step)
+            for i in infos
+            if isinstance(i.metrics.get(self.metric), int | float)
+            and not math.isnan(float(i.metrics[self.metric]))
+        ]
+        sign = 1.0 if self.mode == "min" else -1.0
+        scored.sort(key=lambda s: (sign * s[0], -s[1]))
+        return {
+            step: f"best {self.k} by {self.metric} ({self.mode})" for _, step in scored[: self.k]
+        }
+
+    def to_config(self) -> dict[str, Any]:
+        return {"policy": "best", "metric": self.metric, "k": self.k, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class KeepAny(KeepPolicy):
+    """Keeps what any of ``policies`` keeps; with no policy, keeps everything."""
+
+    policies: tuple[KeepPolicy, ...] = ()
+
+    def __post_init__(self) -> None:
+        for p in self.policies:
+            if not isinstance(p, KeepPolicy):
+                raise ConfigError("policies", "must all be KeepPolicy objects", p)
+
+    def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+        if not self.policies:
+            return {i.step: "all kept" for i in infos}
+        kept: dict[int, list[str]] = {}
+        for policy in self.policies:
+            for step, reason in policy.keep(infos).items():
+                kept.setdefault(step, []).append(reason)
+        return {step: ", ".join(reasons) for step, reasons in kept.items()}
+
+    def to_config(self) -> dict[str, Any]:
+        return {"policy": "any", "policies": [p.to_config() for p in self.policies]}
+
+
+def policy_from_config(config: Any) -> KeepPolicy:
+    """Rebuilds a policy from :meth:`KeepPolicy.to_config`'s output.
+
+    Raises:
+        ConfigError: the description is not a known policy.
+
+    Example:
+        >>> policy_from_config(KeepBest("loss", 2).to_config())
+        KeepBest(metric='loss', k=2, mode='min')
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError("config", "must be a mapping from to_config()", config)
+    kind = config.get("policy")
+    try:
+        if kind == "latest":
+            return KeepLatest(config["n"])
+        if kind == "every_n_steps":
+            return KeepEveryNSteps(config["n"])
+        if kind == "every_n_hours":
+            return KeepEveryNHours(config["hours"])
+        if kind == "best":
+            return KeepBest(config["metric"], config["k"], config["mode"])
+        if kind == "any":
+            return KeepAny(tuple(policy_from_config(p) for p in config["policies"]))
+    except (KeyError, TypeError) as err:
+        raise ConfigError("config", "must hold the policy's fields", config) from err
+    raise ConfigError("config['policy']", "must name a known policy", kind)
+
+
+def retained(policy: KeepPolicy, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
+    """Returns step -> reason for every checkpoint to keep; the newest is always kept.
+
+    Args:
+        policy: the retention policy.
+        infos: the committed checkpoints, in any order.
+    """
+    ordered = sorted(infos, key=lambda i: i.step)
+    kept = dict(policy.keep(ordered))
+    if ordered:
+        newest = ordered[-1].step
+        kept[newest] = f"newest, {kept[newest]}" if newest in kept else "newest"
+    return kept

@@ -1,0 +1,421 @@
+"""Where checkpoint bytes live: local directories or fsspec file systems.
+
+A :class:`Storage` is the handful of file operations the commit protocol needs (write with
+fsync, rename, directory fsync, listing, removal), for a local directory (:class:`LocalStorage`,
+whose rename is atomic) or any fsspec URL such as ``memory://runs/a`` (:class:`FsspecStorage`,
+where rename is not atomic and the commit marker alone decides). :class:`DirectoryLock` keeps
+one writer per directory.
+
+Example:
+    >>> storage = open_storage("memory://doc-storage")
+    >>> storage.write_bytes(storage.join("x.txt"), b"hi")
+    >>> storage.read_bytes(storage.join("x.txt"))
+    b'hi'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import shutil
+import socket
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import IO, Any
+
+from globalstep.errors import CheckpointError, ConfigError, LockError
+
+__all__ = ["DirectoryLock", "FsspecStorage", "LocalStorage", "Storage", "open_storage"]
+
+LOCK_FILE = ".lock"
+
+
+class Writer(ABC):
+    """A file being written; :meth:`close` makes its bytes durable (fsync where possible)."""
+
+    @abstractmethod
+    def write(self, data: memoryview | bytes) -> None:
+        """Writes all of ``data``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flushes, fsyncs where the storage can, and closes."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Closes without the guarantee, after a failure."""
+
+
+class Storage(ABC):
+    """The file operations of the commit protocol, rooted at one directory."""
+
+    atomic_rename: bool = False
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def join(self, *parts: str) -> str:
+        """Returns the path of ``parts`` under the root."""
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    @abstractmethod
+    def makedirs(self, path: str) -> None:
+        """Creates ``path`` and its parents."""
+
+    @abstractmethod
+    def listdir(self, path: str) -> list[str]:
+        """Returns the names in ``path`` (empty when it does not exist)."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Returns True when ``path`` exists."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """Returns the size of the file at ``path`` in bytes."""
+
+    @abstractmethod
+    def open_writer(self, path: str) -> Writer:
+        """Creates the file ``path`` (which must not exist) for writing."""
+
+    @abstractmethod
+    def open_reader(self, path: str) -> IO[bytes]:
+        """Opens ``path`` for reading, unbuffered where possible."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Renames ``src`` to ``dst``, which must not exist."""
+
+    def exchange(self, src: str, dst: str) -> bool:
+        """Swaps two directories atomically; returns False where the storage cannot."""
+        return False
+
+    @abstractmethod
+    def remove_tree(self, path: str) -> None:
+        """Removes ``path`` and everything in it; a missing path is not an error."""
+
+    def remove_file(self, path: str) -> None:
+        """Removes one file; a missing file is not an error."""
+        self.remove_tree(path)
+
+    def fsync_dir(self, path: str) -> None:  # noqa: B027 - a no-op where there is nothing to sync
+        """Makes the entries of directory ``path`` durable, where the storage can."""
+
+    def read_bytes(self, path: str) -> bytes:
+        """Returns the whole file."""
+        with self.open_reader(path) as f:
+            return f.read()
+
+    def replace_file(self, path: str, data: bytes) -> None:
+        """Replaces a small file's content, atomically where rename is."""
+        if not self.atomic_rename:
+            self.remove_file(path)
+            self.write_bytes(path, data)
+            return
+        staging = f"{path}.tmp-{os.getpid()}"
+        self.remove_file(staging)
+        self.write_bytes(staging, data)
+        os.replace(staging, path)
+        self.fsync_dir(os.path.dirname(path))
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Writes a new file durably."""
+        writer = self.open_writer(path)
+        try:
+            writer.write(data)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+
+
+class _FdWriter(Writer):
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+    def write(self, data: memoryview | bytes) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.write(self._fd, view[: 1 << 30])
+            view = view[written:]
+
+    def close(self) -> None:
+        try:
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.renameat2
+    except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
+        return None
+
+
+class LocalStorage(Storage):
+    """A local directory; rename is atomic, files and directories are fsynced."""
+
+    atomic_rename = True
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return os.listdir(path)
+        except FileNotFoundError:
+            return []
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def open_writer(self, path: str) -> Writer:
+        return _FdWriter(path)
+
+    def open_reader(self, path: str) -> IO[bytes]:
+        return open(path, "rb", buffering=0)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def exchange(self, src: str, dst: str) -> bool:
+        renameat2 = _renameat2()
+        if renameat2 is None:  # pragma: no cover - non-glibc platforms
+            return False
+        result = renameat2(
+            _AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_EXCHANGE
+        )
+        if result != 0:
+            code = ctypes.get_errno()
+            if code in (errno.ENOSYS, errno.EINVAL):  # pragma: no cover - old kernels
+                return False
+            raise OSError(code, os.strerror(code), dst)
+        return True
+
+    def remove_tree(self, path: str) -> None:
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _FsspecWriter(Writer):
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def write(self, data: memoryview | bytes) -> None:
+        self._handle.write(data)
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._handle.close()
+
+
+class FsspecStorage(Storage):
+    """Any fsspec file system; rename is not atomic, so the commit marker decides."""
+
+    def __init__(self, root: str) -> None:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(root)
+        super().__init__(path)
+        self.fs = fs
+        self.url = root
+
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            entries = self.fs.ls(path, detail=False)
+        except FileNotFoundError:
+            return []
+        return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def size(self, path: str) -> int:
+        return int(self.fs.size(path))
+
+    def open_writer(self, path: str) -> Writer:
+        return _FsspecWriter(self.fs.open(path, "wb"))
+
+    def open_reader(self, path: str) -> IO[bytes]:
+        handle: IO[bytes] = self.fs.open(path, "rb")
+        return handle
+
+    def rename(self, src: str, dst: str) -> None:
+        self.fs.mv(src, dst, recursive=True)
+
+    def remove_tree(self, path: str) -> None:
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+
+
+def open_storage(directory: str | os.PathLike[str]) -> Storage:
+    """Returns the storage for a local path or an fsspec URL (``memory://``, ``s3://``, ...).
+
+    Raises:
+        ConfigError: ``directory`` is not a path or URL string.
+    """
+    if not isinstance(directory, str | os.PathLike):
+        raise ConfigError("directory", "must be a path or an fsspec URL", directory)
+    text = os.fspath(directory)
+    if not text:
+        raise ConfigError("directory", "must be a non-empty path", directory)
+    if "://" in text and not text.startswith("file://"):
+        return FsspecStorage(text)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return LocalStorage(os.path.abspath(text))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - someone else's live process
+        return True
+    return True
+
+
+def _describe(holder: Any) -> str:
+    if isinstance(holder, dict):
+        return f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
+    return repr(holder)
+
+
+class DirectoryLock:
+    """One writer per checkpoint directory; the lock file names its holder.
+
+    Locally an ``flock`` on ``<dir>/.lock`` is held while the writer lives, so the kernel
+    frees it when the holder dies (a stale lock is then taken over). On fsspec storage the
+    lock file alone decides; a lock held by a dead process of this host is taken over.
+
+    Attributes:
+        took_over: the holder of a stale lock this lock replaced, or None.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._path = storage.join(LOCK_FILE)
+        self._fd: int | None = None
+        self.took_over: str | None = None
+
+    def _me(self) -> bytes:
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        return json.dumps(holder).encode()
+
+    def _read_holder(self, data: bytes) -> Any:
+        try:
+            return json.loads(data.decode())
+        except (UnicodeDecodeError, ValueError):
+            return data.decode(errors="replace")
+
+    def acquire(self) -> None:
+        """Takes the lock.
+
+        Raises:
+            LockError: another live writer holds it; the message names the holder.
+        """
+        self._storage.makedirs(self._storage.root)
+        if isinstance(self._storage, LocalStorage):
+            self._acquire_local()
+        else:
+            self._acquire_remote()
+
+    def _acquire_local(self) -> None:
+        import fcntl
+
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._read_holder(os.pread(fd, 4096, 0))
+            os.close(fd)
+            raise LockError(
+                f"{self._storage.root} is locked by another writer ({_describe(holder)}); "
+                "one writer per directory, or open it with read_only=True",
+                self._path,
+                holder,
+            ) from None
+        previous = os.pread(fd, 4096, 0)
+        if previous.strip():
+            self.took_over = _describe(self._read_holder(previous))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, self._me(), 0)
+        os.fsync(fd)
+        self._fd = fd
+
+    def _acquire_remote(self) -> None:
+        if self._storage.exists(self._path):
+            holder = self._read_holder(self._storage.read_bytes(self._path))
+            stale = (
+                isinstance(holder, dict)
+                and holder.get("host") == socket.gethostname()
+                and isinstance(holder.get("pid"), int)
+                and not _pid_alive(holder["pid"])
+            )
+            if not stale:
+                raise LockError(
+                    f"{self._storage.root} is locked by another writer ({_describe(holder)}); "
+                    "one writer per directory, or open it with read_only=True",
+                    self._path,
+                    holder,
+                )
+            self.took_over = _describe(holder)
+            self._storage.remove_file(self._path)
+        self._storage.write_bytes(self._path, self._me())
+
+    def release(self) -> None:
+        """Frees the lock; releasing twice is harmless."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+        elif not isinstance(self._storage, LocalStorage):
+            self._storage.remove_file(self._path)
+
+
+@contextlib.contextmanager
+def wrap_os_errors(action: str, path: str) -> Iterator[None]:
+    """Turns an OSError into a CheckpointError that says what was being done, and where."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except OSError as err:
+        raise CheckpointError(f"{action} failed at {path}: {err}", path) from err

@@ -1,0 +1,123 @@
+"""Tests for globalstep.checkpoint.command: `globalstep ckpt ...`."""
+
+import numpy as np
+import pytest
+
+from globalstep import Clock, KeepBest
+from globalstep.checkpoint import CheckpointManager
+from globalstep.cli import main
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A directory with checkpoints at steps 10..50, saved with keep_best and clocks."""
+    clock = Clock(steps_per_epoch=20, batch_size=4)
+    with CheckpointManager(tmp_path, max_to_keep=2, keep_best=KeepBest("loss")) as manager:
+        for loss in (0.1, 0.9, 0.8, 0.7, 0.6):
+            clock.tick(10)
+            state = {"clock": clock, "model": {"w": np.ones((3, 2), np.float32)}, "lr": 0.5}
+            manager.save(clock, state, metrics={"loss": loss})
+    return tmp_path
+
+
+def test_ls_shows_table_with_reasons(run, capsys):
+    """ls prints step, epoch, size, metrics and why each checkpoint is kept."""
+    assert main(["ckpt", "ls", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "STEP",
+        "EPOCH",
+        "TIME",
+        "(UTC)",
+        "SIZE",
+        "METRICS",
+        "KEPT",
+        "BECAUSE",
+    ]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert list(rows) == ["10", "40", "50"]
+    assert rows["10"].split()[1] == "0"
+    assert "loss=0.1" in rows["10"]
+    assert rows["10"].endswith("best 1 by loss (min)")
+    assert rows["50"].split()[1] == "2"
+    assert rows["50"].endswith("newest, latest 2")
+
+
+def test_ls_empty_directory(tmp_path, capsys):
+    """ls of an empty directory says so."""
+    assert main(["ckpt", "ls", str(tmp_path)]) == 0
+    assert "no committed checkpoint" in capsys.readouterr().out
+
+
+def test_ls_marks_corrupt_checkpoints(run, capsys):
+    """ls shows a checkpoint with damaged metadata as corrupt."""
+    (run / "step-000000000040" / "state.json").write_text("{")
+    assert main(["ckpt", "ls", str(run)]) == 0
+    assert "CORRUPT" in capsys.readouterr().out
+
+
+def test_show_prints_tree_and_clocks(run, capsys):
+    """show prints the tree's shapes and dtypes, the clocks and the metrics."""
+    assert main(["ckpt", "show", str(run), "--step", "40"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("step 40 ")
+    assert "clock 'global_step': step 40, epoch 2, step in epoch 0, samples 160" in out
+    assert "model/w: float32 (3, 2)" in out
+    assert "lr = 0.5" in out
+    assert "metric loss = 0.7" in out
+
+
+def test_show_missing_step_is_an_error(run, capsys):
+    """show of a step that does not exist exits 1 naming the step."""
+    assert main(["ckpt", "show", str(run), "--step", "41"]) == 1
+    assert "no committed checkpoint for step 41" in capsys.readouterr().err
+
+
+def test_verify_ok(run, capsys):
+    """verify checks every checkpoint and exits 0 when all are sound."""
+    assert main(["ckpt", "verify", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 checkpoints verified"
+
+
+def test_verify_names_corruption_and_fails(run, capsys):
+    """verify exits 1 and names the damaged file."""
+    path = run / "step-000000000040" / "arrays.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert main(["ckpt", "verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "step 40: CORRUPT: " in out
+    assert "step-000000000040/arrays.safetensors" in out
+    assert "1 of 3 checkpoints corrupt" in out
+
+
+def test_verify_empty_directory_fails(tmp_path, capsys):
+    """verify of a directory without checkpoints exits 1."""
+    assert main(["ckpt", "verify", str(tmp_path)]) == 1
+
+
+def test_prune_dry_run_then_prune(run, capsys):
+    """prune --dry-run lists what would go; prune deletes it."""
+    assert main(["ckpt", "prune", str(run), "--keep", "1", "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip() == "would delete steps [10, 40]"
+    assert main(["ckpt", "prune", str(run), "--keep", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["deleted steps [10, 40]", "kept steps [50]"]
+
+
+def test_prune_refuses_keep_zero(run, capsys):
+    """prune --keep 0 is refused, naming the option."""
+    assert main(["ckpt", "prune", str(run), "--keep", "0"]) == 1
+    assert "`--keep` must be >= 1" in capsys.readouterr().err
+
+
+def test_prune_while_a_writer_holds_the_lock(run, capsys):
+    """prune beside a live writer exits 1 with the lock's holder."""
+    with CheckpointManager(run):
+        assert main(["ckpt", "prune", str(run), "--keep", "1"]) == 1
+    assert "locked by another writer" in capsys.readouterr().err
+
+
+def test_ckpt_needs_an_action(capsys):
+    """`globalstep ckpt` without an action is a usage error."""
+    assert main(["ckpt"]) == 2

@@ -1,0 +1,361 @@
+"""Tests for globalstep.checkpoint.format: the file format, the commit protocol, and faults."""
+
+import contextlib
+import errno
+import json
+import os
+import pathlib
+import random
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from ckpt_helpers import assert_tree_equal, make_state, state_for_step, subprocess_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+from safetensors.numpy import load_file
+
+import globalstep.checkpoint.storage as storage_module
+from globalstep import CheckpointError, CorruptCheckpointError, GlobalStepError
+from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint import format as fmt
+from globalstep.checkpoint.format import checksum_of
+
+HERE = pathlib.Path(__file__).parent
+STEP1 = "step-000000000001"
+
+
+def saved(directory, state=None, step=1):
+    """Saves one checkpoint and returns its directory."""
+    with CheckpointManager(directory) as manager:
+        manager.save(step, make_state(step) if state is None else state)
+    return directory / f"step-{step:012d}"
+
+
+def reseal(checkpoint, *, arrays=None, state=None):
+    """Replaces files of a checkpoint and rewrites the checksums that cover them."""
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    if arrays is not None:
+        (checkpoint / "arrays.safetensors").write_bytes(arrays)
+        doc["files"]["arrays.safetensors"] = {"size": len(arrays), "xxh3_64": checksum_of(arrays)}
+    data = json.dumps(doc).encode() if state is None else state
+    (checkpoint / "state.json").write_bytes(data)
+    marker = json.dumps(
+        {"format": 1, "state.json": {"size": len(data), "xxh3_64": checksum_of(data)}}
+    ).encode()
+    (checkpoint / "COMMITTED").write_bytes(marker + f"\nxxh3_64 {checksum_of(marker)}\n".encode())
+
+
+def restore_all_ways(directory):
+    """Restores the newest checkpoint plainly, lazily and against a template."""
+    with CheckpointManager(directory, read_only=True) as manager:
+        manager.restore()
+        manager.restore(make_state(1), partial=True)
+        with manager.open() as reader:
+            for key in reader:
+                reader[key]
+
+
+# ------------------------------------------------------------------ the format itself
+
+
+def test_safetensors_package_reads_our_file(tmp_path):
+    """safetensors' load_file and safe_open read exactly the arrays we wrote."""
+    state = {"a": np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2], "b": np.int64(5)}
+    state["c"] = np.zeros((0, 2), np.float16)
+    state["d"] = np.arange(5, dtype=">i4")
+    path = saved(tmp_path, state) / "arrays.safetensors"
+    loaded = load_file(str(path))
+    np.testing.assert_array_equal(loaded["a"], state["a"])
+    np.testing.assert_array_equal(loaded["d"], state["d"])
+    assert loaded["b"].shape == ()
+    assert loaded["c"].shape == (0, 2)
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.metadata() == {"format": "globalstep", "version": "1"}
+        np.testing.assert_array_equal(f.get_tensor("a"), state["a"])
+
+
+def test_torch_reads_bfloat16_from_our_file(tmp_path):
+    """safetensors' torch reader sees our bfloat16 arrays as torch.bfloat16."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+
+    path = saved(tmp_path, {"h": np.arange(4).astype(ml_dtypes.bfloat16)}) / "arrays.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        tensor = f.get_tensor("h")
+    assert tensor.dtype == torch.bfloat16
+    assert tensor.tolist() == [0, 1, 2, 3]
+
+
+def test_header_is_eight_byte_aligned(tmp_path):
+    """The data section starts at a multiple of 8 bytes, as safetensors writes it."""
+    data = (saved(tmp_path) / "arrays.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    assert (8 + length) % 8 == 0
+
+
+def test_state_json_holds_format_clocks_metrics_and_checksums(tmp_path):
+    """state.json records the format, step, time, metrics, tree and file checksums."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(4, {"w": np.ones(2)}, metrics={"loss": 0.25})
+    doc = json.loads((tmp_path / "step-000000000004" / "state.json").read_text())
+    assert doc["format"] == 1
+    assert doc["step"] == 4
+    assert doc["metrics"] == {"loss": 0.25}
+    assert doc["tree"]["dict"]["w"]["array"] == "w"
+    assert doc["created_unix"] > 0
+    size = (tmp_path / "step-000000000004" / "arrays.safetensors").stat().st_size
+    assert doc["files"]["arrays.safetensors"]["size"] == size
+
+
+def test_non_contiguous_arrays_are_written_in_chunks(tmp_path, monkeypatch):
+    """Arrays larger than a chunk stream in several writes and read back whole."""
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 40)
+    state = {"t": np.arange(300, dtype=np.float64).reshape(30, 10).T, "c": np.arange(100.0)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        assert_tree_equal(manager.restore(), state)
+
+
+# ------------------------------------------------------------------ corruption
+
+
+@pytest.mark.parametrize("name", ["arrays.safetensors", "state.json", "COMMITTED"])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+def test_flipped_byte_is_detected_and_named(tmp_path_factory, name, where, bit):
+    """Flipping any bit of any file is detected, and the error names that file."""
+    checkpoint = saved(tmp_path_factory.mktemp("flip"))
+    path = checkpoint / name
+    data = bytearray(path.read_bytes())
+    data[int(where * len(data))] ^= 1 << bit
+    path.write_bytes(bytes(data))
+    with CheckpointManager(checkpoint.parent, read_only=True) as manager:
+        with pytest.raises(CorruptCheckpointError, match=name.replace(".", r"\.")) as info:
+            manager.restore()
+        assert str(info.value.path).endswith(name)
+        with pytest.raises(CorruptCheckpointError, match=name.replace(".", r"\.")):
+            manager.verify()
+
+
+@pytest.mark.parametrize("name", ["arrays.safetensors", "state.json", "COMMITTED"])
+def test_truncated_file_is_detected(tmp_path, name):
+    """A truncated file is corruption named by its file."""
+    path = saved(tmp_path) / name
+    path.write_bytes(path.read_bytes()[:-9])
+    with (
+        CheckpointManager(tmp_path, read_only=True) as manager,
+        pytest.raises(CorruptCheckpointError, match=name.replace(".", r"\.")),
+    ):
+        manager.restore()
+
+
+@pytest.mark.parametrize("name", ["arrays.safetensors", "state.json"])
+def test_missing_file_is_detected(tmp_path, name):
+    """A committed checkpoint that lost a file is corruption, not absence."""
+    (saved(tmp_path) / name).unlink()
+    with (
+        CheckpointManager(tmp_path, read_only=True) as manager,
+        pytest.raises(CorruptCheckpointError, match=rf"{name.replace('.', '[.]')} is missing"),
+    ):
+        manager.restore()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "format",
+                    "tree",
+                    "files",
+                    "dict",
+                    "list",
+                    "tuple",
+                    "array",
+                    "dtype",
+                    "shape",
+                    "value",
+                    "float",
+                    "stateful",
+                    "numpy_scalar",
+                    "arrays.safetensors",
+                    "size",
+                    "xxh3_64",
+                    "ml_dtypes",
+                    "step",
+                    "metrics",
+                    "a",
+                    "b",
+                ]
+            ),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=json_values, keep_files=st.booleans())
+def test_fuzzed_state_json_raises_only_globalstep_errors(tmp_path_factory, document, keep_files):
+    """Any JSON in state.json, with valid checksums, fails only with GlobalStepError."""
+    checkpoint = saved(tmp_path_factory.mktemp("fuzz"))
+    if keep_files and isinstance(document, dict):
+        original = json.loads((checkpoint / "state.json").read_bytes())
+        document = {**original, **document, "files": original["files"]}
+    reseal(checkpoint, state=json.dumps(document).encode())
+    with contextlib.suppress(GlobalStepError):
+        restore_all_ways(checkpoint.parent)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    header=st.dictionaries(
+        st.sampled_from(["model/w", "model/b", "opt/0", "x", "__metadata__"]),
+        st.fixed_dictionaries(
+            {
+                "dtype": st.sampled_from(["F32", "F64", "I64", "BOOL", "U8", "XX", 3]),
+                "shape": st.lists(st.integers(-2, 6), max_size=3) | st.text(max_size=2),
+                "data_offsets": st.lists(st.integers(-4, 200), min_size=0, max_size=3),
+            }
+        )
+        | json_values,
+        max_size=5,
+    ),
+    padding=st.binary(max_size=64),
+    raw_length=st.none() | st.integers(0, 2**64 - 1),
+)
+def test_fuzzed_safetensors_header_raises_only_globalstep_errors(
+    tmp_path_factory, header, padding, raw_length
+):
+    """Any safetensors header, with valid checksums, fails only with GlobalStepError."""
+    checkpoint = saved(tmp_path_factory.mktemp("fuzz"))
+    text = json.dumps(header).encode()
+    length = len(text) if raw_length is None else raw_length
+    reseal(checkpoint, arrays=struct.pack("<Q", length) + text + padding)
+    with contextlib.suppress(GlobalStepError):
+        restore_all_ways(checkpoint.parent)
+
+
+# ------------------------------------------------------------------ injected I/O errors
+
+
+class FailingOs:
+    """The os module, with one function replaced by one that raises ENOSPC."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attribute):
+        if attribute == self._name:
+
+            def fail(*args, **kwargs):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            return fail
+        return getattr(os, attribute)
+
+
+@pytest.mark.parametrize("function", ["write", "fsync", "rename"])
+def test_injected_enospc_keeps_earlier_checkpoints(tmp_path, monkeypatch, function):
+    """ENOSPC from write, fsync or rename raises a clear error and changes nothing visible."""
+    with CheckpointManager(tmp_path, max_to_keep=2) as manager:
+        manager.save(1, make_state(1))
+        manager.save(2, make_state(2))
+        monkeypatch.setattr(storage_module, "os", FailingOs(function))
+        with pytest.raises(CheckpointError, match=r"saving step-000000000003 failed .*No space"):
+            manager.save(3, make_state(3))
+        monkeypatch.undo()
+        assert manager.steps() == [1, 2]
+        assert_tree_equal(manager.restore(step=1), make_state(1))
+        assert_tree_equal(manager.restore(), make_state(2))
+        manager.verify(1)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+
+
+def test_injected_enospc_on_force_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    """A failed forced replacement leaves the replaced checkpoint as it was."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, make_state(1))
+        monkeypatch.setattr(storage_module, "os", FailingOs("write"))
+        with pytest.raises(CheckpointError, match="No space"):
+            manager.save(1, make_state(2), force=True)
+        monkeypatch.undo()
+        assert_tree_equal(manager.restore(), make_state(1))
+
+
+def test_real_efbig_from_rlimit_fsize(tmp_path):
+    """A real EFBIG (RLIMIT_FSIZE) fails the save clearly and keeps earlier checkpoints."""
+    code = f"""
+import resource, signal, numpy as np
+from globalstep import CheckpointError
+from globalstep.checkpoint import CheckpointManager
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+with CheckpointManager({str(tmp_path)!r}) as manager:
+    manager.save(1, {{"w": np.ones(1000)}})
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    try:
+        manager.save(2, {{"w": np.ones(1 << 19)}})
+    except CheckpointError as err:
+        print("error:", err)
+    print("steps:", manager.steps(), manager.restore()["w"].sum())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "error: saving step-000000000002 failed" in out
+    assert "File too large" in out
+    assert "steps: [1] 1000.0" in out
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+
+
+# ------------------------------------------------------------------ SIGKILL at random moments
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_breaks_the_newest(tmp_path):
+    """After each of >= 50 SIGKILLs mid-loop, the newest checkpoint restores exactly."""
+    kills = int(os.environ.get("GLOBALSTEP_SIGKILLS", "50"))
+    rng = random.Random(20261129)
+    directory = tmp_path / "run"
+    script = str(HERE / "save_loop.py")
+    newest_seen = mid_save = 0
+    for _ in range(kills):
+        child = subprocess.Popen(
+            [sys.executable, script, str(directory)], stdout=subprocess.PIPE, env=subprocess_env()
+        )
+        assert child.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.0, 0.2))
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        with CheckpointManager(directory, read_only=True) as manager:
+            steps = manager.steps()
+            if steps:
+                assert_tree_equal(manager.restore(), state_for_step(steps[-1]))
+                newest_seen = steps[-1]
+        names = os.listdir(directory)
+        mid_save += any(n.startswith((".tmp-", ".trash-")) for n in names)
+        visible = [n for n in names if n.startswith("step-")]
+        assert all((directory / n / "COMMITTED").exists() for n in visible)
+    assert newest_seen >= kills // 2
+    # The kills did land inside saves and deletions, not only between them.
+    assert mid_save >= kills // 5, mid_save

@@ -1,0 +1,174 @@
+"""Tests for globalstep.checkpoint.tree."""
+
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from globalstep import (
+    Clock,
+    ConfigError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    RestoreMismatchError,
+    every,
+)
+from globalstep.checkpoint.tree import (
+    check_key,
+    decode_dtype,
+    encode_dtype,
+    flatten,
+    placeholders,
+    safetensors_code,
+    unflatten,
+)
+
+
+def test_flatten_names_arrays_by_path():
+    """Arrays are named by their path through dicts, lists and tuples."""
+    flat = flatten({"model": {"layers": [np.zeros(1), (np.ones(2),)]}})
+    assert list(flat.arrays) == ["model/layers/0", "model/layers/1/0"]
+
+
+def test_flatten_keeps_non_array_leaves_in_json():
+    """Python scalars, strings and None stay in the JSON structure."""
+    flat = flatten({"i": 3, "f": 0.5, "s": "x", "n": None, "b": True})
+    tree, _ = unflatten(flat.structure, flat.arrays)
+    assert tree == {"i": 3, "f": 0.5, "s": "x", "n": None, "b": True}
+
+
+def test_non_finite_floats_round_trip():
+    """NaN and infinities survive the JSON structure."""
+    flat = flatten([float("nan"), float("inf"), float("-inf")])
+    tree, _ = unflatten(flat.structure, flat.arrays)
+    assert np.isnan(tree[0])
+    assert tree[1] == float("inf")
+    assert tree[2] == float("-inf")
+
+
+def test_tuples_stay_tuples():
+    """A tuple comes back as a tuple and a list as a list."""
+    flat = flatten({"t": (1, 2), "l": [1, 2]})
+    tree, _ = unflatten(flat.structure, flat.arrays)
+    assert tree == {"t": (1, 2), "l": [1, 2]}
+
+
+def test_object_arrays_are_refused():
+    """An array of Python objects is refused, since saving it would need pickle."""
+    with pytest.raises(ConfigError, match="must not hold Python objects"):
+        flatten({"o": np.array([object()])})
+
+
+def test_unknown_leaf_types_are_refused():
+    """A leaf that is neither data nor stateful is refused, naming its path."""
+    with pytest.raises(ConfigError, match=r"a/b: set"):
+        flatten({"a": {"b": {1, 2}}})
+
+
+@pytest.mark.parametrize("key", ["", ".", "..", "a/b", "../x", "a\\b", "x\x00", "__metadata__"])
+def test_escaping_keys_are_refused(key):
+    """Keys that would escape a directory or make names ambiguous are refused."""
+    with pytest.raises(ConfigError, match="keys must be non-empty strings"):
+        flatten({key: 1})
+
+
+def test_non_string_keys_are_refused():
+    """Dict keys must be strings."""
+    with pytest.raises(ConfigError, match="keys must be"):
+        check_key(3)
+
+
+def test_clock_progress_is_collected():
+    """Every clock in the tree has its Progress recorded."""
+    clock = Clock("critic")
+    clock.tick(4)
+    flat = flatten({"c": clock})
+    assert flat.clocks[0]["clock"] == "critic"
+    assert flat.clocks[0]["step"] == 4
+
+
+def test_stateful_objects_restore_in_place():
+    """Objects with load_state_dict receive their saved state in place."""
+    clock, trigger = Clock(), every(3)
+    clock.tick(7)
+    trigger.should_fire(clock)
+    flat = flatten({"clock": clock, "trigger": trigger})
+    fresh_clock, fresh_trigger = Clock(), every(3)
+    tree, _ = unflatten(
+        flat.structure, flat.arrays, {"clock": fresh_clock, "trigger": fresh_trigger}
+    )
+    assert tree["clock"] is fresh_clock
+    assert fresh_clock.step == 7
+    assert fresh_trigger.state_dict() == trigger.state_dict()
+
+
+def test_template_misfit_is_reported():
+    """Missing, unexpected and mismatched entries are all named."""
+    flat = flatten({"a": np.zeros(2), "b": np.zeros(3), "c": 1})
+    template = {"a": np.zeros(2, np.float32), "b": np.zeros(3), "d": 2}
+    with pytest.raises(
+        RestoreMismatchError, match="missing: d; unexpected: c; mismatched: a"
+    ) as info:
+        unflatten(flat.structure, flat.arrays, template)
+    assert info.value.report.mismatched == ["a: expected float32[2], got float64[2]"]
+
+
+def test_partial_keeps_template_values():
+    """With partial=True what does not fit keeps the template's value."""
+    flat = flatten({"a": np.ones(2), "c": 1})
+    template = {"a": np.zeros(3), "d": 2}
+    tree, report = unflatten(flat.structure, flat.arrays, template, partial=True)
+    assert tree["a"] is template["a"]
+    assert tree["d"] == 2
+    assert "c" not in tree
+    assert not report.ok
+
+
+def test_placeholders_take_no_memory():
+    """Placeholders have the saved shape and dtype but share one element."""
+    flat = flatten({"a": np.zeros((1000, 1000), np.float32)})
+    stand_in = placeholders(flat.structure)["a"]
+    assert stand_in.shape == (1000, 1000)
+    assert stand_in.strides == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, ">f8", "M8[ns]", "U3", [("x", "<i4"), ("y", ">f8")], ml_dtypes.bfloat16],
+)
+def test_dtype_descriptions_round_trip(dtype):
+    """Every dtype description reads back as the little-endian dtype."""
+    original = np.dtype(dtype)
+    assert decode_dtype(encode_dtype(original)) == original.newbyteorder("<")
+
+
+@pytest.mark.parametrize("descr", ["|O", {"ml_dtypes": "no_such"}, 7, [["a"]]])
+def test_bad_dtype_descriptions_are_corrupt(descr):
+    """A dtype description that is not a dtype, or names objects, is corruption."""
+    with pytest.raises(CorruptCheckpointError, match="dtype"):
+        decode_dtype(descr)
+
+
+def test_safetensors_codes():
+    """Native dtypes get their safetensors code, others are stored as raw bytes."""
+    assert safetensors_code(np.dtype(ml_dtypes.bfloat16)) == "BF16"
+    assert safetensors_code(np.dtype(np.float32)) == "F32"
+    assert safetensors_code(np.dtype(np.complex128)) == "U8"
+
+
+@pytest.mark.parametrize(
+    "structure",
+    [[], {"dict": 3}, {"list": {}}, {"value": [1]}, {"float": "big"}, {"dict": {}, "list": []}],
+)
+def test_malformed_structure_is_corrupt(structure):
+    """A malformed structure raises CorruptCheckpointError."""
+    with pytest.raises(CorruptCheckpointError, match=r"state.json"):
+        unflatten(structure, {})
+
+
+def test_bfloat16_without_ml_dtypes_names_the_extra(monkeypatch):
+    """Restoring a bfloat16 dtype without ml_dtypes says which extra to install."""
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'globalstep\[bf16\]'"):
+        decode_dtype({"ml_dtypes": "bfloat16"})
