@@ -9,15 +9,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed-core: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# The demo writes TensorBoard event files and shows a live bar: those two extras.
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[tensorboard,progress]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $@ $(VENV)/.installed-core
+	touch $@ $(VENV)/.installed-demo
 
-demo: $(VENV)/.installed-core
+demo: $(VENV)/.installed-demo
 	$(BIN)/globalstep demo
 
 lint: $(VENV)/.installed-dev
@@ -30,3 +31,6 @@ test: lint
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/bench_import.py
+	$(BIN)/python bench/bench_schedules.py
+	$(BIN)/python bench/bench_summary.py
+	$(BIN)/python bench/bench_checkpoint.py

@@ -100,6 +100,23 @@ def test_live_bar_with_rich():
     assert "loss 0.5" in text
 
 
+def test_live_bar_keeps_plain_lines_above_it():
+    """With a live bar, the every-N-steps lines are still printed, above the bar."""
+    pytest.importorskip("rich")
+    time_fn = FakeTime()
+    clock = Clock()
+    out = io.StringIO()
+    with ProgressDisplay(
+        clock, 10, every_n_steps=5, stream=out, live=True, time_fn=time_fn
+    ) as display:
+        for _ in range(10):
+            clock.tick()
+            time_fn.now += 1.0
+            display.update(loss=0.5)
+    lines = [line for line in out.getvalue().splitlines() if "%)" in line]
+    assert [line.split()[1] for line in lines] == ["5/10", "10/10"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
     [

@@ -5,7 +5,8 @@ readings, like TensorFlow's ``StepCounterHook``, and can write its readings to a
 :class:`~globalstep.summary.writer.SummaryWriter` (``global_step/sec`` for the default
 clock, as TensorFlow names it). :class:`ProgressDisplay` shows step/total, epoch, rate, ETA
 and chosen scalars (lr, loss): a live bar drawn by ``rich`` (the ``progress`` extra) when
-the stream is a terminal, else a plain line every ``every_n_steps`` steps.
+the stream is a terminal, and a plain line every ``every_n_steps`` steps (above the bar,
+where there is one).
 
 Example:
     >>> import io
@@ -142,7 +143,7 @@ class ProgressDisplay(Closing):
     Args:
         clock: the clock whose step is shown.
         total_steps: the run's length in steps, for the percentage and ETA; None if unknown.
-        every_n_steps: steps between plain lines (when the stream is not a terminal).
+        every_n_steps: steps between plain lines (printed above the live bar, if any).
         stream: where to write; defaults to standard output.
         live: True for rich's live bar, False for plain lines; defaults to a live bar when
             the stream is a terminal and ``rich`` is installed.
@@ -219,16 +220,19 @@ class ProgressDisplay(Closing):
     def update(self, **scalars: Any) -> None:
         """Refreshes the display; call once per step with the scalars to show (``loss=...``)."""
         step = self._clock.step
-        if self._bar is not None:
-            if self._time_fn() - self._rate_time >= 0.5:
-                self._refresh_rate()
-            self._bar.update(self._task, completed=step, info=self._describe(scalars))
-            return
-        if self._line.should_fire(self._clock):
+        line_due = self._line.should_fire(self._clock)
+        if line_due or (self._bar is not None and self._time_fn() - self._rate_time >= 0.5):
             self._refresh_rate()
+        if line_due:
             total = f"/{self._total} ({100 * step // self._total}%)" if self._total else ""
-            self._stream.write(f"step {step}{total}  {self._describe(scalars)}\n")
-            self._stream.flush()
+            line = f"step {step}{total}  {self._describe(scalars)}"
+            if self._bar is not None:
+                self._bar.console.print(line, highlight=False, markup=False)  # above the bar
+            else:
+                self._stream.write(line + "\n")
+                self._stream.flush()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, info=self._describe(scalars))
 
     def _refresh_rate(self) -> None:
         reading = self._meter.read()
