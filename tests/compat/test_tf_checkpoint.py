@@ -245,3 +245,13 @@ def test_matches_tensorflow_numbering(tmp_path):
         tf.train.CheckpointManager(tf.train.Checkpoint(w=tf.Variable(0.0)), str(tmp_path / "tf"), 3)
     )
     assert ours == theirs
+
+
+def test_compat_tf_exposes_checkpoint_classes():
+    """globalstep.compat.tf offers TF's Checkpoint and CheckpointManager under TF's names."""
+    from globalstep.compat import _tf_checkpoint, tf
+
+    assert tf.Checkpoint is _tf_checkpoint.Checkpoint
+    assert tf.CheckpointManager is _tf_checkpoint.CheckpointManager
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = tf.Nope

@@ -1,6 +1,8 @@
 """TensorFlow's ``tf.compat.v1.train`` decays and global-step functions, with TF's names.
 
-Also here under TF's names: ``log_every_n`` and ``log_first_n`` (``tf.compat.v1.logging``).
+Also here under TF's names: ``log_every_n`` and ``log_first_n`` (``tf.compat.v1.logging``),
+and ``Checkpoint`` and ``CheckpointManager`` (``tf.train``), built on globalstep's
+crash-safe checkpoint storage (imported on first use, as they sit a layer above).
 
 Migrating is renaming an import: ``tf.compat.v1.train.exponential_decay(lr, global_step,
 ...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, clock, ...)``. As in TF 2's
@@ -43,6 +45,8 @@ from globalstep.schedules._base import Steps, Values, check_number, check_step
 from globalstep.schedules.core import standard_normal
 
 __all__ = [
+    "Checkpoint",  # noqa: F822 (module __getattr__)
+    "CheckpointManager",  # noqa: F822 (module __getattr__)
     "DecayedLearningRate",
     "cosine_decay",
     "cosine_decay_restarts",
@@ -60,6 +64,18 @@ __all__ = [
     "piecewise_constant",
     "polynomial_decay",
 ]
+
+_CHECKPOINT_NAMES = ("Checkpoint", "CheckpointLoadStatus", "CheckpointManager")
+
+
+def __getattr__(name: str) -> Any:
+    """Imports TF's checkpoint classes on first use (they belong to the checkpoint layer)."""
+    if name in _CHECKPOINT_NAMES:
+        from globalstep.compat import _tf_checkpoint
+
+        return getattr(_tf_checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _GLOBAL_STEPS: dict[Any, Clock] = {}
 """One global-step clock per graph key, as TF keeps one ``global_step`` per graph."""
