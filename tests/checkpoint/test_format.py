@@ -359,3 +359,18 @@ def test_sigkill_at_random_moments_never_breaks_the_newest(tmp_path):
     assert newest_seen >= kills // 2
     # The kills did land inside saves and deletions, not only between them.
     assert mid_save >= kills // 5, mid_save
+
+
+def test_arrays_over_4_gib_get_64_bit_offsets_and_bounded_chunks():
+    """A 5 GiB array (a zero-stride view, never materialised) streams in bounded chunks."""
+    huge = np.broadcast_to(np.zeros(1, np.uint8), (5 << 30,))
+    small = np.ones(3, np.float64)
+    prefix, order = fmt._header({"huge": huge, "small": small})
+    header = json.loads(prefix[8:])
+    assert order == ["small", "huge"]
+    assert header["huge"]["data_offsets"] == [24, 24 + (5 << 30)]
+    chunks = fmt._chunks(huge)
+    first, second = next(chunks), next(chunks)
+    assert len(first) <= fmt.CHUNK_BYTES
+    assert len(second) <= fmt.CHUNK_BYTES
+    assert fmt.parse_header(prefix[8:], 24 + (5 << 30), "x")[1][3] == 24 + (5 << 30)

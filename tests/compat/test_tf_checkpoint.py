@@ -253,5 +253,7 @@ def test_compat_tf_exposes_checkpoint_classes():
 
     assert tf.Checkpoint is _tf_checkpoint.Checkpoint
     assert tf.CheckpointManager is _tf_checkpoint.CheckpointManager
+    assert tf.CheckpointLoadStatus is _tf_checkpoint.CheckpointLoadStatus
+    assert tf.latest_checkpoint is _tf_checkpoint.latest_checkpoint
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = tf.Nope

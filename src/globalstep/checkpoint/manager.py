@@ -513,7 +513,10 @@ class CheckpointManager:
 
         Args:
             template: a tree like the saved one; its writable arrays are filled in place
-                and its stateful objects (Clock, triggers, ...) restored in place.
+                and its stateful objects (Clock, triggers, ...) restored in place. The fit
+                is checked before anything is touched; stateful objects are restored only
+                after every checksum passed, but on a checksum failure the template's
+                arrays may already hold the unverified bytes.
             step: the step to restore; default the newest.
             partial: restore what fits the template and return ``(tree, report)``.
             skip_corrupt: where the newest checkpoint is corrupt, restore the newest one

@@ -46,6 +46,7 @@ from globalstep.schedules.core import standard_normal
 
 __all__ = [
     "Checkpoint",  # noqa: F822 (module __getattr__)
+    "CheckpointLoadStatus",  # noqa: F822 (module __getattr__)
     "CheckpointManager",  # noqa: F822 (module __getattr__)
     "DecayedLearningRate",
     "cosine_decay",
@@ -56,6 +57,7 @@ __all__ = [
     "get_or_create_global_step",
     "global_step",
     "inverse_time_decay",
+    "latest_checkpoint",  # noqa: F822 (module __getattr__)
     "linear_cosine_decay",
     "log_every_n",
     "log_first_n",
@@ -65,7 +67,7 @@ __all__ = [
     "polynomial_decay",
 ]
 
-_CHECKPOINT_NAMES = ("Checkpoint", "CheckpointLoadStatus", "CheckpointManager")
+_CHECKPOINT_NAMES = ("Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "latest_checkpoint")
 
 
 def __getattr__(name: str) -> Any:
