@@ -33,16 +33,17 @@ def main() -> None:
     print(f"interpreter start alone: {baseline:.3f} s (subtracted below)")
     assert numpy_s is not None
     rows = [("numpy", numpy_s)]
-    for module in ("globalstep", "lightning", "pytorch_lightning", "ignite"):
+    every_part = "globalstep, globalstep.schedules, globalstep.checkpoint, globalstep.summary"
+    for module in ("globalstep", every_part, "lightning", "pytorch_lightning", "ignite"):
         seconds = best_import_seconds(module, args.repeat)
         if seconds is not None:
             rows.append((module, seconds))
         else:
             print(f"{module}: not installed, skipped")
-    print(f"{'module':<20}{'import s':>10}{'x numpy':>10}")
+    print(f"{'import':<80}{'s':>8}{'x numpy':>10}")
     for module, seconds in rows:
         net = seconds - baseline
-        print(f"{module:<20}{net:>10.3f}{net / (numpy_s - baseline):>10.2f}")
+        print(f"{module:<80}{net:>8.3f}{net / (numpy_s - baseline):>10.2f}")
 
 
 if __name__ == "__main__":

@@ -41,3 +41,26 @@ def test_missing_extra_names_pip_install():
     with pytest.raises(ImportError, match=r"pip install 'globalstep\[torch\]'") as info:
         require("no_such_module_globalstep", "torch", "the torch adapter")
     assert isinstance(info.value, MissingDependencyError)
+
+
+def test_heavy_parts_load_on_first_use():
+    """`import globalstep` loads no NumPy; naming CheckpointManager loads its module."""
+    code = (
+        "import sys, globalstep\n"
+        "print('numpy' in sys.modules, 'globalstep.checkpoint' in sys.modules)\n"
+        "globalstep.CheckpointManager\n"
+        "print('globalstep.checkpoint' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True"]
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    """A name the package does not have raises AttributeError naming it."""
+    with pytest.raises(AttributeError, match="'NoSuchThing'"):
+        _ = globalstep.NoSuchThing
+
+
+def test_dir_lists_lazy_names():
+    """dir(globalstep) lists the names loaded on first use."""
+    assert {"CheckpointManager", "SummaryWriter", "ExponentialDecay"} <= set(dir(globalstep))

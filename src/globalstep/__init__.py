@@ -11,8 +11,10 @@ Example:
     True
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from globalstep._version import __version__
-from globalstep.checkpoint import CheckpointManager, KeepBest
 from globalstep.clock import Clock, Progress
 from globalstep.errors import (
     CheckpointError,
@@ -30,35 +32,84 @@ from globalstep.errors import (
     StepError,
     SummaryWriteError,
 )
-from globalstep.schedules import (
-    Clip,
-    Constant,
-    CosineDecay,
-    CosineDecayRestarts,
-    ExponentialDecay,
-    InverseSqrt,
-    InverseTimeDecay,
-    Join,
-    Linear,
-    LinearCosineDecay,
-    NaturalExpDecay,
-    NoisyLinearCosineDecay,
-    OneCycle,
-    PiecewiseConstant,
-    PolynomialDecay,
-    ReduceOnPlateau,
-    Scale,
-    Schedule,
-    Warmup,
-    WarmupStableDecay,
-    clip,
-    join,
-    scale,
-    warmup,
-)
-from globalstep.summary import SummaryWriter
 from globalstep.triggers import Trigger, all_of, any_of, at, every, once
 from globalstep.units import Duration, Unit
+
+if TYPE_CHECKING:
+    from globalstep.checkpoint import CheckpointManager, KeepBest
+    from globalstep.schedules import (
+        Clip,
+        Constant,
+        CosineDecay,
+        CosineDecayRestarts,
+        ExponentialDecay,
+        InverseSqrt,
+        InverseTimeDecay,
+        Join,
+        Linear,
+        LinearCosineDecay,
+        NaturalExpDecay,
+        NoisyLinearCosineDecay,
+        OneCycle,
+        PiecewiseConstant,
+        PolynomialDecay,
+        ReduceOnPlateau,
+        Scale,
+        Schedule,
+        Warmup,
+        WarmupStableDecay,
+        clip,
+        join,
+        scale,
+        warmup,
+    )
+    from globalstep.summary import SummaryWriter
+
+# Names whose modules need NumPy (and more) are imported on first use, so that
+# `import globalstep` stays as light as the clock, the units and the triggers it needs.
+_LAZY = {
+    "CheckpointManager": "globalstep.checkpoint",
+    "KeepBest": "globalstep.checkpoint",
+    "SummaryWriter": "globalstep.summary",
+    "Clip": "globalstep.schedules",
+    "Constant": "globalstep.schedules",
+    "CosineDecay": "globalstep.schedules",
+    "CosineDecayRestarts": "globalstep.schedules",
+    "ExponentialDecay": "globalstep.schedules",
+    "InverseSqrt": "globalstep.schedules",
+    "InverseTimeDecay": "globalstep.schedules",
+    "Join": "globalstep.schedules",
+    "Linear": "globalstep.schedules",
+    "LinearCosineDecay": "globalstep.schedules",
+    "NaturalExpDecay": "globalstep.schedules",
+    "NoisyLinearCosineDecay": "globalstep.schedules",
+    "OneCycle": "globalstep.schedules",
+    "PiecewiseConstant": "globalstep.schedules",
+    "PolynomialDecay": "globalstep.schedules",
+    "ReduceOnPlateau": "globalstep.schedules",
+    "Scale": "globalstep.schedules",
+    "Schedule": "globalstep.schedules",
+    "Warmup": "globalstep.schedules",
+    "WarmupStableDecay": "globalstep.schedules",
+    "clip": "globalstep.schedules",
+    "join": "globalstep.schedules",
+    "scale": "globalstep.schedules",
+    "warmup": "globalstep.schedules",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'globalstep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "CheckpointError",
