@@ -125,11 +125,53 @@ def test_interpreter_exit_flushes(tmp_path):
         "from globalstep import SummaryWriter\n"
         f"w = SummaryWriter({str(tmp_path)!r}, flush_seconds=3600)\n"
         "for i in range(1000): w.scalar('x', float(i), step=i)\n"
+        "w.histogram('h', [1.0, 2.0], step=999); w.text('t', 'last', step=999)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
-    assert len(accumulator(tmp_path).Scalars("x")) == 1000
-    assert len(read_run(tmp_path).scalars["x"]) == 1000
+    acc = accumulator(tmp_path)
+    assert [e.value for e in acc.Scalars("x")] == [float(i) for i in range(1000)]
+    assert [e.step for e in acc.Histograms("h")] == [999]
+    assert [e.step for e in acc.Tensors("t")] == [999]
+    run = read_run(tmp_path)
+    assert [p.value for p in run.scalars["x"]] == [float(i) for i in range(1000)]
+    assert [p.value for p in run.texts["t"]] == ["last"]
+    assert len(run.histograms["h"]) == 1
+
+
+def test_calls_only_queue_until_flush(tmp_path):
+    """scalar(), histogram() and text() write nothing on the caller's thread; flush() does."""
+    writer = SummaryWriter(tmp_path, flush_seconds=3600)
+    sizes = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
+    for i in range(100):
+        writer.scalar("x", float(i), step=i)
+    writer.histogram("h", [1.0], step=99)
+    writer.text("t", "queued", step=99)
+    assert {p.name: p.stat().st_size for p in tmp_path.iterdir()} == sizes
+    writer.flush()
+    assert len(read_run(tmp_path).scalars["x"]) == 100
+    assert len(accumulator(tmp_path).Scalars("x")) == 100
+    writer.close()
+
+
+def test_close_writes_everything_queued(tmp_path):
+    """close() writes every queued point of every kind, past several background batches."""
+    n = 50_000
+    writer = SummaryWriter(tmp_path, flush_seconds=3600)
+    for i in range(n):
+        writer.scalar("x", float(i), step=i)
+        if i % 10_000 == 0:
+            writer.histogram("h", [float(i)], step=i)
+            writer.text("t", f"at {i}", step=i)
+    writer.close()
+    acc = accumulator(tmp_path)
+    assert [e.step for e in acc.Scalars("x")] == list(range(n))
+    assert [e.value for e in acc.Scalars("x")] == [float(i) for i in range(n)]
+    assert [e.step for e in acc.Histograms("h")] == list(range(0, n, 10_000))
+    assert [e.step for e in acc.Tensors("t")] == list(range(0, n, 10_000))
+    run = read_run(tmp_path)
+    assert [p.step for p in run.scalars["x"]] == list(range(n))
+    assert [p.value for p in run.texts["t"]] == [f"at {i}" for i in range(0, n, 10_000)]
 
 
 def test_background_flush_without_close(tmp_path):
@@ -248,6 +290,7 @@ def test_nonfinite_handler_called_instead(tmp_path):
         ("a\\b", "must not contain a backslash"),
         ("a\nb", "printable characters only"),
         (3, "must be a str"),
+        (["loss"], "must be a str"),
     ],
 )
 def test_bad_tags(writer, tag, rule):

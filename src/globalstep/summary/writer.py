@@ -110,7 +110,9 @@ def _as_float(tag: str, value: Any) -> float:
         return float(value)
     except (TypeError, ValueError) as err:
         raise ConfigError(
-            f"value of {tag!r}", "must be a real number (or a one-element array)", value
+            f"value of {tag!r}",
+            "must be a real number (a Python or NumPy number, a 0-d array, a one-element tensor)",
+            value,
         ) from err
 
 
@@ -361,7 +363,11 @@ class SummaryWriter(Closing):
         """
         if self._error is not None or self._closed:
             self._check_open()
-        if tag not in self._known_tags:
+        try:
+            known = tag in self._known_tags
+        except TypeError:  # an unhashable tag: _check_tag names the rule
+            known = False
+        if not known:
             self._known_tags.add(_check_tag(tag))
         if type(value) is not float:
             value = _as_float(tag, value)
