@@ -396,6 +396,49 @@ def test_frozen_step_warns_once_naming_the_clock(tmp_path):
     assert record[0].filename == __file__
 
 
+def _call_many(method, count, *args):
+    """Calls method(*args) count times."""
+    for _ in range(count):
+        method(*args)
+
+
+@pytest.mark.parametrize("method", ["scalar", "histogram", "text"])
+def test_frozen_step_warns_for_each_kind(tmp_path, method):
+    """Scalars, histograms and texts repeated at one unchanged step warn at the caller's line."""
+    clock = Clock("critic")
+    payload = {"scalar": 1.0, "histogram": [1.0], "text": "x"}[method]
+    writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5)
+    with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
+        _call_many(getattr(writer, method), 5, "t", payload)
+    writer.close()
+    assert record[0].filename == __file__
+
+
+def test_frozen_step_warns_for_scalars_mappings(tmp_path):
+    """scalars() calls repeated at one unchanged step warn, naming the clock."""
+    clock = Clock("critic")
+    writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5)
+    with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
+        _call_many(writer.scalars, 5, {"a": 1.0, "b": 2.0})
+    writer.close()
+    assert record[0].filename == __file__
+
+
+def test_many_tags_at_one_step_do_not_warn(tmp_path):
+    """Many distinct tags at one step (per-layer statistics) are not a frozen step."""
+    clock = Clock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5) as w:
+            for _ in range(3):
+                for layer in range(100):
+                    w.scalar(f"grad_norm/{layer}", 1.0)
+                    w.histogram(f"weights/{layer}", [1.0])
+                    w.text(f"note/{layer}", "x")
+                    w.scalars({f"a/{layer}": 1.0, f"b/{layer}": 2.0})
+                clock.tick()
+
+
 def test_step_going_back_warns_with_the_fix(writer):
     """A lower step without a restart mark warns once and says how to fix it."""
     writer.scalar("x", 1.0, step=10)

@@ -143,7 +143,9 @@ class SummaryWriter(Closing):
             guarded non-finite value instead of raising it; the value is then written.
         flush_seconds: the longest time, in seconds, a value waits in memory.
         stale_threshold: writes at one unchanged step after which to warn that the step
-            is not advancing.
+            is not advancing. What counts is the first tag written at that step coming
+            again (a loop that does not advance the step), so many distinct tags at one
+            step (per-layer statistics) never warn.
 
     Raises:
         ConfigError: a parameter breaks its rule, or ``logdir`` cannot be created (the
@@ -199,6 +201,8 @@ class SummaryWriter(Closing):
         if stale_threshold < 2:
             raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
         self._stale = StaleStepDetector("SummaryWriter", threshold=stale_threshold)
+        self._stale_step: int | None = None
+        self._stale_tag: str | None = None
         self._clock = clock
         self._clock_name = clock.name if clock is not None else None
         self._guarded = guarded
@@ -336,6 +340,13 @@ class SummaryWriter(Closing):
             stacklevel=4,
         )
 
+    def _repeats(self, step: int, tag: str) -> bool:
+        """Whether a write counts toward the frozen-step warning (see ``stale_threshold``)."""
+        if step != self._stale_step:
+            self._stale_step, self._stale_tag = step, tag
+            return True
+        return tag == self._stale_tag
+
     def _enqueue(self, item: Item) -> None:
         queue = self._queue
         queue.append(item)
@@ -372,8 +383,13 @@ class SummaryWriter(Closing):
         if type(value) is not float:
             value = _as_float(tag, value)
         step = self._resolve_step(step)
-        # Called here, not in _resolve_step, so that its warning points at the caller's line.
-        self._stale.observe(step, self._clock_name)
+        # _repeats() inlined (this is the hot path); observe() is called here, not in a
+        # helper, so that its warning points at the caller's line.
+        if step != self._stale_step:
+            self._stale_step, self._stale_tag = step, tag
+            self._stale.observe(step, self._clock_name)
+        elif tag == self._stale_tag:
+            self._stale.observe(step, self._clock_name)
         if (guard or tag in self._guarded) and value - value != 0.0:
             check_finite(tag, value, step, self._on_nonfinite)
         self._enqueue((SCALAR, tag, step, time.time(), value))
@@ -391,7 +407,8 @@ class SummaryWriter(Closing):
             raise ConfigError("values", "must be a mapping from tag to number", values)
         checked = [(_check_tag(t), _as_float(t, v)) for t, v in values.items()]
         step = self._resolve_step(step)
-        self._stale.observe(step, self._clock_name)
+        if checked and self._repeats(step, checked[0][0]):
+            self._stale.observe(step, self._clock_name)
         for tag, value in checked:
             if tag in self._guarded and not math.isfinite(value):
                 check_finite(tag, value, step, self._on_nonfinite)
@@ -417,7 +434,8 @@ class SummaryWriter(Closing):
         if not np.isfinite(array).all():
             raise ConfigError(f"values of {tag!r}", "must all be finite", values)
         step = self._resolve_step(step)
-        self._stale.observe(step, self._clock_name)
+        if self._repeats(step, tag):
+            self._stale.observe(step, self._clock_name)
         self._enqueue((HISTOGRAM, tag, step, time.time(), array))
 
     def text(self, tag: str, text: str, step: int | None = None) -> None:
@@ -431,7 +449,8 @@ class SummaryWriter(Closing):
         if not isinstance(text, str):
             raise ConfigError("text", "must be a str", text)
         step = self._resolve_step(step)
-        self._stale.observe(step, self._clock_name)
+        if self._repeats(step, tag):
+            self._stale.observe(step, self._clock_name)
         self._enqueue((TEXT, tag, step, time.time(), text))
 
     def flush(self) -> None:
