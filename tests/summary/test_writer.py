@@ -139,6 +139,31 @@ def test_interpreter_exit_flushes(tmp_path):
     assert len(run.histograms["h"]) == 1
 
 
+def test_interpreter_exit_flushes_the_others_after_a_write_error(tmp_path):
+    """At exit, a failed write is reported and the writers opened after it still flush."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    (tmp_path / "full").mkdir()
+    os.symlink("/dev/full", tmp_path / "full" / "metrics.jsonl")
+    code = (
+        "from globalstep import SummaryWriter\n"
+        f"bad = SummaryWriter({str(tmp_path / 'full')!r}, formats=('jsonl',), "
+        "flush_seconds=3600)\n"
+        f"root = {str(tmp_path)!r}\n"
+        "good = [SummaryWriter(f'{root}/ok{i}', flush_seconds=3600) for i in range(2)]\n"
+        "bad.scalar('x', 1.0, step=0)\n"
+        "for w in good:\n"
+        "    for i in range(100): w.scalar('x', float(i), step=i)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "SummaryWriteError" in out.stderr
+    assert "No space left on device" in out.stderr
+    for i in range(2):
+        assert len(read_run(tmp_path / f"ok{i}").scalars["x"]) == 100
+        assert len(accumulator(tmp_path / f"ok{i}").Scalars("x")) == 100
+
+
 def test_calls_only_queue_until_flush(tmp_path):
     """scalar(), histogram() and text() write nothing on the caller's thread; flush() does."""
     writer = SummaryWriter(tmp_path, flush_seconds=3600)

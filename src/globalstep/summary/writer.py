@@ -59,7 +59,7 @@ FORMATS = ("tensorboard", "jsonl")
 
 _BATCH_ITEMS = 20_000
 _MAX_QUEUED = 50 * _BATCH_ITEMS
-_OPEN_WRITERS: set[SummaryWriter] = set()
+_OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
 
 
@@ -84,8 +84,15 @@ class StepOrderWarning(UserWarning):
 
 
 def _close_open_writers() -> None:
+    # One writer's error must not keep the others from writing their queues.
+    first: SummaryWriteError | None = None
     for writer in list(_OPEN_WRITERS):
-        writer.close()
+        try:
+            writer.close()
+        except SummaryWriteError as err:
+            first = first or err
+    if first is not None:
+        raise first
 
 
 atexit.register(_close_open_writers)
@@ -240,7 +247,7 @@ class SummaryWriter(Closing):
         self._thread = threading.Thread(
             target=self._run, name=f"globalstep-summary-{self.logdir}", daemon=True
         )
-        _OPEN_WRITERS.add(self)
+        _OPEN_WRITERS[self] = None
         self._thread.start()
 
     @staticmethod
@@ -474,7 +481,7 @@ class SummaryWriter(Closing):
         if self._closed:
             return
         self._closed = True
-        _OPEN_WRITERS.discard(self)
+        _OPEN_WRITERS.pop(self, None)
         self._wake.set()
         self._thread.join()
         self._drain()
