@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from globalstep import Clock, SummaryWriter
+from globalstep import Clock, ConfigError, SummaryWriter
 from globalstep.cli import main
 from globalstep.summary.logs import terminal_plot
 from globalstep.summary.reader import Point
@@ -98,6 +98,13 @@ def test_terminal_plot(tmp_path, capsys):
 def test_terminal_plot_of_no_finite_point():
     """A series with no finite point says so instead of drawing."""
     assert terminal_plot([Point(0, 0.0, float("nan"))]) == "(no finite points)"
+
+
+@pytest.mark.parametrize(("width", "height"), [(1, 12), (64, 1)])
+def test_terminal_plot_too_small(width, height):
+    """A plot narrower or lower than 2 characters is refused, naming both sizes."""
+    with pytest.raises(ConfigError, match="`width, height` must both be >= 2"):
+        terminal_plot([Point(0, 0.0, 1.0)], width=width, height=height)
 
 
 def test_png_plot(tmp_path):

@@ -373,6 +373,23 @@ def test_bad_parameters(tmp_path, kwargs, parameter):
         SummaryWriter(tmp_path, **kwargs)
 
 
+def test_logdir_that_is_not_a_path():
+    """A log directory that is not a str or path is refused, naming `logdir`."""
+    with pytest.raises(ConfigError, match="`logdir` must be a path; got logdir=3"):
+        SummaryWriter(3)
+
+
+def test_scalars_with_one_bad_value_queue_nothing(tmp_path):
+    """scalars() with one bad value raises and writes none of the mapping's values."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        with pytest.raises(ConfigError, match="value of 'b'"):
+            writer.scalars({"a": 1.0, "b": "x"}, step=0)
+        with pytest.raises(NonFiniteError, match="`loss` is nan"):
+            writer.scalars({"c": 1.0, "loss": float("nan")}, step=1)
+        writer.scalar("d", 1.0, step=2)
+    assert sorted(read_run(tmp_path).scalars) == ["d"]
+
+
 @pytest.mark.parametrize("step", [-1, 1.5, "3", True])
 def test_bad_steps(writer, step):
     """A step that is negative or not an int is refused."""
