@@ -433,6 +433,8 @@ def test_frozen_step_warns_once_naming_the_clock(tmp_path):
     writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=50)
     with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
         _write_many(writer, 200)
+    assert "SummaryWriter was written to 50 times at step 0" in str(record[0].message)
+    assert "every point lands on that one step" in str(record[0].message)
     writer.close()
     assert len(record) == 1
     assert record[0].filename == __file__

@@ -207,7 +207,12 @@ class SummaryWriter(Closing):
             raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
         if stale_threshold < 2:
             raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
-        self._stale = StaleStepDetector("SummaryWriter", threshold=stale_threshold)
+        self._stale = StaleStepDetector(
+            "SummaryWriter",
+            threshold=stale_threshold,
+            used="written to",
+            effect="every point lands on that one step",
+        )
         self._stale_step: int | None = None
         self._stale_tag: str | None = None
         self._clock = clock
