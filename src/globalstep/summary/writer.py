@@ -12,7 +12,10 @@ Restarts: a writer opened on a directory whose logs reach past its clock's step 
 resumed from a checkpoint at step S) marks the restart, so that TensorBoard, and
 :mod:`globalstep.summary.reader`, drop the points above S that the crashed attempt wrote.
 ``purge_step=P`` marks one explicitly, dropping the points at P and above, as
-``tf.summary`` and tensorboardX do.
+``tf.summary`` and tensorboardX do. The automatic mark suits a loop that logs after
+``clock.tick()`` (the first point of a run resumed at S is at S + 1); a loop that logs
+before ``tick()``, at the step of the update under way, writes S again on resuming and
+should pass ``purge_step=S``.
 
 Tags: any non-empty string of printable characters; ``/`` groups tags in TensorBoard
 (``"train/loss"``) and non-ASCII characters are kept as UTF-8. Backslashes, control
