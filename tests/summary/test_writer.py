@@ -226,6 +226,21 @@ def test_disk_full_surfaces_on_next_call(tmp_path):
     writer.close()
 
 
+def test_background_write_error_surfaces_on_next_call(tmp_path):
+    """A write that fails on the background thread raises at the caller's next scalar()."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    os.symlink("/dev/full", tmp_path / "metrics.jsonl")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=0.01)
+    writer.scalar("x", 1.0, step=0)
+    writer._thread.join(timeout=120)  # the thread stops once it has recorded the error
+    assert not writer._thread.is_alive()
+    with pytest.raises(SummaryWriteError, match="No space left on device") as info:
+        writer.scalar("x", 2.0, step=1)
+    assert info.value.path == str(tmp_path / "metrics.jsonl")
+    writer.close()
+
+
 def test_write_error_keeps_what_was_flushed(tmp_path):
     """After a failed background write, the points flushed before it are all still readable."""
     writer = SummaryWriter(tmp_path, formats=("jsonl", "tensorboard"))
