@@ -9,6 +9,8 @@ the loop of calls (the background thread runs meanwhile, so its GIL share counts
 
 Run: `.venv/bin/python bench/bench_summary.py [--n 200000] [--repeat 3]`. Peers run once
 (they take tens of seconds); globalstep's figures are the best of ``--repeat`` runs.
+``--breakdown`` also prints where a scalar's time goes: each backend's encoding and write
+of N queued scalars alone, and one ``scalar()`` call with the background thread asleep.
 """
 
 from __future__ import annotations
@@ -79,6 +81,39 @@ def globalstep_runner(formats: tuple[str, ...]) -> Callable[[str, int], tuple[fl
     return run
 
 
+def breakdown(logdir: str, n: int) -> dict[str, float]:
+    """Returns µs per scalar: each backend's write() alone, and a call with no background work."""
+    from globalstep import SummaryWriter
+    from globalstep.summary._base import SCALAR, Item
+    from globalstep.summary._jsonl import JsonlBackend
+    from globalstep.summary._tensorboard import TensorBoardBackend
+    from globalstep.summary.writer import _BATCH_ITEMS
+
+    items: list[Item] = [(SCALAR, TAGS[i % 4], i, time.time(), _value(i)) for i in range(n)]
+    result = {}
+    for name, backend in (
+        ("event encode+write", TensorBoardBackend(logdir, 0)),
+        ("JSONL encode+write", JsonlBackend(logdir)),
+    ):
+        start = time.perf_counter()
+        for k in range(0, n, _BATCH_ITEMS):
+            backend.write(items[k : k + _BATCH_ITEMS])
+        backend.close()
+        result[name] = (time.perf_counter() - start) / n * 1e6
+    # Batches below the wake-up size, flushed between, untimed: the thread never runs.
+    writer = SummaryWriter(f"{logdir}/calls", formats=("jsonl",), flush_seconds=3600)
+    chunk, spent = _BATCH_ITEMS - 1, 0.0
+    for k in range(0, n, chunk):
+        start = time.perf_counter()
+        for i in range(k, min(n, k + chunk)):
+            writer.scalar(TAGS[i % 4], _value(i), i)
+        spent += time.perf_counter() - start
+        writer.flush()
+    writer.close()
+    result["scalar() call alone"] = spent / n * 1e6
+    return result
+
+
 def _in_fresh_dir(fn: Callable[[str, int], T], n: int) -> T:
     logdir = tempfile.mkdtemp(prefix="bench_summary_")
     try:
@@ -92,6 +127,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-peers", action="store_true", help="globalstep and JSONL only")
+    parser.add_argument("--breakdown", action="store_true", help="where a scalar's time goes")
     args = parser.parse_args()
     n = args.n
     rates: dict[str, float] = {}
@@ -123,6 +159,11 @@ def main() -> None:
         vs_jsonl = rate / rates["jsonl append"]
         call = f"{call_us[name]:9.2f}" if name in call_us else f"{'-':>9}"
         print(f"{name:<26}{rate:12,.0f}{1e6 / rate:10.2f}{vs_tbx}{vs_jsonl:9.2f}{call}")
+    if args.breakdown:
+        runs = [_in_fresh_dir(breakdown, n) for _ in range(args.repeat)]
+        print(f"\nwhere a scalar's time goes (µs each, best of {args.repeat})")
+        for part in runs[0]:
+            print(f"{part:<26}{min(r[part] for r in runs):10.2f}")
 
 
 if __name__ == "__main__":

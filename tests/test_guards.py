@@ -36,3 +36,17 @@ def test_bad_threshold(threshold):
     """A threshold below 2 or not an int is refused."""
     with pytest.raises(ConfigError, match="`threshold`"):
         StaleStepDetector("x", threshold=threshold)
+
+
+def test_warning_words_for_a_writer():
+    """`used` and `effect` replace the schedule's words in the warning."""
+    detector = StaleStepDetector("w", threshold=2, used="written to", effect="points pile up")
+    with pytest.warns(FrozenStepWarning, match="w was written to 2 times at step 3") as record:
+        _observe_many(detector, 3, 2)
+    assert "so points pile up." in str(record[0].message)
+
+
+def _observe_many(detector, step, count):
+    """Observes step count times."""
+    for _ in range(count):
+        detector.observe(step)

@@ -39,17 +39,28 @@ class StaleStepDetector:
     Args:
         what: names the reader in the warning, e.g. ``"exponential_decay"``.
         threshold: consecutive reads at one step after which to warn, >= 2.
+        used: how ``what`` is used, for the warning: ``"read"``, ``"written to"``.
+        effect: what a frozen step does to it, for the warning.
 
     Raises:
         ConfigError: ``threshold`` is not an int >= 2.
     """
 
-    __slots__ = ("_count", "_last", "_threshold", "_warned", "_what")
+    __slots__ = ("_count", "_effect", "_last", "_threshold", "_used", "_warned", "_what")
 
-    def __init__(self, what: str, threshold: int = DEFAULT_STALE_THRESHOLD) -> None:
+    def __init__(
+        self,
+        what: str,
+        threshold: int = DEFAULT_STALE_THRESHOLD,
+        *,
+        used: str = "read",
+        effect: str = "the value stays frozen",
+    ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2:
             raise ConfigError("threshold", "must be an int >= 2", threshold)
         self._what = what
+        self._used = used
+        self._effect = effect
         self._threshold = threshold
         self._last: int | None = None
         self._count = 0
@@ -66,8 +77,8 @@ class StaleStepDetector:
             self._warned = True
             clock = f"clock {clock_name!r}" if clock_name else "the step"
             warnings.warn(
-                f"{self._what} was read {self._count} times at step {step} of {clock}: the "
-                "step is not advancing, so the value stays frozen. Call clock.tick() once per "
+                f"{self._what} was {self._used} {self._count} times at step {step} of {clock}: "
+                f"the step is not advancing, so {self._effect}. Call clock.tick() once per "
                 "optimizer update (or pass global_step= to minimize()).",
                 FrozenStepWarning,
                 stacklevel=3,

@@ -69,3 +69,11 @@ def test_bad_n(n):
     """n must be an int >= 1."""
     with pytest.raises(ConfigError, match="`n` must be an int >= 1"):
         log_every_n(logging.INFO, "x", n)
+
+
+def test_exported_by_compat_tf():
+    """globalstep.compat.tf offers both under TF's names, for a renamed import."""
+    from globalstep.compat import tf
+
+    assert (tf.log_every_n, tf.log_first_n) == (log_every_n, log_first_n)
+    assert {"log_every_n", "log_first_n"} <= set(tf.__all__)

@@ -24,7 +24,7 @@ while True:
 
 @pytest.mark.slow
 def test_sigkill_mid_write_leaves_a_readable_prefix_and_resumes(tmp_path):
-    """After SIGKILL both formats read back as steps 1..k; a resume from k//2 rewrites the rest."""
+    """After SIGKILL and a resume from k//2, our reader and TensorBoard's show each step once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     child = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], env=env)
     try:
@@ -56,3 +56,9 @@ def test_sigkill_mid_write_leaves_a_readable_prefix_and_resumes(tmp_path):
     points = read_run(tmp_path).scalars["loss"]
     assert [p.step for p in points] == list(range(1, resume_at + 101))
     assert points[-1].value == -float(resume_at + 100)
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = ea.EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    acc.Reload()
+    events = acc.Scalars("loss")
+    assert [e.step for e in events] == list(range(1, resume_at + 101))
+    assert events[-1].value == -float(resume_at + 100)

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from globalstep import Clock, SummaryWriter
+from globalstep import Clock, ConfigError, SummaryWriter
 from globalstep.cli import main
 from globalstep.summary.logs import terminal_plot
 from globalstep.summary.reader import Point
@@ -52,22 +52,37 @@ def test_csv_to_file(tmp_path):
     assert len(rows) == 40
 
 
-def test_restarted_run_shows_each_step_once(tmp_path, capsys):
-    """After a crash at 150 and a resume from 110, logs --csv has steps 0..200 once each."""
+def _crash_at_150_resume_from_110(logdir):
+    """Attempt 1 writes loss = step for 0..150; a resume from 110 writes -step for 111..200."""
     clock = Clock()
-    with SummaryWriter(tmp_path, clock=clock) as writer:
+    with SummaryWriter(logdir, clock=clock) as writer:
         for step in range(151):
             writer.scalar("loss", float(step), step=step)
     resumed = Clock()
     resumed.load_state_dict({**clock.state_dict(), "step": 110, "step_in_epoch": 110})
-    with SummaryWriter(tmp_path, clock=resumed) as writer:
+    with SummaryWriter(logdir, clock=resumed) as writer:
         for step in range(111, 201):
             writer.scalar("loss", -float(step), step=step)
+
+
+@pytest.mark.parametrize("source", ["jsonl", "tensorboard"])
+def test_restarted_run_shows_each_step_once(tmp_path, capsys, source):
+    """After a crash at 150 and a resume from 110, logs shows 0..200 once, attempt 2 after 110."""
+    if source == "tensorboard":
+        pytest.importorskip("tensorboard")
+    _crash_at_150_resume_from_110(tmp_path)
+    if source == "tensorboard":
+        (tmp_path / "metrics.jsonl").unlink()
     assert main(["logs", str(tmp_path), "--csv", "-"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [int(r["step"]) for r in rows] == list(range(201))
-    assert float(rows[110]["value"]) == 110.0
-    assert float(rows[111]["value"]) == -111.0
+    expected = [float(s) if s <= 110 else -float(s) for s in range(201)]
+    assert [float(r["value"]) for r in rows] == expected
+    assert main(["logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"run . ({source})" in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("loss")]
+    assert row == ["loss", "201", "0", "200", "-200", "-200", "110"]
 
 
 def test_terminal_plot(tmp_path, capsys):
@@ -83,6 +98,13 @@ def test_terminal_plot(tmp_path, capsys):
 def test_terminal_plot_of_no_finite_point():
     """A series with no finite point says so instead of drawing."""
     assert terminal_plot([Point(0, 0.0, float("nan"))]) == "(no finite points)"
+
+
+@pytest.mark.parametrize(("width", "height"), [(1, 12), (64, 1)])
+def test_terminal_plot_too_small(width, height):
+    """A plot narrower or lower than 2 characters is refused, naming both sizes."""
+    with pytest.raises(ConfigError, match="`width, height` must both be >= 2"):
+        terminal_plot([Point(0, 0.0, 1.0)], width=width, height=height)
 
 
 def test_png_plot(tmp_path):

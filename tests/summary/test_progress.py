@@ -154,3 +154,20 @@ def test_display_needs_a_clock():
     """A display on something that is not a Clock is refused."""
     with pytest.raises(ConfigError, match="`clock` must be a globalstep Clock"):
         ProgressDisplay("global_step", stream=io.StringIO())
+
+
+class FakeTerminal(io.StringIO):
+    """A text stream that says it is a terminal."""
+
+    def isatty(self):
+        return True
+
+
+def test_terminal_gets_the_live_bar_by_default():
+    """With live unset, a terminal stream gets rich's bar and a plain stream gets lines."""
+    pytest.importorskip("rich")
+    clock = Clock()
+    with ProgressDisplay(clock, 10, stream=FakeTerminal(), time_fn=FakeTime()) as display:
+        assert display._bar is not None
+    with ProgressDisplay(clock, 10, stream=io.StringIO(), time_fn=FakeTime()) as display:
+        assert display._bar is None

@@ -1,12 +1,13 @@
 """Tests for globalstep.summary.reader: JSONL and event files, restarts applied."""
 
 import json
+import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from globalstep import ConfigError, SummaryWriter
+from globalstep import ConfigError, MissingDependencyError, SummaryWriter
 from globalstep.summary.reader import find_runs, last_standing_step, read_logs, read_run
 
 
@@ -41,6 +42,16 @@ def test_not_a_directory(tmp_path):
         find_runs(tmp_path / "absent")
     with pytest.raises(ConfigError, match="`directory` must be an existing directory"):
         read_run(tmp_path / "absent")
+
+
+def test_event_files_without_the_extra_name_it(tmp_path, monkeypatch):
+    """Reading a run of event files alone without the tensorboard extra says what to install."""
+    pytest.importorskip("tensorboard")
+    with SummaryWriter(tmp_path, formats=("tensorboard",)) as writer:
+        writer.scalar("x", 1.0, step=0)
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'globalstep\[tensorboard\]'"):
+        read_run(tmp_path)
 
 
 def test_reads_tensorboardx_event_files(tmp_path):

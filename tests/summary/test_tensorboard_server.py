@@ -63,9 +63,9 @@ def test_tensorboard_server_serves_our_scalars(tmp_path):
         "1",
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    server = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+    log = tmp_path / "tensorboard.log"
+    with open(log, "wb") as log_file:
+        server = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     query = urllib.parse.urlencode({"run": "run1", "tag": "loss"})
     url = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?{query}"
     try:
@@ -79,7 +79,10 @@ def test_tensorboard_server_serves_our_scalars(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert isinstance(series, list), f"no answer from {url} within {_TIMEOUT_SECONDS}s"
+    assert isinstance(series, list), (
+        f"no answer from {url} within {_TIMEOUT_SECONDS}s; the server said:\n"
+        + log.read_text(errors="replace")[-2000:]
+    )
     steps = [step for _wall, step, _value in series]
     values = [value for _wall, _step, value in series]
     assert steps == list(range(1, 41))

@@ -125,11 +125,78 @@ def test_interpreter_exit_flushes(tmp_path):
         "from globalstep import SummaryWriter\n"
         f"w = SummaryWriter({str(tmp_path)!r}, flush_seconds=3600)\n"
         "for i in range(1000): w.scalar('x', float(i), step=i)\n"
+        "w.histogram('h', [1.0, 2.0], step=999); w.text('t', 'last', step=999)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
-    assert len(accumulator(tmp_path).Scalars("x")) == 1000
-    assert len(read_run(tmp_path).scalars["x"]) == 1000
+    acc = accumulator(tmp_path)
+    assert [e.value for e in acc.Scalars("x")] == [float(i) for i in range(1000)]
+    assert [e.step for e in acc.Histograms("h")] == [999]
+    assert [e.step for e in acc.Tensors("t")] == [999]
+    run = read_run(tmp_path)
+    assert [p.value for p in run.scalars["x"]] == [float(i) for i in range(1000)]
+    assert [p.value for p in run.texts["t"]] == ["last"]
+    assert len(run.histograms["h"]) == 1
+
+
+def test_interpreter_exit_flushes_the_others_after_a_write_error(tmp_path):
+    """At exit, a failed write is reported and the writers opened after it still flush."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    (tmp_path / "full").mkdir()
+    os.symlink("/dev/full", tmp_path / "full" / "metrics.jsonl")
+    code = (
+        "from globalstep import SummaryWriter\n"
+        f"bad = SummaryWriter({str(tmp_path / 'full')!r}, formats=('jsonl',), "
+        "flush_seconds=3600)\n"
+        f"root = {str(tmp_path)!r}\n"
+        "good = [SummaryWriter(f'{root}/ok{i}', flush_seconds=3600) for i in range(2)]\n"
+        "bad.scalar('x', 1.0, step=0)\n"
+        "for w in good:\n"
+        "    for i in range(100): w.scalar('x', float(i), step=i)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "SummaryWriteError" in out.stderr
+    assert "No space left on device" in out.stderr
+    for i in range(2):
+        assert len(read_run(tmp_path / f"ok{i}").scalars["x"]) == 100
+        assert len(accumulator(tmp_path / f"ok{i}").Scalars("x")) == 100
+
+
+def test_calls_only_queue_until_flush(tmp_path):
+    """scalar(), histogram() and text() write nothing on the caller's thread; flush() does."""
+    writer = SummaryWriter(tmp_path, flush_seconds=3600)
+    sizes = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
+    for i in range(100):
+        writer.scalar("x", float(i), step=i)
+    writer.histogram("h", [1.0], step=99)
+    writer.text("t", "queued", step=99)
+    assert {p.name: p.stat().st_size for p in tmp_path.iterdir()} == sizes
+    writer.flush()
+    assert len(read_run(tmp_path).scalars["x"]) == 100
+    assert len(accumulator(tmp_path).Scalars("x")) == 100
+    writer.close()
+
+
+def test_close_writes_everything_queued(tmp_path):
+    """close() writes every queued point of every kind, past several background batches."""
+    n = 50_000
+    writer = SummaryWriter(tmp_path, flush_seconds=3600)
+    for i in range(n):
+        writer.scalar("x", float(i), step=i)
+        if i % 10_000 == 0:
+            writer.histogram("h", [float(i)], step=i)
+            writer.text("t", f"at {i}", step=i)
+    writer.close()
+    acc = accumulator(tmp_path)
+    assert [e.step for e in acc.Scalars("x")] == list(range(n))
+    assert [e.value for e in acc.Scalars("x")] == [float(i) for i in range(n)]
+    assert [e.step for e in acc.Histograms("h")] == list(range(0, n, 10_000))
+    assert [e.step for e in acc.Tensors("t")] == list(range(0, n, 10_000))
+    run = read_run(tmp_path)
+    assert [p.step for p in run.scalars["x"]] == list(range(n))
+    assert [p.value for p in run.texts["t"]] == [f"at {i}" for i in range(0, n, 10_000)]
 
 
 def test_background_flush_without_close(tmp_path):
@@ -156,6 +223,21 @@ def test_disk_full_surfaces_on_next_call(tmp_path):
     assert info.value.__cause__.errno == errno.ENOSPC
     with pytest.raises(SummaryWriteError, match="could not write"):
         writer.scalar("x", 2.0, step=1)
+    writer.close()
+
+
+def test_background_write_error_surfaces_on_next_call(tmp_path):
+    """A write that fails on the background thread raises at the caller's next scalar()."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    os.symlink("/dev/full", tmp_path / "metrics.jsonl")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=0.01)
+    writer.scalar("x", 1.0, step=0)
+    writer._thread.join(timeout=120)  # the thread stops once it has recorded the error
+    assert not writer._thread.is_alive()
+    with pytest.raises(SummaryWriteError, match="No space left on device") as info:
+        writer.scalar("x", 2.0, step=1)
+    assert info.value.path == str(tmp_path / "metrics.jsonl")
     writer.close()
 
 
@@ -248,6 +330,7 @@ def test_nonfinite_handler_called_instead(tmp_path):
         ("a\\b", "must not contain a backslash"),
         ("a\nb", "printable characters only"),
         (3, "must be a str"),
+        (["loss"], "must be a str"),
     ],
 )
 def test_bad_tags(writer, tag, rule):
@@ -305,6 +388,23 @@ def test_bad_parameters(tmp_path, kwargs, parameter):
         SummaryWriter(tmp_path, **kwargs)
 
 
+def test_logdir_that_is_not_a_path():
+    """A log directory that is not a str or path is refused, naming `logdir`."""
+    with pytest.raises(ConfigError, match="`logdir` must be a path; got logdir=3"):
+        SummaryWriter(3)
+
+
+def test_scalars_with_one_bad_value_queue_nothing(tmp_path):
+    """scalars() with one bad value raises and writes none of the mapping's values."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        with pytest.raises(ConfigError, match="value of 'b'"):
+            writer.scalars({"a": 1.0, "b": "x"}, step=0)
+        with pytest.raises(NonFiniteError, match="`loss` is nan"):
+            writer.scalars({"c": 1.0, "loss": float("nan")}, step=1)
+        writer.scalar("d", 1.0, step=2)
+    assert sorted(read_run(tmp_path).scalars) == ["d"]
+
+
 @pytest.mark.parametrize("step", [-1, 1.5, "3", True])
 def test_bad_steps(writer, step):
     """A step that is negative or not an int is refused."""
@@ -348,9 +448,54 @@ def test_frozen_step_warns_once_naming_the_clock(tmp_path):
     writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=50)
     with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
         _write_many(writer, 200)
+    assert "SummaryWriter was written to 50 times at step 0" in str(record[0].message)
+    assert "every point lands on that one step" in str(record[0].message)
     writer.close()
     assert len(record) == 1
     assert record[0].filename == __file__
+
+
+def _call_many(method, count, *args):
+    """Calls method(*args) count times."""
+    for _ in range(count):
+        method(*args)
+
+
+@pytest.mark.parametrize("method", ["scalar", "histogram", "text"])
+def test_frozen_step_warns_for_each_kind(tmp_path, method):
+    """Scalars, histograms and texts repeated at one unchanged step warn at the caller's line."""
+    clock = Clock("critic")
+    payload = {"scalar": 1.0, "histogram": [1.0], "text": "x"}[method]
+    writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5)
+    with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
+        _call_many(getattr(writer, method), 5, "t", payload)
+    writer.close()
+    assert record[0].filename == __file__
+
+
+def test_frozen_step_warns_for_scalars_mappings(tmp_path):
+    """scalars() calls repeated at one unchanged step warn, naming the clock."""
+    clock = Clock("critic")
+    writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5)
+    with pytest.warns(FrozenStepWarning, match="clock 'critic'") as record:
+        _call_many(writer.scalars, 5, {"a": 1.0, "b": 2.0})
+    writer.close()
+    assert record[0].filename == __file__
+
+
+def test_many_tags_at_one_step_do_not_warn(tmp_path):
+    """Many distinct tags at one step (per-layer statistics) are not a frozen step."""
+    clock = Clock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",), stale_threshold=5) as w:
+            for _ in range(3):
+                for layer in range(100):
+                    w.scalar(f"grad_norm/{layer}", 1.0)
+                    w.histogram(f"weights/{layer}", [1.0])
+                    w.text(f"note/{layer}", "x")
+                    w.scalars({f"a/{layer}": 1.0, f"b/{layer}": 2.0})
+                clock.tick()
 
 
 def test_step_going_back_warns_with_the_fix(writer):

@@ -24,6 +24,8 @@ __all__ = ["frame", "iter_records", "masked_crc32c"]
 _MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
+_PACK_CRC = _CRC.pack
+_crc32c = google_crc32c.value
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -44,12 +46,14 @@ def frame(data: bytes) -> bytes:
     """Returns ``data`` framed as one TFRecord."""
     length = len(data)
     # Scalar events have a handful of lengths: their headers are computed once each.
-    header = _HEADERS.get(length) if length < 1024 else None
+    header = _HEADERS.get(length)
     if header is None:
         header = _header(length)
         if length < 1024:
             _HEADERS[length] = header
-    return b"".join((header, data, _CRC.pack(masked_crc32c(data))))
+    # masked_crc32c, inlined: this runs once per event.
+    crc: int = _crc32c(data)
+    return header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
 
 
 def iter_records(buffer: bytes) -> Iterator[bytes]:

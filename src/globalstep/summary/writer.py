@@ -12,7 +12,10 @@ Restarts: a writer opened on a directory whose logs reach past its clock's step 
 resumed from a checkpoint at step S) marks the restart, so that TensorBoard, and
 :mod:`globalstep.summary.reader`, drop the points above S that the crashed attempt wrote.
 ``purge_step=P`` marks one explicitly, dropping the points at P and above, as
-``tf.summary`` and tensorboardX do.
+``tf.summary`` and tensorboardX do. The automatic mark suits a loop that logs after
+``clock.tick()`` (the first point of a run resumed at S is at S + 1); a loop that logs
+before ``tick()``, at the step of the update under way, writes S again on resuming and
+should pass ``purge_step=S``.
 
 Tags: any non-empty string of printable characters; ``/`` groups tags in TensorBoard
 (``"train/loss"``) and non-ASCII characters are kept as UTF-8. Backslashes, control
@@ -59,7 +62,7 @@ FORMATS = ("tensorboard", "jsonl")
 
 _BATCH_ITEMS = 20_000
 _MAX_QUEUED = 50 * _BATCH_ITEMS
-_OPEN_WRITERS: set[SummaryWriter] = set()
+_OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
 
 
@@ -84,8 +87,15 @@ class StepOrderWarning(UserWarning):
 
 
 def _close_open_writers() -> None:
+    # One writer's error must not keep the others from writing their queues.
+    first: SummaryWriteError | None = None
     for writer in list(_OPEN_WRITERS):
-        writer.close()
+        try:
+            writer.close()
+        except SummaryWriteError as err:
+            first = first or err
+    if first is not None:
+        raise first
 
 
 atexit.register(_close_open_writers)
@@ -110,7 +120,9 @@ def _as_float(tag: str, value: Any) -> float:
         return float(value)
     except (TypeError, ValueError) as err:
         raise ConfigError(
-            f"value of {tag!r}", "must be a real number (or a one-element array)", value
+            f"value of {tag!r}",
+            "must be a real number (a Python or NumPy number, a 0-d array, a one-element tensor)",
+            value,
         ) from err
 
 
@@ -141,7 +153,9 @@ class SummaryWriter(Closing):
             guarded non-finite value instead of raising it; the value is then written.
         flush_seconds: the longest time, in seconds, a value waits in memory.
         stale_threshold: writes at one unchanged step after which to warn that the step
-            is not advancing.
+            is not advancing. What counts is the first tag written at that step coming
+            again (a loop that does not advance the step), so many distinct tags at one
+            step (per-layer statistics) never warn.
 
     Raises:
         ConfigError: a parameter breaks its rule, or ``logdir`` cannot be created (the
@@ -196,7 +210,14 @@ class SummaryWriter(Closing):
             raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
         if stale_threshold < 2:
             raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
-        self._stale = StaleStepDetector("SummaryWriter", threshold=stale_threshold)
+        self._stale = StaleStepDetector(
+            "SummaryWriter",
+            threshold=stale_threshold,
+            used="written to",
+            effect="every point lands on that one step",
+        )
+        self._stale_step: int | None = None
+        self._stale_tag: str | None = None
         self._clock = clock
         self._clock_name = clock.name if clock is not None else None
         self._guarded = guarded
@@ -234,7 +255,7 @@ class SummaryWriter(Closing):
         self._thread = threading.Thread(
             target=self._run, name=f"globalstep-summary-{self.logdir}", daemon=True
         )
-        _OPEN_WRITERS.add(self)
+        _OPEN_WRITERS[self] = None
         self._thread.start()
 
     @staticmethod
@@ -334,6 +355,13 @@ class SummaryWriter(Closing):
             stacklevel=4,
         )
 
+    def _repeats(self, step: int, tag: str) -> bool:
+        """Whether a write counts toward the frozen-step warning (see ``stale_threshold``)."""
+        if step != self._stale_step:
+            self._stale_step, self._stale_tag = step, tag
+            return True
+        return tag == self._stale_tag
+
     def _enqueue(self, item: Item) -> None:
         queue = self._queue
         queue.append(item)
@@ -361,13 +389,22 @@ class SummaryWriter(Closing):
         """
         if self._error is not None or self._closed:
             self._check_open()
-        if tag not in self._known_tags:
+        try:
+            known = tag in self._known_tags
+        except TypeError:  # an unhashable tag: _check_tag names the rule
+            known = False
+        if not known:
             self._known_tags.add(_check_tag(tag))
         if type(value) is not float:
             value = _as_float(tag, value)
         step = self._resolve_step(step)
-        # Called here, not in _resolve_step, so that its warning points at the caller's line.
-        self._stale.observe(step, self._clock_name)
+        # _repeats() inlined (this is the hot path); observe() is called here, not in a
+        # helper, so that its warning points at the caller's line.
+        if step != self._stale_step:
+            self._stale_step, self._stale_tag = step, tag
+            self._stale.observe(step, self._clock_name)
+        elif tag == self._stale_tag:
+            self._stale.observe(step, self._clock_name)
         if (guard or tag in self._guarded) and value - value != 0.0:
             check_finite(tag, value, step, self._on_nonfinite)
         self._enqueue((SCALAR, tag, step, time.time(), value))
@@ -385,7 +422,8 @@ class SummaryWriter(Closing):
             raise ConfigError("values", "must be a mapping from tag to number", values)
         checked = [(_check_tag(t), _as_float(t, v)) for t, v in values.items()]
         step = self._resolve_step(step)
-        self._stale.observe(step, self._clock_name)
+        if checked and self._repeats(step, checked[0][0]):
+            self._stale.observe(step, self._clock_name)
         for tag, value in checked:
             if tag in self._guarded and not math.isfinite(value):
                 check_finite(tag, value, step, self._on_nonfinite)
@@ -411,7 +449,8 @@ class SummaryWriter(Closing):
         if not np.isfinite(array).all():
             raise ConfigError(f"values of {tag!r}", "must all be finite", values)
         step = self._resolve_step(step)
-        self._stale.observe(step, self._clock_name)
+        if self._repeats(step, tag):
+            self._stale.observe(step, self._clock_name)
         self._enqueue((HISTOGRAM, tag, step, time.time(), array))
 
     def text(self, tag: str, text: str, step: int | None = None) -> None:
@@ -425,7 +464,8 @@ class SummaryWriter(Closing):
         if not isinstance(text, str):
             raise ConfigError("text", "must be a str", text)
         step = self._resolve_step(step)
-        self._stale.observe(step, self._clock_name)
+        if self._repeats(step, tag):
+            self._stale.observe(step, self._clock_name)
         self._enqueue((TEXT, tag, step, time.time(), text))
 
     def flush(self) -> None:
@@ -449,7 +489,7 @@ class SummaryWriter(Closing):
         if self._closed:
             return
         self._closed = True
-        _OPEN_WRITERS.discard(self)
+        _OPEN_WRITERS.pop(self, None)
         self._wake.set()
         self._thread.join()
         self._drain()
