@@ -13,11 +13,11 @@ Example:
 from __future__ import annotations
 
 import mmap
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from globalstep._closing import Closing
 from globalstep.checkpoint.format import ARRAYS_FILE, check_entry, read_exactly, read_header
 from globalstep.checkpoint.storage import LocalStorage, Storage, wrap_os_errors
 from globalstep.checkpoint.tree import array_nodes
@@ -26,7 +26,7 @@ from globalstep.errors import ConfigError, CorruptCheckpointError
 __all__ = ["CheckpointReader"]
 
 
-class CheckpointReader:
+class CheckpointReader(Closing):
     """Opens one committed checkpoint for reading single arrays on demand.
 
     Local files are memory-mapped and each array is a read-only view of the mapping; on
@@ -83,14 +83,3 @@ class CheckpointReader:
     def close(self) -> None:
         """Unmaps the file; arrays handed out keep the mapping alive until released."""
         self._mmap = None
-
-    def __enter__(self) -> CheckpointReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

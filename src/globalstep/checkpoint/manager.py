@@ -32,9 +32,9 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, overload
 
+from globalstep._closing import Closing
 from globalstep.checkpoint.format import (
     commit,
     committed_names,
@@ -156,7 +156,7 @@ class CheckpointSummary:
     error: str | None = None
 
 
-class CheckpointManager:
+class CheckpointManager(Closing):
     """Saves state trees by step into ``directory``, keeps some, and restores them.
 
     Args:
@@ -585,17 +585,6 @@ class CheckpointManager:
         finally:
             if self._lock is not None:
                 self._lock.release()
-
-    def __enter__(self) -> CheckpointManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"

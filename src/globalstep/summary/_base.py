@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
+
+from globalstep._closing import Closing
 
 __all__ = ["HISTOGRAM", "SCALAR", "TEXT", "Backend", "Closing", "Item"]
-
-_Self = TypeVar("_Self", bound="Closing")
 
 SCALAR = 0
 HISTOGRAM = 1
@@ -19,27 +18,6 @@ Item = tuple[int, str, int, float, Any]
 The payload is a float for a scalar, a float64 NumPy array for a histogram and a str for a
 text. The caller's thread only builds this tuple; backends encode it.
 """
-
-
-class Closing:
-    """A context manager that calls ``close()`` on exit (``_close_after`` may refine it)."""
-
-    def close(self) -> None:
-        """Releases what the object holds."""
-
-    def _close_after(self, error: BaseException | None) -> None:
-        self.close()
-
-    def __enter__(self: _Self) -> _Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._close_after(exc)
 
 
 class Backend(Protocol):
