@@ -58,13 +58,27 @@ IDS = [
 ]
 
 
+def _edges(name, args, kwargs):
+    """Where a schedule changes course besides its period's multiples: the end of a
+    warm-up and decay, each restart of a geometric SGDR."""
+    if name == "CosineDecay" and "warmup_steps" in kwargs:
+        return (kwargs["warmup_steps"] + args[1],)
+    if name == "CosineDecayRestarts" and kwargs.get("t_mul", 2.0) != 1.0:
+        restarts, start, length = [], 0.0, float(args[1])
+        for _ in range(20):
+            start += length
+            length *= kwargs.get("t_mul", 2.0)
+            restarts.append(round(start))
+        return tuple(restarts)
+    return ()
+
+
 @pytest.mark.parametrize(("name", "args", "kwargs", "period"), CASES, ids=IDS)
 def test_parity_with_keras(keras, name, args, kwargs, period):
     """Each schedule equals Keras' bit for bit at dense, boundary and large steps."""
     theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
     ours = getattr(ck, name)(*args, **kwargs)
-    largest = 2**31 - 1 if name == "PiecewiseConstantDecay" else 10**12
-    steps = parity_steps([period], largest=largest)
+    steps = parity_steps([period], boundaries=_edges(name, args, kwargs))
     reference = np.array([np.asarray(theirs(int(s))) for s in steps])
     assert ours.values(steps).dtype == np.float32
     assert max_ulp(ours.values(steps), reference) == 0
@@ -104,10 +118,11 @@ def test_repr_names_the_arguments():
     )
 
 
-def test_negative_step():
-    """A negative step is refused."""
-    with pytest.raises(StepError, match="step=-1"):
-        ck.ExponentialDecay(0.1, 10, 0.5)(-1)
+@pytest.mark.parametrize(("step", "shown"), [(-1, "-1"), (1.5, "1.5"), (None, "None")])
+def test_invalid_step(step, shown):
+    """A negative or non-integer step is refused, showing the step received."""
+    with pytest.raises(StepError, match=f"`step` must be an int >= 0; got step={shown}"):
+        ck.ExponentialDecay(0.1, 10, 0.5)(step)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +165,7 @@ def test_float64_parity_with_keras(keras, name, args, kwargs, period):
         args = (np.float64(args[0]), *args[1:])
     theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
     ours = getattr(ck, name)(*args, **kwargs)
-    steps = parity_steps([period], largest=2**31 - 1)
+    steps = parity_steps([period], boundaries=_edges(name, args, kwargs))
     reference = np.array([np.asarray(theirs(int(s))) for s in steps])
     assert ours.values(steps).dtype == reference.dtype == np.float64
     assert ours.values(steps).tolist() == reference.tolist()

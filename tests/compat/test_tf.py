@@ -138,9 +138,13 @@ def test_noisy_without_noise_matches_linear_cosine(tf):
 def test_piecewise_parity(tf):
     """piecewise_constant equals TF's at every step, the step after each boundary included."""
     boundaries, values = [100, 200, 3000], [1.0, 0.5, 0.1, 0.01]
-    steps = parity_steps([100], largest=2**31 - 1)
+    steps = parity_steps([100])
     reference = [
-        float(tf.compat.v1.train.piecewise_constant(tf.constant(int(s)), boundaries, values)())
+        float(
+            tf.compat.v1.train.piecewise_constant(
+                tf.constant(int(s), tf.int64), boundaries, values
+            )()
+        )
         for s in steps
     ]
     ours = ctf.piecewise_constant(0, boundaries, values).schedule.values(steps)
