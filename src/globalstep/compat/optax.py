@@ -8,7 +8,9 @@ types, operation for operation; pow and cos are rounded once from float64 (see
 :mod:`globalstep.compat._common`).
 
 Where optax silently turns bad input into a constant schedule (``transition_steps <= 0``,
-``decay_rate == 0``, a negative ``transition_begin``), this module raises ConfigError.
+``decay_rate == 0``, a negative ``transition_begin``) or ignores it (``join_schedules``
+with a wrong number of boundaries, or boundaries out of order), this module raises
+ConfigError.
 
 Example:
     >>> lr = warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=10, decay_steps=110)
@@ -18,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -404,6 +407,14 @@ def join_schedules(schedules: Sequence[OptaxSchedule], boundaries: Sequence[int]
         )
     for b in boundaries:
         _steps_arg("boundaries", b, 0)
+    if len(boundaries) != len(schedules) - 1:
+        raise ConfigError(
+            "boundaries",
+            f"must hold one fewer element than schedules ({len(schedules)})",
+            list(boundaries),
+        )
+    if any(b <= a for a, b in itertools.pairwise(boundaries)):
+        raise ConfigError("boundaries", "must be strictly increasing", list(boundaries))
     dtype = "float64" if all(s.fn_name == "constant_schedule" for s in schedules) else "float32"
     fn = _join([s._fn for s in schedules], list(boundaries))
     arguments = {"schedules": list(schedules), "boundaries": list(boundaries)}
