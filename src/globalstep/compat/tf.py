@@ -170,14 +170,19 @@ def natural_exp_decay(
     name: str | None = None,
 ) -> DecayedLearningRate:
     """``learning_rate * exp(-decay_rate * step / decay_steps)``; TF computes the factor
-    ``exp(-decay_rate)`` in float32 once and raises it to the power, and so does this.
+    ``exp(-decay_rate)`` once, in float32 (in float64 for a float64 ``decay_rate``), casts
+    it to the dtype of ``learning_rate`` and raises it to the power, and so does this.
 
     Example:
         >>> natural_exp_decay(1.0, 0, 10, 0.5)()
         1.0
     """
     check_number("decay_rate", decay_rate)
-    rate = float(np.exp(-np.float64(np.float32(decay_rate))).astype(np.float32))
+    rate: Any
+    if isinstance(decay_rate, np.float64):
+        rate = np.float64(math.exp(-decay_rate))
+    else:
+        rate = float(np.exp(-np.float64(np.float32(decay_rate))).astype(np.float32))
     schedule = _keras.ExponentialDecay(
         learning_rate, decay_steps, rate, staircase, name or "ExponentialDecay"
     )
