@@ -154,8 +154,24 @@ def test_schedule_cli_one_cycle_takes_total_steps(capsys):
         (["schedule", "exponential_decay", "--staircase", "maybe"], "`staircase` must be true"),
         (["schedule", "constant", "--value", "nan"], "`value` must be a finite number"),
         (["schedule", "constant", "--value", "1", "--total-steps", "0"], "`total_steps` must be"),
+        (
+            ["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "3ep"],
+            "`schedule` must give its lengths in steps here: `globalstep schedule` knows no "
+            "steps per epoch",
+        ),
     ],
-    ids=["no name", "unknown", "bad at", "negative at", "no file", "both", "bool", "nan", "total"],
+    ids=[
+        "no name",
+        "unknown",
+        "bad at",
+        "negative at",
+        "no file",
+        "both",
+        "bool",
+        "nan",
+        "total",
+        "epochs",
+    ],
 )
 def test_schedule_cli_errors(capsys, argv, message):
     """Each bad invocation exits 1 with an error naming the parameter."""

@@ -185,7 +185,14 @@ def _run(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args, args.total_steps)
     if schedule is None:
         raise ConfigError("name", "must name a schedule (or give --config FILE)", None)
-    end = schedule.end_step() if schedule.resolved else None
+    if not schedule.resolved:
+        raise ConfigError(
+            "schedule",
+            "must give its lengths in steps here: `globalstep schedule` knows no steps per "
+            "epoch, batch size or tokens per step (`globalstep plan ... --schedule` does)",
+            schedule,
+        )
+    end = schedule.end_step()
     total = args.total_steps if args.total_steps is not None else (end + 1 if end else 1000)
     if total < 1:
         raise ConfigError("total_steps", "must be an int >= 1", total)
