@@ -112,6 +112,17 @@ def test_schedule_that_ends_early():
     ]
 
 
+def test_schedule_ending_at_the_last_step_is_on_time():
+    """A decay that reaches its final value at the run's last step gives no warning; one
+    step earlier leaves a 2-step tail, which is reported."""
+    plan = Plan(1200, 100, 10)
+    assert plan.lint(CosineDecay(0.1, 119)) == []
+    assert plan.lint(CosineDecay(0.1, 118)) == [
+        "the schedule ends at step 118: its final value 0 is used for the last 2 steps "
+        "(1.7% of the run)"
+    ]
+
+
 def test_trigger_that_never_fires():
     """A trigger whose period passes the run's end is reported."""
     plan = Plan(1200, 100, 2000)

@@ -203,7 +203,8 @@ def _lint_schedule(schedule: Schedule, total: int, *, top: bool) -> list[str]:
                 )
     if top and not isinstance(schedule, Constant | PiecewiseConstant):
         end = schedule.end_step()
-        if end is not None and 0 < end < total:
+        # Reaching the final value at the run's last step (end == total - 1) is on time.
+        if end is not None and 0 < end < total - 1:
             tail = total - end
             warnings.append(
                 f"the schedule ends at step {end:,}: its final value {_fmt(schedule(end))} is "
