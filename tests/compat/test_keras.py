@@ -6,7 +6,9 @@ called with one int step at a time as an optimizer calls it; it must be bit for 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import warnings
 
 import numpy as np
@@ -169,3 +171,46 @@ def test_float64_parity_with_keras(keras, name, args, kwargs, period):
     reference = np.array([np.asarray(theirs(int(s))) for s in steps])
     assert ours.values(steps).dtype == reference.dtype == np.float64
     assert ours.values(steps).tolist() == reference.tolist()
+
+
+KERAS_VALID = {
+    "ExponentialDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5},
+    "PolynomialDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "power": 2.0},
+    "InverseTimeDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5},
+    "CosineDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "warmup_target": 0.2},
+    "CosineDecayRestarts": {"initial_learning_rate": 0.1, "first_decay_steps": 10},
+    "PiecewiseConstantDecay": {"boundaries": [10], "values": [1.0, 0.5]},
+}
+
+
+def _sweep() -> list[tuple[str, str, object]]:
+    """(schedule, parameter, bad value): 0 and -1 for lengths, NaN and inf for numbers, a
+    NaN boundary and an inf value for the piecewise decay."""
+    cases: list[tuple[str, str, object]] = []
+    for name, valid in KERAS_VALID.items():
+        arguments = getattr(ck, name).__init__.__code__.co_varnames
+        for field in (*valid, "alpha", "m_mul", "end_learning_rate"):
+            if field not in arguments:
+                continue
+            if field.endswith("decay_steps"):
+                cases += [(name, field, 0), (name, field, -1)]
+            elif field == "boundaries":
+                cases.append((name, field, [math.nan]))
+            elif field == "values":
+                cases.append((name, field, [1.0, math.inf]))
+            else:
+                cases += [(name, field, math.nan), (name, field, math.inf)]
+    return cases
+
+
+def test_sweep_covers_every_schedule():
+    """The sweep below builds every Keras-compat schedule."""
+    assert sorted(KERAS_VALID) == sorted(ck.__all__)
+
+
+@pytest.mark.parametrize(("name", "field", "bad"), _sweep(), ids=str)
+def test_every_parameter_refuses_zero_nan_inf(name, field, bad):
+    """Every length refuses 0 and negatives and every number NaN and inf, naming both."""
+    shown = re.escape(repr(bad[-1] if isinstance(bad, list) else bad))
+    with pytest.raises(ConfigError, match=rf"`{field}` .*; got {field}={shown}\."):
+        getattr(ck, name)(**{**KERAS_VALID[name], field: bad})
