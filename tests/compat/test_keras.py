@@ -214,3 +214,58 @@ def test_every_parameter_refuses_zero_nan_inf(name, field, bad):
     shown = re.escape(repr(bad[-1] if isinstance(bad, list) else bad))
     with pytest.raises(ConfigError, match=rf"`{field}` .*; got {field}={shown}\."):
         getattr(ck, name)(**{**KERAS_VALID[name], field: bad})
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "step"),
+    [
+        ("ExponentialDecay", {"decay_steps": 100, "decay_rate": 0.999, "staircase": True}, 7761976),
+        (
+            "PolynomialDecay",
+            {"decay_steps": 100, "end_learning_rate": 0.01, "power": 0.5, "cycle": True},
+            268,
+        ),
+        (
+            "CosineDecayRestarts",
+            {"first_decay_steps": 12345, "t_mul": 1.5, "m_mul": 0.9, "alpha": 0.01},
+            1864112,
+        ),
+    ],
+    ids=["powf", "powf of a cycle", "logf and cosf"],
+)
+def test_parity_where_rounding_from_float64_differs(keras, name, kwargs, step):
+    """Where the C library's float32 function is not the once-rounded float64 value (found
+    by random search), the schedule still equals Keras' bit for bit."""
+    lr = {"ExponentialDecay": 0.1, "PolynomialDecay": 0.0003}.get(name, 0.05)
+    theirs = getattr(keras.optimizers.schedules, name)(lr, **kwargs)(step)
+    assert getattr(ck, name)(lr, **kwargs)(step) == np.asarray(theirs).item()
+
+
+@pytest.mark.parametrize(("initial", "step"), [(0.1, 125452), (0.0003, 9113345)])
+def test_subnormal_rates_flush_to_zero_as_in_keras(keras, initial, step):
+    """A rate below float32's smallest normal number is 0, as TensorFlow flushes it."""
+    kwargs = {"decay_steps": 100 if initial < 0.1 else 1000, "staircase": initial < 0.1}
+    rate = 0.999 if initial < 0.1 else 0.5
+    theirs = keras.optimizers.schedules.ExponentialDecay(initial, decay_rate=rate, **kwargs)
+    ours = ck.ExponentialDecay(initial, decay_rate=rate, **kwargs)
+    assert np.asarray(theirs(step)).item() == 0.0
+    assert ours(step) == 0.0
+    assert ours.values([step]).tolist() == [0.0]
+
+
+def test_subnormal_rate_is_zero_without_keras():
+    """A float32 rate that would be subnormal is 0 (TensorFlow's flush-to-zero), in both
+    __call__ and values()."""
+    lr = ck.ExponentialDecay(0.1, 1000, 0.5)
+    assert np.float32(0.1) * np.float32(0.5) ** np.float32(125.452) != 0  # subnormal
+    assert (lr(125452), lr.values([125452]).tolist()) == (0.0, [0.0])
+
+
+def test_without_the_c_library_pow_is_rounded_from_float64(monkeypatch):
+    """Where the C library cannot be loaded, pow comes from float64, within one ulp."""
+    from globalstep.compat import _common
+
+    with_libm = ck.ExponentialDecay(0.1, 100, 0.999, staircase=True).values([7761976])
+    monkeypatch.setattr(_common, "_FLOAT32", {})
+    without = ck.ExponentialDecay(0.1, 100, 0.999, staircase=True).values([7761976])
+    assert max_ulp(with_libm, without) <= 1

@@ -3,16 +3,21 @@
 A peer computes in float32 (``dtype`` follows the initial rate, as in TensorFlow and Keras).
 Arithmetic is done in that dtype, operation for operation in the peer's order, so it
 matches bit for bit. Transcendental functions (pow, exp, log, cos) are where the peers
-themselves disagree: TensorFlow's Eigen kernels and XLA's each use their own float32
-approximations, and TensorFlow's scalar and vector kernels differ from each other by one
-ulp. Here they are computed in float64 and rounded once to float32 (the correctly rounded
-value in all but rare cases): within one ulp of each peer and, at every step the parity
-tests check, equal to TensorFlow's scalar kernels and to Keras' and optax's eager results.
-In float64 (a float64 initial rate) they are the C library's, as TF's float64 kernels are.
+differ from each other: TensorFlow's kernels on one step (a scalar, as an optimizer reads
+the rate) call the C library's float32 ``powf``, ``expf``, ``logf``, ``cosf`` and flush
+subnormal results to zero, and so do the TensorFlow and Keras layers here (where the C
+library cannot be loaded, pow, exp, log and cos are computed in float64 and rounded once,
+within one ulp). TensorFlow's kernels on a tensor of many steps use Eigen's vectorised
+approximations, up to 2 ulps from its own scalar results. optax (XLA) has its own float32
+approximations; the optax layer computes in float64 and rounds once, which equals optax's
+eager results at every count the parity tests check and is within one ulp elsewhere. In
+float64 (a float64 initial rate) they are the C library's, as TF's float64 kernels are.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +53,35 @@ _FLOAT64: dict[np.ufunc, np.ufunc] = {
 }
 
 
+_FLOAT32: dict[np.ufunc, np.ufunc] | None = None
+
+
+def _libm_float32() -> dict[np.ufunc, np.ufunc]:
+    """The C library's float32 ``powf``, ``expf``, ``logf``, ``cosf`` (what TensorFlow's
+    scalar kernels call), or ``{}`` where the C library cannot be loaded."""
+    global _FLOAT32
+    if _FLOAT32 is None:
+        _FLOAT32 = {}
+        try:
+            libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        except OSError:
+            return _FLOAT32
+        for ufunc, name, arity in (
+            (np.power, "powf", 2),
+            (np.exp, "expf", 1),
+            (np.log, "logf", 1),
+            (np.cos, "cosf", 1),
+        ):
+            fn = getattr(libm, name, None)
+            if fn is None:
+                _FLOAT32 = {}
+                break
+            fn.restype = ctypes.c_float
+            fn.argtypes = [ctypes.c_float] * arity
+            _FLOAT32[ufunc] = np.frompyfunc(fn, arity, 1)
+    return _FLOAT32
+
+
 class F32Ops:
     """Scalar casts and transcendental functions in a peer's dtype.
 
@@ -55,12 +89,17 @@ class F32Ops:
         dtype: ``np.float32`` (the peers' default) or ``np.float64``.
         via_float32: cast Python floats through float32 first (TensorFlow does this when a
             Python hyper-parameter meets a float64 rate).
+        tensorflow: compute as TensorFlow's CPU kernels on one step: in float32, pow, exp,
+            log and cos from the C library (where it can be loaded), and results below the
+            smallest normal number flushed to zero (TensorFlow runs with flush-to-zero).
     """
 
-    def __init__(self, dtype: Any, via_float32: bool = False) -> None:
+    def __init__(self, dtype: Any, via_float32: bool = False, tensorflow: bool = False) -> None:
         self.dtype = np.dtype(dtype)
         self.type = self.dtype.type
         self._via32 = via_float32 and self.dtype == np.float64
+        self._tf = tensorflow
+        self._libm32 = _libm_float32() if tensorflow and self.dtype == np.float32 else {}
 
     def c(self, value: Any) -> Any:
         """``value`` as a scalar of the dtype."""
@@ -76,8 +115,20 @@ class F32Ops:
         if self.dtype == np.float64:
             # NumPy's SIMD float64 kernels differ from the C library's in the last bit.
             return np.asarray(_FLOAT64[fn](*args), dtype=np.float64)
+        if fn in self._libm32:
+            narrow = [np.asarray(a, dtype=np.float32) for a in args]
+            return self.flush(np.asarray(self._libm32[fn](*narrow), dtype=np.float32))
         wide = [np.asarray(a, dtype=np.float64) for a in args]
         return np.asarray(fn(*wide)).astype(self.dtype)
+
+    def flush(self, values: Any) -> Any:
+        """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow does;
+        unchanged unless ``tensorflow``."""
+        if not self._tf:
+            return values
+        values = np.asarray(values, dtype=self.dtype)
+        tiny = np.finfo(self.dtype).tiny
+        return np.where(np.abs(values) < tiny, np.copysign(self.type(0), values), values)
 
     def pow(self, base: Any, exponent: Any) -> Any:
         """``base ** exponent``."""
@@ -128,8 +179,11 @@ class PeerSchedule:
 
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
-        self._ops = F32Ops(dtype, via_float32=True)
-        self._schedule = Formula(self._formula, dtype=np.dtype(dtype).name)
+        self._ops = F32Ops(dtype, via_float32=True, tensorflow=True)
+        self._schedule = Formula(self._flushed, dtype=np.dtype(dtype).name)
+
+    def _flushed(self, steps: Steps) -> Values:
+        return self._ops.flush(self._formula(steps))
 
     def _formula(self, steps: Steps) -> Values:
         raise NotImplementedError
