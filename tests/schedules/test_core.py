@@ -428,8 +428,12 @@ def test_invalid_step_is_refused(step, shown):
 
 @pytest.mark.parametrize(
     ("steps", "shown"),
-    [([0, -3], "step=-3"), (np.array([0.5]), "float64")],
-    ids=["negative", "float array"],
+    [
+        ([0, -3], "step=-3"),
+        (np.array([0.5]), "float64"),
+        (np.array([2**63], np.uint64), f"<= 2\\*\\*63-1; got step={2**63}"),
+    ],
+    ids=["negative", "float array", "too large"],
 )
 def test_invalid_steps_array_is_refused(steps, shown):
     """values() refuses negative steps and non-integer arrays, showing what it got."""

@@ -113,7 +113,9 @@ def check_steps(steps: Any) -> Steps:
             int(array.min()),
         )
     if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
-        raise StepError("`steps` must be <= 2**63-1.", int(array.max()))
+        raise StepError(
+            f"`steps` must be <= 2**63-1; got step={int(array.max())}.", int(array.max())
+        )
     return array.astype(np.int64, copy=False)
 
 
