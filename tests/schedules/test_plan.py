@@ -309,3 +309,17 @@ def test_plan_cli_prints_each_warning(capsys):
         "warning: a trigger every 2ep first fires at step 24, but the run has 12 steps: it "
         "never fires",
     ]
+
+
+def test_plan_cli_accumulation_processes_and_drop_last(capsys):
+    """`plan --grad-accum --world-size --drop-last` divides the updates and counts the
+    samples actually used."""
+    args = ["plan", "--dataset-size", "1250", "--batch-size", "100", "--epochs", "10"]
+    assert main([*args, "--grad-accum", "3", "--world-size", "2", "--drop-last"]) == 0
+    rows = [line.rsplit(maxsplit=1) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [
+        ["steps per epoch", "2"],
+        ["total steps", "20"],
+        ["samples per step", "600"],
+        ["samples", "12,000"],
+    ]
