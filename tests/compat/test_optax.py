@@ -204,3 +204,20 @@ def test_invalid_parameter(call, parameter, value):
     """An invalid argument raises ConfigError naming it and the value received."""
     with pytest.raises(ConfigError, match=rf"`{parameter}` .*; got {parameter}={value}"):
         call()
+
+
+@pytest.mark.parametrize(
+    ("args", "count"),
+    [((0.1, 1000, 0.5), 125452), ((0.0003, 100, 0.999), 9113345)],
+    ids=["continuous", "0.999 per 100"],
+)
+def test_subnormal_rates_flush_to_zero_as_in_optax(optax, args, count):
+    """A float32 rate below the smallest normal number is 0, as XLA flushes it."""
+    assert np.asarray(optax.exponential_decay(*args)(count)).item() == 0.0
+    ours = co.exponential_decay(*args)
+    assert (ours(count), ours.values([count]).tolist()) == (0.0, [0.0])
+
+
+def test_constant_schedule_keeps_a_tiny_value():
+    """constant_schedule returns its Python value itself, a subnormal one included."""
+    assert co.constant_schedule(1e-310)(3) == 1e-310

@@ -10,7 +10,8 @@ library cannot be loaded, pow, exp, log and cos are computed in float64 and roun
 within one ulp). TensorFlow's kernels on a tensor of many steps use Eigen's vectorised
 approximations, up to 2 ulps from its own scalar results. optax (XLA) has its own float32
 approximations; the optax layer computes in float64 and rounds once, which equals optax's
-eager results at every count the parity tests check and is within one ulp elsewhere. In
+eager results at every count the parity tests check and is within one ulp elsewhere, and
+flushes subnormal float32 results to zero as XLA does. In
 float64 (a float64 initial rate) they are the C library's, as TF's float64 kernels are.
 """
 
@@ -90,15 +91,22 @@ class F32Ops:
         via_float32: cast Python floats through float32 first (TensorFlow does this when a
             Python hyper-parameter meets a float64 rate).
         tensorflow: compute as TensorFlow's CPU kernels on one step: in float32, pow, exp,
-            log and cos from the C library (where it can be loaded), and results below the
-            smallest normal number flushed to zero (TensorFlow runs with flush-to-zero).
+            log and cos from the C library (where it can be loaded), and flush-to-zero.
+        flush_to_zero: flush results below the smallest normal number to zero, as
+            TensorFlow and XLA run (implied by ``tensorflow``).
     """
 
-    def __init__(self, dtype: Any, via_float32: bool = False, tensorflow: bool = False) -> None:
+    def __init__(
+        self,
+        dtype: Any,
+        via_float32: bool = False,
+        tensorflow: bool = False,
+        flush_to_zero: bool = False,
+    ) -> None:
         self.dtype = np.dtype(dtype)
         self.type = self.dtype.type
         self._via32 = via_float32 and self.dtype == np.float64
-        self._tf = tensorflow
+        self._ftz = tensorflow or flush_to_zero
         self._libm32 = _libm_float32() if tensorflow and self.dtype == np.float32 else {}
 
     def c(self, value: Any) -> Any:
@@ -119,12 +127,12 @@ class F32Ops:
             narrow = [np.asarray(a, dtype=np.float32) for a in args]
             return self.flush(np.asarray(self._libm32[fn](*narrow), dtype=np.float32))
         wide = [np.asarray(a, dtype=np.float64) for a in args]
-        return np.asarray(fn(*wide)).astype(self.dtype)
+        return self.flush(np.asarray(fn(*wide)).astype(self.dtype))
 
     def flush(self, values: Any) -> Any:
-        """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow does;
-        unchanged unless ``tensorflow``."""
-        if not self._tf:
+        """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow and
+        XLA do; unchanged without flush-to-zero."""
+        if not self._ftz:
             return values
         values = np.asarray(values, dtype=self.dtype)
         tiny = np.finfo(self.dtype).tiny

@@ -4,7 +4,8 @@ Migrating is renaming an import: ``optax.warmup_cosine_decay_schedule(...)`` bec
 ``globalstep.compat.optax.warmup_cosine_decay_schedule(...)``. Each returns a schedule
 called with a count (optax's name for the step: optimizer updates applied, see
 :mod:`globalstep.clock`), computed as optax computes it eagerly with JAX's default 32-bit
-types, operation for operation; pow and cos are rounded once from float64 (see
+types, operation for operation; pow and cos are rounded once from float64, and float32
+results below the smallest normal number are flushed to zero, as XLA does (see
 :mod:`globalstep.compat._common`).
 
 Where optax silently turns bad input into a constant schedule (``transition_steps <= 0``,
@@ -47,7 +48,7 @@ __all__ = [
     "warmup_exponential_decay_schedule",
 ]
 
-_F32 = F32Ops(np.float32)
+_F32 = F32Ops(np.float32, flush_to_zero=True)
 _Fn = Callable[[Steps], Values]
 
 
@@ -66,7 +67,9 @@ class OptaxSchedule(PeerSchedule):
         self._schedule = Formula(self._formula, dtype=dtype)
 
     def _formula(self, steps: Steps) -> Values:
-        return np.broadcast_to(self._fn(steps), steps.shape)
+        values = np.broadcast_to(self._fn(steps), steps.shape)
+        # XLA runs with flush-to-zero: a float32 rate below the smallest normal is 0.
+        return _F32.flush(values) if self._schedule.dtype == "float32" else values
 
     def get_config(self) -> dict[str, Any]:
         return dict(self.arguments)
