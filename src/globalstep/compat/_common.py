@@ -11,8 +11,8 @@ within one ulp). TensorFlow's kernels on a tensor of many steps use Eigen's vect
 approximations, up to 2 ulps from its own scalar results. optax (XLA) has its own float32
 approximations; the optax layer computes in float64 and rounds once, which equals optax's
 eager results at every count the parity tests check and is within one ulp elsewhere, and
-flushes subnormal float32 results to zero as XLA does. In
-float64 (a float64 initial rate) they are the C library's, as TF's float64 kernels are.
+flushes subnormal float32 results to zero as XLA does. In float64 (a float64 initial
+rate) they are the C library's, as TF's float64 kernels are.
 """
 
 from __future__ import annotations
