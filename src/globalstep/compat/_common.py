@@ -2,17 +2,15 @@
 
 A peer computes in float32 (``dtype`` follows the initial rate, as in TensorFlow and Keras).
 Arithmetic is done in that dtype, operation for operation in the peer's order, so it
-matches bit for bit. Transcendental functions (pow, exp, log, cos) are where the peers
-differ from each other: TensorFlow's kernels on one step (a scalar, as an optimizer reads
-the rate) call the C library's float32 ``powf``, ``expf``, ``logf``, ``cosf`` and flush
-subnormal results to zero, and so do the TensorFlow and Keras layers here (where the C
-library cannot be loaded, pow, exp, log and cos are computed in float64 and rounded once,
-within one ulp). TensorFlow's kernels on a tensor of many steps use Eigen's vectorised
-approximations, up to 2 ulps from its own scalar results. optax (XLA) has its own float32
-approximations; the optax layer computes in float64 and rounds once, which equals optax's
-eager results at every count the parity tests check and is within one ulp elsewhere, and
-flushes subnormal float32 results to zero as XLA does. In float64 (a float64 initial
-rate) they are the C library's, as TF's float64 kernels are.
+matches bit for bit. Transcendental functions (pow, exp, log, cos) are taken from the C
+library in float32 (``powf``, ``expf``, ``logf``, ``cosf``), as TensorFlow's kernels on
+one step (a scalar, as an optimizer reads the rate) and XLA's eager ones call them, and
+results below the smallest normal number are flushed to zero, as both run with
+flush-to-zero. Where the C library cannot be loaded they are computed in float64 and
+rounded once (within a few ulps of the peers). TensorFlow's kernels on a tensor of many
+steps use Eigen's vectorised approximations instead, up to 2 ulps from its own scalar
+results. In float64 (a float64 initial rate) they are the C library's, as TF's float64
+kernels are.
 """
 
 from __future__ import annotations
@@ -90,24 +88,25 @@ class F32Ops:
         dtype: ``np.float32`` (the peers' default) or ``np.float64``.
         via_float32: cast Python floats through float32 first (TensorFlow does this when a
             Python hyper-parameter meets a float64 rate).
-        tensorflow: compute as TensorFlow's CPU kernels on one step: in float32, pow, exp,
-            log and cos from the C library (where it can be loaded), and flush-to-zero.
+        c_library: in float32, take pow, exp, log and cos from the C library (``powf``,
+            ...), as TensorFlow's kernels on one step and XLA's eager ones do, where it can
+            be loaded; otherwise they are computed in float64 and rounded once.
         flush_to_zero: flush results below the smallest normal number to zero, as
-            TensorFlow and XLA run (implied by ``tensorflow``).
+            TensorFlow and XLA run.
     """
 
     def __init__(
         self,
         dtype: Any,
         via_float32: bool = False,
-        tensorflow: bool = False,
+        c_library: bool = False,
         flush_to_zero: bool = False,
     ) -> None:
         self.dtype = np.dtype(dtype)
         self.type = self.dtype.type
         self._via32 = via_float32 and self.dtype == np.float64
-        self._ftz = tensorflow or flush_to_zero
-        self._libm32 = _libm_float32() if tensorflow and self.dtype == np.float32 else {}
+        self._ftz = flush_to_zero
+        self._libm32 = _libm_float32() if c_library and self.dtype == np.float32 else {}
 
     def c(self, value: Any) -> Any:
         """``value`` as a scalar of the dtype."""
@@ -187,7 +186,7 @@ class PeerSchedule:
 
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
-        self._ops = F32Ops(dtype, via_float32=True, tensorflow=True)
+        self._ops = F32Ops(dtype, via_float32=True, c_library=True, flush_to_zero=True)
         self._schedule = Formula(self._flushed, dtype=np.dtype(dtype).name)
 
     def _flushed(self, steps: Steps) -> Values:

@@ -4,9 +4,8 @@ Migrating is renaming an import: ``optax.warmup_cosine_decay_schedule(...)`` bec
 ``globalstep.compat.optax.warmup_cosine_decay_schedule(...)``. Each returns a schedule
 called with a count (optax's name for the step: optimizer updates applied, see
 :mod:`globalstep.clock`), computed as optax computes it eagerly with JAX's default 32-bit
-types, operation for operation; pow and cos are rounded once from float64, and float32
-results below the smallest normal number are flushed to zero, as XLA does (see
-:mod:`globalstep.compat._common`).
+types, operation for operation, with the C library's float32 pow and cos and
+flush-to-zero, as XLA's eager kernels (see :mod:`globalstep.compat._common`).
 
 Where optax silently turns bad input into a constant schedule (``transition_steps <= 0``,
 ``decay_rate == 0``, a negative ``transition_begin``) or ignores it (``join_schedules``
@@ -48,7 +47,7 @@ __all__ = [
     "warmup_exponential_decay_schedule",
 ]
 
-_F32 = F32Ops(np.float32, flush_to_zero=True)
+_F32 = F32Ops(np.float32, c_library=True, flush_to_zero=True)
 _Fn = Callable[[Steps], Values]
 
 
