@@ -193,6 +193,6 @@ def test_params_without_name(capsys):
 def test_schedule_help_lists_parameters(capsys):
     """`schedule --help` lists each schedule with its parameters."""
     assert main(["schedule", "--help"]) == 0
-    assert (
-        "exponential_decay: --initial --decay-steps --rate [--staircase" in capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "exponential_decay: --initial --decay-steps --rate [--staircase" in out
+    assert "lengths are steps, or durations ('3ep') in plan, which knows the run" in out
