@@ -57,14 +57,17 @@ _FLOAT32: dict[np.ufunc, np.ufunc] | None = None
 
 def _libm_float32() -> dict[np.ufunc, np.ufunc]:
     """The C library's float32 ``powf``, ``expf``, ``logf``, ``cosf`` (what TensorFlow's
-    scalar kernels call), or ``{}`` where the C library cannot be loaded."""
+    kernels on one step and XLA's eager ones call), or ``{}`` where it cannot be loaded."""
     global _FLOAT32
     if _FLOAT32 is None:
         _FLOAT32 = {}
         try:
-            libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+            libm = ctypes.CDLL("libm.so.6")  # glibc, without find_library's subprocess
         except OSError:
-            return _FLOAT32
+            try:
+                libm = ctypes.CDLL(ctypes.util.find_library("m"))
+            except (OSError, TypeError):  # TypeError: CDLL(None) on Windows
+                return _FLOAT32
         for ufunc, name, arity in (
             (np.power, "powf", 2),
             (np.exp, "expf", 1),
