@@ -2,7 +2,8 @@
 
 values() of an exponential decay and a cosine decay on 10,000,000 steps, beside the NumPy
 one-liner that computes the same formula and optax's schedule (eager, and jitted after a
-compile run); and the scalar call ``lr(step)`` beside the inline Python formula. Each
+compile run); the scalar call ``lr(step)`` beside the inline Python formula; and the
+float32 compat layers' exponential decay on 1,000,000 steps and per call. Each
 figure is the best of N runs. Run: `.venv/bin/python bench/bench_schedules.py [--repeat 5]`.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 from globalstep.schedules import CosineDecay, ExponentialDecay
 
 N = 10_000_000
+COMPAT_N = 1_000_000
 
 
 def best(fn: Callable[[], Any], repeat: int) -> float:
@@ -95,6 +97,24 @@ def main() -> None:
         family = "cosine" if "cosine" in name else "0.96"
         inline = next(v for k, v in per_call.items() if k.startswith("inline") and family in k)
         print(f"{name:42}{us:8.3f}  {us / inline:8.1f}")
+    compat_timings(args.repeat)
+
+
+def compat_timings(repeat: int) -> None:
+    """The float32 compat layers, which call the C library's powf once per element."""
+    from globalstep.compat import keras, optax
+
+    steps = np.arange(COMPAT_N, dtype=np.int64)
+    print(f"\ncompat exponential decay (float32) on {COMPAT_N:,} steps, best of {repeat}")
+    print(f"{'':34}{'values() s':>10}  {'us/call':>8}")
+    for name, lr in (
+        ("compat.keras ExponentialDecay", keras.ExponentialDecay(0.1, 1000, 0.96)),
+        ("compat.optax exponential_decay", optax.exponential_decay(0.1, 1000, 0.96)),
+    ):
+        seconds = best(lambda lr=lr: lr.values(steps), repeat)
+        number = 20_000
+        call = min(timeit.repeat(lambda lr=lr: lr(12_345), number=number, repeat=repeat))
+        print(f"{name:34}{seconds:10.3f}  {call / number * 1e6:8.2f}")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,19 @@ LARGE_STEPS = (10**6, 2**31 - 1, 10**9, 10**12)
 
 
 def parity_steps(
-    periods: Iterable[int], *, largest: int = 10**12, multiples: int = 30
+    periods: Iterable[int],
+    *,
+    largest: int = 10**12,
+    multiples: int = 30,
+    begin: int = 0,
+    boundaries: Iterable[int] = (),
 ) -> np.ndarray:
-    """Dense steps 0..50, each multiple of each period minus one, exact and plus one, and
-    the large steps up to ``largest``."""
+    """Dense steps 0..50; ``begin`` plus each multiple of each period, and each of
+    ``boundaries``, minus one, exact and plus one; and the large steps up to ``largest``."""
     steps = set(range(51))
-    for period in periods:
-        for k in range(1, multiples + 1):
-            steps.update((k * period - 1, k * period, k * period + 1))
+    edges = {begin + k * period for period in periods for k in range(1, multiples + 1)}
+    for edge in edges | set(boundaries):
+        steps.update(s for s in (edge - 1, edge, edge + 1) if s >= 0)
     steps.update(s for s in LARGE_STEPS if s <= largest)
     return np.array(sorted(steps), dtype=np.int64)
 

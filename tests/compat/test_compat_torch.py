@@ -2,6 +2,7 @@
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -156,6 +157,19 @@ def test_dense_parity(name, make, ours):
             lambda sch, o: sch.MultiStepLR(o, milestones=[10**6, 10**9]),
             gt.MultiStepLR(0.1, milestones=[10**6, 10**9]),
         ),
+        (
+            lambda sch, o: sch.ConstantLR(o, factor=0.5, total_iters=10**9),
+            gt.ConstantLR(0.1, factor=0.5, total_iters=10**9),
+        ),
+    ],
+    ids=[
+        "StepLR",
+        "ExponentialLR",
+        "CosineAnnealingLR",
+        "PolynomialLR",
+        "LinearLR",
+        "MultiStepLR",
+        "ConstantLR",
     ],
 )
 def test_large_steps_match_torch_closed_form(make, ours):
@@ -170,15 +184,52 @@ def test_large_steps_match_torch_closed_form(make, ours):
         assert ours(step) == pytest.approx(theirs, rel=RTOL, abs=1e-300)
 
 
-def test_warm_restarts_large_step_matches_torch_epoch_form():
+@pytest.mark.parametrize("t_mult", [1, 3])
+def test_warm_restarts_large_step_matches_torch_epoch_form(t_mult):
     """CosineAnnealingWarmRestarts at 10**6..10**12 matches torch's step(epoch) path."""
     torch = pytest.importorskip("torch")
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=7, T_mult=3)
-    ours = gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=7, T_mult=3)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        optimizer, T_0=7, T_mult=t_mult
+    )
+    ours = gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=7, T_mult=t_mult)
     for step in (10**6, 2**31 - 1, 10**9, 10**12):
         scheduler.step(step)
-        assert ours(step) == pytest.approx(scheduler.get_last_lr()[0], rel=1e-9)
+        assert ours(step) == pytest.approx(scheduler.get_last_lr()[0], rel=RTOL)
+
+
+@pytest.mark.parametrize("three_phase", [False, True])
+def test_one_cycle_large_steps_match_torch(three_phase):
+    """A OneCycleLR of 10**12 steps matches torch at 10**6, 2**31-1, 10**9 and 10**12."""
+    torch = pytest.importorskip("torch")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    kwargs = {"max_lr": 1.0, "total_steps": 10**12, "three_phase": three_phase}
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, **kwargs)
+    ours = gt.OneCycleLR(**kwargs)
+    for step in (10**6, 2**31 - 1, 10**9, 10**12):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # step(epoch) is deprecated
+            scheduler.step(step)
+        assert ours(step) == pytest.approx(scheduler.get_last_lr()[0], rel=RTOL)
+
+
+def test_sequential_large_steps_match_torch():
+    """A SequentialLR at 10**6..10**12 is its last part, restarted at the milestone, as torch."""
+    torch = pytest.importorskip("torch")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sch = torch.optim.lr_scheduler
+    tail = sch.CosineAnnealingLR(optimizer, T_max=997)
+    scheduler = sch.SequentialLR(optimizer, [sch.ConstantLR(optimizer), tail], milestones=[10])
+    ours = gt.SequentialLR(
+        (gt.ConstantLR(0.1), gt.CosineAnnealingLR(0.1, T_max=997)), milestones=(10,)
+    )
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+    assert ours(10) == pytest.approx(scheduler.get_last_lr()[0], rel=RTOL)
+    for step in (10**6, 2**31 - 1, 10**9, 10**12):
+        tail.last_epoch = step - 10
+        assert ours(step) == pytest.approx(tail._get_closed_form_lr()[0], rel=RTOL)
 
 
 def test_one_cycle_last_valid_step_and_error_after():

@@ -6,7 +6,9 @@ called with one int step at a time as an optimizer calls it; it must be bit for 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import warnings
 
 import numpy as np
@@ -58,13 +60,27 @@ IDS = [
 ]
 
 
+def _edges(name, args, kwargs):
+    """Where a schedule changes course besides its period's multiples: the end of a
+    warm-up and decay, each restart of a geometric SGDR."""
+    if name == "CosineDecay" and "warmup_steps" in kwargs:
+        return (kwargs["warmup_steps"] + args[1],)
+    if name == "CosineDecayRestarts" and kwargs.get("t_mul", 2.0) != 1.0:
+        restarts, start, length = [], 0.0, float(args[1])
+        for _ in range(20):
+            start += length
+            length *= kwargs.get("t_mul", 2.0)
+            restarts.append(round(start))
+        return tuple(restarts)
+    return ()
+
+
 @pytest.mark.parametrize(("name", "args", "kwargs", "period"), CASES, ids=IDS)
 def test_parity_with_keras(keras, name, args, kwargs, period):
     """Each schedule equals Keras' bit for bit at dense, boundary and large steps."""
     theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
     ours = getattr(ck, name)(*args, **kwargs)
-    largest = 2**31 - 1 if name == "PiecewiseConstantDecay" else 10**12
-    steps = parity_steps([period], largest=largest)
+    steps = parity_steps([period], boundaries=_edges(name, args, kwargs))
     reference = np.array([np.asarray(theirs(int(s))) for s in steps])
     assert ours.values(steps).dtype == np.float32
     assert max_ulp(ours.values(steps), reference) == 0
@@ -104,10 +120,11 @@ def test_repr_names_the_arguments():
     )
 
 
-def test_negative_step():
-    """A negative step is refused."""
-    with pytest.raises(StepError, match="step=-1"):
-        ck.ExponentialDecay(0.1, 10, 0.5)(-1)
+@pytest.mark.parametrize(("step", "shown"), [(-1, "-1"), (1.5, "1.5"), (None, "None")])
+def test_invalid_step(step, shown):
+    """A negative or non-integer step is refused, showing the step received."""
+    with pytest.raises(StepError, match=f"`step` must be an int >= 0; got step={shown}"):
+        ck.ExponentialDecay(0.1, 10, 0.5)(step)
 
 
 @pytest.mark.parametrize(
@@ -150,7 +167,105 @@ def test_float64_parity_with_keras(keras, name, args, kwargs, period):
         args = (np.float64(args[0]), *args[1:])
     theirs = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
     ours = getattr(ck, name)(*args, **kwargs)
-    steps = parity_steps([period], largest=2**31 - 1)
+    steps = parity_steps([period], boundaries=_edges(name, args, kwargs))
     reference = np.array([np.asarray(theirs(int(s))) for s in steps])
     assert ours.values(steps).dtype == reference.dtype == np.float64
     assert ours.values(steps).tolist() == reference.tolist()
+
+
+KERAS_VALID = {
+    "ExponentialDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5},
+    "PolynomialDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "power": 2.0},
+    "InverseTimeDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5},
+    "CosineDecay": {"initial_learning_rate": 0.1, "decay_steps": 10, "warmup_target": 0.2},
+    "CosineDecayRestarts": {"initial_learning_rate": 0.1, "first_decay_steps": 10},
+    "PiecewiseConstantDecay": {"boundaries": [10], "values": [1.0, 0.5]},
+}
+
+
+def _sweep() -> list[tuple[str, str, object]]:
+    """(schedule, parameter, bad value): 0 and -1 for lengths, NaN and inf for numbers, a
+    NaN boundary and an inf value for the piecewise decay."""
+    cases: list[tuple[str, str, object]] = []
+    for name, valid in KERAS_VALID.items():
+        arguments = getattr(ck, name).__init__.__code__.co_varnames
+        for field in (*valid, "alpha", "m_mul", "end_learning_rate"):
+            if field not in arguments:
+                continue
+            if field.endswith("decay_steps"):
+                cases += [(name, field, 0), (name, field, -1)]
+            elif field == "boundaries":
+                cases.append((name, field, [math.nan]))
+            elif field == "values":
+                cases.append((name, field, [1.0, math.inf]))
+            else:
+                cases += [(name, field, math.nan), (name, field, math.inf)]
+    return cases
+
+
+def test_sweep_covers_every_schedule():
+    """The sweep below builds every Keras-compat schedule."""
+    assert sorted(KERAS_VALID) == sorted(ck.__all__)
+
+
+@pytest.mark.parametrize(("name", "field", "bad"), _sweep(), ids=str)
+def test_every_parameter_refuses_zero_nan_inf(name, field, bad):
+    """Every length refuses 0 and negatives and every number NaN and inf, naming both."""
+    shown = re.escape(repr(bad[-1] if isinstance(bad, list) else bad))
+    with pytest.raises(ConfigError, match=rf"`{field}` .*; got {field}={shown}\."):
+        getattr(ck, name)(**{**KERAS_VALID[name], field: bad})
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "step"),
+    [
+        ("ExponentialDecay", {"decay_steps": 100, "decay_rate": 0.999, "staircase": True}, 7761976),
+        (
+            "PolynomialDecay",
+            {"decay_steps": 100, "end_learning_rate": 0.01, "power": 0.5, "cycle": True},
+            268,
+        ),
+        (
+            "CosineDecayRestarts",
+            {"first_decay_steps": 12345, "t_mul": 1.5, "m_mul": 0.9, "alpha": 0.01},
+            1864112,
+        ),
+    ],
+    ids=["powf", "powf of a cycle", "logf and cosf"],
+)
+def test_parity_where_rounding_from_float64_differs(keras, name, kwargs, step):
+    """Where the C library's float32 function is not the once-rounded float64 value (found
+    by random search), the schedule still equals Keras' bit for bit."""
+    lr = {"ExponentialDecay": 0.1, "PolynomialDecay": 0.0003}.get(name, 0.05)
+    theirs = getattr(keras.optimizers.schedules, name)(lr, **kwargs)(step)
+    assert getattr(ck, name)(lr, **kwargs)(step) == np.asarray(theirs).item()
+
+
+@pytest.mark.parametrize(("initial", "step"), [(0.1, 125452), (0.0003, 9113345)])
+def test_subnormal_rates_flush_to_zero_as_in_keras(keras, initial, step):
+    """A rate below float32's smallest normal number is 0, as TensorFlow flushes it."""
+    kwargs = {"decay_steps": 100 if initial < 0.1 else 1000, "staircase": initial < 0.1}
+    rate = 0.999 if initial < 0.1 else 0.5
+    theirs = keras.optimizers.schedules.ExponentialDecay(initial, decay_rate=rate, **kwargs)
+    ours = ck.ExponentialDecay(initial, decay_rate=rate, **kwargs)
+    assert np.asarray(theirs(step)).item() == 0.0
+    assert ours(step) == 0.0
+    assert ours.values([step]).tolist() == [0.0]
+
+
+def test_subnormal_rate_is_zero_without_keras():
+    """A float32 rate that would be subnormal is 0 (TensorFlow's flush-to-zero), in both
+    __call__ and values()."""
+    lr = ck.ExponentialDecay(0.1, 1000, 0.5)
+    assert np.float32(0.1) * np.float32(0.5) ** np.float32(125.452) != 0  # subnormal
+    assert (lr(125452), lr.values([125452]).tolist()) == (0.0, [0.0])
+
+
+def test_without_the_c_library_pow_is_rounded_from_float64(monkeypatch):
+    """Where the C library cannot be loaded, pow comes from float64, within one ulp."""
+    from globalstep.compat import _common
+
+    with_libm = ck.ExponentialDecay(0.1, 100, 0.999, staircase=True).values([7761976])
+    monkeypatch.setattr(_common, "_FLOAT32", {})
+    without = ck.ExponentialDecay(0.1, 100, 0.999, staircase=True).values([7761976])
+    assert max_ulp(with_libm, without) <= 1

@@ -138,9 +138,13 @@ def test_noisy_without_noise_matches_linear_cosine(tf):
 def test_piecewise_parity(tf):
     """piecewise_constant equals TF's at every step, the step after each boundary included."""
     boundaries, values = [100, 200, 3000], [1.0, 0.5, 0.1, 0.01]
-    steps = parity_steps([100], largest=2**31 - 1)
+    steps = parity_steps([100])
     reference = [
-        float(tf.compat.v1.train.piecewise_constant(tf.constant(int(s)), boundaries, values)())
+        float(
+            tf.compat.v1.train.piecewise_constant(
+                tf.constant(int(s), tf.int64), boundaries, values
+            )()
+        )
         for s in steps
     ]
     ours = ctf.piecewise_constant(0, boundaries, values).schedule.values(steps)
@@ -301,3 +305,17 @@ def test_core_float32_exponential_decay_equals_tfs(tf):
         kwargs = {"decay_steps": 1000, "decay_rate": 0.96, "staircase": staircase}
         reference = _reference(tf, tf.compat.v1.train.exponential_decay, steps, 0.1, **kwargs)
         assert max_ulp(core.values(steps), reference) == 0
+
+
+@pytest.mark.parametrize("rate_type", [float, np.float64], ids=["float rate", "float64 rate"])
+@pytest.mark.parametrize("lr_type", [float, np.float64], ids=["float lr", "float64 lr"])
+def test_natural_exp_factor_dtype_follows_tf(tf, lr_type, rate_type):
+    """natural_exp_decay computes exp(-decay_rate) in the rate's own dtype, as TF does, then
+    in the learning rate's: bit for bit with TF for each mix of Python and float64."""
+    steps = parity_steps([100], multiples=5)
+    kwargs = {"decay_steps": 100, "decay_rate": rate_type(0.3)}
+    lr = lr_type(0.1)
+    reference = _reference(tf, tf.compat.v1.train.natural_exp_decay, steps, lr, **kwargs)
+    ours = _ours(ctf.natural_exp_decay, steps, lr, **kwargs)
+    assert ours.dtype == reference.dtype
+    assert ours.tolist() == reference.tolist()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -28,6 +30,7 @@ from globalstep.schedules import (
     Schedule,
     WarmupStableDecay,
     from_config,
+    registered,
 )
 
 from .strategies import SCHEDULES, steps
@@ -43,10 +46,21 @@ STEP_ZERO = {
     "cosine_decay": lambda s: s.initial,
     "cosine_decay_restarts": lambda s: s.initial,
     "linear_cosine_decay": lambda s: s.initial * (s.alpha + 1 + s.beta),
+    "noisy_linear_cosine_decay": lambda s: (
+        s.initial * (s.alpha + 1 + math.sqrt(s.initial_variance) * _z0(s.seed) + s.beta)
+    ),
     "one_cycle": lambda s: s.peak / s.div_factor,
     "inverse_sqrt": lambda s: s.peak / s.warmup_steps,
     "warmup_stable_decay": lambda s: s.initial if s.warmup_steps else s.peak,
 }
+
+
+def _z0(seed: int) -> float:
+    """The noise draw of the noisy linear-cosine decay at step 0."""
+    from globalstep.schedules.core import standard_normal
+
+    return float(standard_normal(seed, np.zeros(1, np.int64))[0])
+
 
 # Schedules documented as monotone: +1 non-decreasing, -1 non-increasing, per step range.
 MONOTONE = {
@@ -414,8 +428,12 @@ def test_invalid_step_is_refused(step, shown):
 
 @pytest.mark.parametrize(
     ("steps", "shown"),
-    [([0, -3], "step=-3"), (np.array([0.5]), "float64")],
-    ids=["negative", "float array"],
+    [
+        ([0, -3], "step=-3"),
+        (np.array([0.5]), "float64"),
+        (np.array([2**63], np.uint64), f"<= 2\\*\\*63-1; got step={2**63}"),
+    ],
+    ids=["negative", "float array", "too large"],
 )
 def test_invalid_steps_array_is_refused(steps, shown):
     """values() refuses negative steps and non-integer arrays, showing what it got."""
@@ -442,3 +460,78 @@ def test_exponential_fast_path_at_an_exact_square():
     array power differ there)."""
     lr = ExponentialDecay(1.0, 5840, 0.010000000000000002)
     assert _bits(np.array([lr(11_680)])) == _bits(lr.values([11_680]))
+
+
+# One valid set of arguments per core schedule, the base for the sweeps below.
+VALID = {
+    "constant": {"value": 0.1},
+    "linear": {"initial": 0.0, "end_value": 1.0, "steps": 10},
+    "exponential_decay": {"initial": 0.1, "decay_steps": 10, "rate": 0.9},
+    "natural_exp_decay": {"initial": 0.1, "decay_steps": 10, "rate": 0.5},
+    "inverse_time_decay": {"initial": 0.1, "decay_steps": 10, "rate": 0.5},
+    "piecewise_constant": {"boundaries": (10,), "levels": (1.0, 0.5)},
+    "polynomial_decay": {"initial": 0.1, "decay_steps": 10},
+    "cosine_decay": {"initial": 0.1, "decay_steps": 10},
+    "cosine_decay_restarts": {"initial": 0.1, "first_decay_steps": 10},
+    "linear_cosine_decay": {"initial": 0.1, "decay_steps": 10},
+    "noisy_linear_cosine_decay": {"initial": 0.1, "decay_steps": 10},
+    "one_cycle": {"peak": 1.0, "total_steps": 100},
+    "inverse_sqrt": {"peak": 1.0, "warmup_steps": 10},
+    "warmup_stable_decay": {"peak": 1.0, "total_steps": 100, "warmup_steps": 10, "decay_steps": 10},
+}
+CORE = {name: cls for name, cls in registered().items() if cls.__module__.endswith(".core")}
+
+
+def test_sweeps_cover_every_core_schedule():
+    """The sweeps below, and the step-0 property, cover every core schedule."""
+    assert sorted(VALID) == sorted(STEP_ZERO) == sorted(CORE)
+
+
+def _sweep(kind: str) -> list[tuple[str, str, object]]:
+    cases = []
+    for name, cls in sorted(CORE.items()):
+        if kind == "length":
+            for field, minimum in cls.lengths.items():
+                if field == "boundaries":  # each boundary is a length; the error shows it
+                    cases += [(name, field, (0,)), (name, field, (-1,))]
+                    continue
+                bad = (0, -1) if minimum >= 1 else (-1,)
+                cases += [(name, field, value) for value in bad]
+        else:
+            for spec in dataclasses.fields(cls):
+                if "float" in str(spec.type) and "tuple" not in str(spec.type):
+                    cases += [(name, spec.name, math.nan), (name, spec.name, math.inf)]
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "value"), _sweep("length"), ids=lambda v: str(v).replace(" ", "")
+)
+def test_every_length_refuses_zero_and_negative(name, field, value):
+    """Every length of every core schedule refuses 0 (where it must be >= 1) and negatives,
+    naming the parameter and the value received."""
+    shown = repr(value[0] if isinstance(value, tuple) else value)
+    with pytest.raises(ConfigError, match=rf"`{field}` .*; got {field}={re.escape(shown)}\."):
+        CORE[name](**{**VALID[name], field: value})
+
+
+@pytest.mark.parametrize(("name", "field", "value"), _sweep("number"), ids=str)
+def test_every_number_refuses_nan_and_inf(name, field, value):
+    """Every float parameter of every core schedule refuses NaN and inf, naming both."""
+    with pytest.raises(ConfigError, match=rf"`{field}` .*; got {field}={value!r}"):
+        CORE[name](**{**VALID[name], field: value})
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+@pytest.mark.parametrize(
+    ("step", "shown"),
+    [(-1, "-1"), (2.0, "2.0"), (np.float64(3.0), r"np.float64\(3.0\)"), ("4", "'4'")],
+)
+def test_every_schedule_refuses_bad_steps(name, step, shown):
+    """Every core schedule refuses a negative or non-integer step, showing it, in __call__
+    and values()."""
+    schedule = CORE[name](**VALID[name])
+    with pytest.raises(StepError, match=rf"`step` must be an int >= 0; got step={shown}\."):
+        schedule(step)
+    with pytest.raises(StepError, match=r"`steps` must be an array of ints >= 0"):
+        schedule.values([0, step])

@@ -29,6 +29,14 @@ def test_explain_rising_schedule_has_no_half():
     """A warm-up from 0 has no half step (it starts at 0)."""
     e = explain(warmup(Constant(1.0), 10), total_steps=20)
     assert (e.first_change, e.half_step) == (1, None)
+    assert e.lines()[3] == ("falls to half  does not apply (the value at step 0 is not positive)")
+
+
+def test_explain_rising_from_a_positive_start_never_halves():
+    """A line rising from 0.1 to 1 never falls to half within the run, and says so."""
+    e = explain(Linear(0.1, 1.0, 10), total_steps=20)
+    assert (e.first_change, e.half_step) == (1, None)
+    assert e.lines()[3] == "falls to half  never within 20 steps"
 
 
 def test_explain_scans_past_one_chunk():
@@ -71,9 +79,24 @@ def test_schedule_cli_explain(capsys):
     argv = ["schedule", "exponential_decay", "--initial", "1", "--decay-steps", "10"]
     assert main([*argv, "--rate", "0.5", "--staircase", "--total-steps", "100", "--explain"]) == 0
     out = capsys.readouterr().out
+    formula = (
+        "formula        exponential_decay(initial=1.0, decay_steps=10, rate=0.5, staircase=True"
+    )
+    assert formula in out
+    assert "v(s) = 1.0 * 0.5 ** floor(max(s - 0, 0) / 10)" in out
     for text in ("step 0         1", "first change   step 10", "falls to half  step 10"):
         assert text in out
     assert "final value    0.00195312 (step 99)" in out
+
+
+def test_schedule_cli_table_steps_are_tenths_of_the_run(capsys):
+    """Without --at the table shows each tenth of the run and its last step."""
+    assert main(["schedule", "constant", "--value", "1", "--total-steps", "5000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = [line.split()[0] for line in lines[1:12]]
+    assert shown == [f"{s:,}" for s in (0, 500, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500)] + [
+        "4,999"
+    ]
 
 
 def test_schedule_cli_prints_a_terminal_plot(capsys):
@@ -131,8 +154,24 @@ def test_schedule_cli_one_cycle_takes_total_steps(capsys):
         (["schedule", "exponential_decay", "--staircase", "maybe"], "`staircase` must be true"),
         (["schedule", "constant", "--value", "nan"], "`value` must be a finite number"),
         (["schedule", "constant", "--value", "1", "--total-steps", "0"], "`total_steps` must be"),
+        (
+            ["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "3ep"],
+            "`schedule` must give its lengths in steps here: `globalstep schedule` knows no "
+            "steps per epoch",
+        ),
     ],
-    ids=["no name", "unknown", "bad at", "negative at", "no file", "both", "bool", "nan", "total"],
+    ids=[
+        "no name",
+        "unknown",
+        "bad at",
+        "negative at",
+        "no file",
+        "both",
+        "bool",
+        "nan",
+        "total",
+        "epochs",
+    ],
 )
 def test_schedule_cli_errors(capsys, argv, message):
     """Each bad invocation exits 1 with an error naming the parameter."""
@@ -154,6 +193,6 @@ def test_params_without_name(capsys):
 def test_schedule_help_lists_parameters(capsys):
     """`schedule --help` lists each schedule with its parameters."""
     assert main(["schedule", "--help"]) == 0
-    assert (
-        "exponential_decay: --initial --decay-steps --rate [--staircase" in capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "exponential_decay: --initial --decay-steps --rate [--staircase" in out
+    assert "lengths are steps, or durations ('3ep') in plan, which knows the run" in out

@@ -10,6 +10,10 @@ from globalstep.schedules import (
     Constant,
     CosineDecay,
     ExponentialDecay,
+    InverseSqrt,
+    InverseTimeDecay,
+    NaturalExpDecay,
+    OneCycle,
     PiecewiseConstant,
     WarmupStableDecay,
     join,
@@ -105,6 +109,17 @@ def test_schedule_that_ends_early():
     assert plan.lint(CosineDecay(0.1, 60)) == [
         "the schedule ends at step 60: its final value 0 is used for the last 40 steps "
         "(40.0% of the run)"
+    ]
+
+
+def test_schedule_ending_at_the_last_step_is_on_time():
+    """A decay that reaches its final value at the run's last step gives no warning; one
+    step earlier leaves a 2-step tail, which is reported."""
+    plan = Plan(1200, 100, 10)
+    assert plan.lint(CosineDecay(0.1, 119)) == []
+    assert plan.lint(CosineDecay(0.1, 118)) == [
+        "the schedule ends at step 118: its final value 0 is used for the last 2 steps "
+        "(1.7% of the run)"
     ]
 
 
@@ -212,3 +227,99 @@ def test_plan_cli_missing_parameter_exits_1(capsys):
 def test_plan_cli_missing_required_is_usage_error():
     """Leaving out --epochs is a usage error (exit 2)."""
     assert main(["plan", "--dataset-size", "10", "--batch-size", "1"]) == 2
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        NaturalExpDecay(0.1, 24_000, 0.5, staircase=True),
+        InverseTimeDecay(0.1, 30_000, 0.5, staircase=True),
+        ExponentialDecay(0.1, 1000, 0.5, staircase=True, begin=23_500),
+    ],
+    ids=["natural exp", "inverse time", "exponential with begin"],
+)
+def test_every_staircase_that_never_fires(schedule):
+    """Each staircase decay whose first step down lies past the run's end is reported."""
+    assert Plan(1200, 100, 2000).lint(schedule) == [
+        f"decay_steps={schedule.decay_steps} but the run has 24,000 steps: the rate stays 0.1 "
+        "for the whole run"
+    ]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        ExponentialDecay(0.1, 23_999, 0.96, staircase=True),
+        ExponentialDecay(0.1, 100_000, 0.96),
+        ExponentialDecay(0.1, 100_000, 1.0, staircase=True),
+        NaturalExpDecay(0.1, 100_000, 0.0, staircase=True),
+    ],
+    ids=["fires at the last step", "continuous", "rate 1", "rate 0"],
+)
+def test_no_staircase_warning_when_it_fires_or_cannot(schedule):
+    """A staircase that fires within the run, a continuous decay, and a rate that never
+    changes the value give no never-decays warning."""
+    assert not any("decay_steps" in w for w in Plan(1200, 100, 2000).lint(schedule))
+
+
+def test_staircase_after_a_warmup_counts_from_the_warmup_end():
+    """A staircase behind a 100-step warm-up sees the run's steps after the warm-up only."""
+    lr = warmup(ExponentialDecay(0.1, 23_950, 0.5, staircase=True), 100)
+    assert Plan(1200, 100, 2000).lint(lr) == [
+        "decay_steps=23950 but the exponential_decay part has 23,900 steps: the rate stays "
+        "0.1 for the whole part"
+    ]
+
+
+def test_join_part_boundary_counts_from_the_part_start():
+    """A piecewise part of a join is checked against the steps left after its start."""
+    lr = join([Constant(1.0), PiecewiseConstant((50,), (1.0, 0.5))], [100])
+    assert Plan(1200, 100, 10).lint(lr) == [
+        "boundary 50 is at or past the piecewise_constant part's end (20 steps): what "
+        "follows it is never used"
+    ]
+
+
+def test_inverse_sqrt_peak_on_the_last_step_is_reached():
+    """An inverse-sqrt warm-up as long as the run peaks at its last step: no warning;
+    one step longer never peaks."""
+    plan = Plan(1200, 100, 1)
+    assert plan.lint(InverseSqrt(1.0, 12)) == []
+    assert plan.lint(InverseSqrt(1.0, 13)) == [
+        "the warm-up of 13 steps is not shorter than the run's 12 steps: the rate never "
+        "reaches its peak"
+    ]
+
+
+def test_one_cycle_peak_past_the_end():
+    """A one-cycle schedule longer than the run whose peak is past its end is reported."""
+    lint = Plan(1200, 100, 1).lint(OneCycle(1.0, 100))
+    assert "the warm-up of 30 steps is not shorter than the run's 12 steps" in lint[0]
+
+
+def test_plan_cli_prints_each_warning(capsys):
+    """`plan` prints each lint warning on its own line."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "1"]
+    argv = [*args, "--schedule", "warmup_stable_decay", "--peak", "1", "--warmup-steps", "20"]
+    assert main([*argv, "--decay-steps", "5", "--total-steps", "40", "--every", "2ep"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("warning: ")] == [
+        "warning: the warm-up of 20 steps is not shorter than the run's 12 steps: the rate "
+        "never reaches its peak",
+        "warning: a trigger every 2ep first fires at step 24, but the run has 12 steps: it "
+        "never fires",
+    ]
+
+
+def test_plan_cli_accumulation_processes_and_drop_last(capsys):
+    """`plan --grad-accum --world-size --drop-last` divides the updates and counts the
+    samples actually used."""
+    args = ["plan", "--dataset-size", "1250", "--batch-size", "100", "--epochs", "10"]
+    assert main([*args, "--grad-accum", "3", "--world-size", "2", "--drop-last"]) == 0
+    rows = [line.rsplit(maxsplit=1) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [
+        ["steps per epoch", "2"],
+        ["total steps", "20"],
+        ["samples per step", "600"],
+        ["samples", "12,000"],
+    ]

@@ -2,17 +2,21 @@
 
 A peer computes in float32 (``dtype`` follows the initial rate, as in TensorFlow and Keras).
 Arithmetic is done in that dtype, operation for operation in the peer's order, so it
-matches bit for bit. Transcendental functions (pow, exp, log, cos) are where the peers
-themselves disagree: TensorFlow's Eigen kernels and XLA's each use their own float32
-approximations, and TensorFlow's scalar and vector kernels differ from each other by one
-ulp. Here they are computed in float64 and rounded once to float32 (the correctly rounded
-value in all but rare cases): within one ulp of each peer and, at every step the parity
-tests check, equal to TensorFlow's scalar kernels and to Keras' and optax's eager results.
-In float64 (a float64 initial rate) they are the C library's, as TF's float64 kernels are.
+matches bit for bit. Transcendental functions (pow, exp, log, cos) are taken from the C
+library in float32 (``powf``, ``expf``, ``logf``, ``cosf``), as TensorFlow's kernels on
+one step (a scalar, as an optimizer reads the rate) and XLA's eager ones call them, and
+results below the smallest normal number are flushed to zero, as both run with
+flush-to-zero. Where the C library cannot be loaded they are computed in float64 and
+rounded once (within a few ulps of the peers). TensorFlow's kernels on a tensor of many
+steps use Eigen's vectorised approximations instead, up to 2 ulps from its own scalar
+results. In float64 (a float64 initial rate) they are the C library's, as TF's float64
+kernels are.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +52,38 @@ _FLOAT64: dict[np.ufunc, np.ufunc] = {
 }
 
 
+_FLOAT32: dict[np.ufunc, np.ufunc] | None = None
+
+
+def _libm_float32() -> dict[np.ufunc, np.ufunc]:
+    """The C library's float32 ``powf``, ``expf``, ``logf``, ``cosf`` (what TensorFlow's
+    kernels on one step and XLA's eager ones call), or ``{}`` where it cannot be loaded."""
+    global _FLOAT32
+    if _FLOAT32 is None:
+        _FLOAT32 = {}
+        try:
+            libm = ctypes.CDLL("libm.so.6")  # glibc, without find_library's subprocess
+        except OSError:
+            try:
+                libm = ctypes.CDLL(ctypes.util.find_library("m"))
+            except (OSError, TypeError):  # TypeError: CDLL(None) on Windows
+                return _FLOAT32
+        for ufunc, name, arity in (
+            (np.power, "powf", 2),
+            (np.exp, "expf", 1),
+            (np.log, "logf", 1),
+            (np.cos, "cosf", 1),
+        ):
+            fn = getattr(libm, name, None)
+            if fn is None:
+                _FLOAT32 = {}
+                break
+            fn.restype = ctypes.c_float
+            fn.argtypes = [ctypes.c_float] * arity
+            _FLOAT32[ufunc] = np.frompyfunc(fn, arity, 1)
+    return _FLOAT32
+
+
 class F32Ops:
     """Scalar casts and transcendental functions in a peer's dtype.
 
@@ -55,12 +91,25 @@ class F32Ops:
         dtype: ``np.float32`` (the peers' default) or ``np.float64``.
         via_float32: cast Python floats through float32 first (TensorFlow does this when a
             Python hyper-parameter meets a float64 rate).
+        c_library: in float32, take pow, exp, log and cos from the C library (``powf``,
+            ...), as TensorFlow's kernels on one step and XLA's eager ones do, where it can
+            be loaded; otherwise they are computed in float64 and rounded once.
+        flush_to_zero: flush results below the smallest normal number to zero, as
+            TensorFlow and XLA run.
     """
 
-    def __init__(self, dtype: Any, via_float32: bool = False) -> None:
+    def __init__(
+        self,
+        dtype: Any,
+        via_float32: bool = False,
+        c_library: bool = False,
+        flush_to_zero: bool = False,
+    ) -> None:
         self.dtype = np.dtype(dtype)
         self.type = self.dtype.type
         self._via32 = via_float32 and self.dtype == np.float64
+        self._ftz = flush_to_zero
+        self._libm32 = _libm_float32() if c_library and self.dtype == np.float32 else {}
 
     def c(self, value: Any) -> Any:
         """``value`` as a scalar of the dtype."""
@@ -76,8 +125,20 @@ class F32Ops:
         if self.dtype == np.float64:
             # NumPy's SIMD float64 kernels differ from the C library's in the last bit.
             return np.asarray(_FLOAT64[fn](*args), dtype=np.float64)
+        if fn in self._libm32:
+            narrow = [np.asarray(a, dtype=np.float32) for a in args]
+            return self.flush(np.asarray(self._libm32[fn](*narrow), dtype=np.float32))
         wide = [np.asarray(a, dtype=np.float64) for a in args]
-        return np.asarray(fn(*wide)).astype(self.dtype)
+        return self.flush(np.asarray(fn(*wide)).astype(self.dtype))
+
+    def flush(self, values: Any) -> Any:
+        """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow and
+        XLA do; unchanged without flush-to-zero."""
+        if not self._ftz:
+            return values
+        values = np.asarray(values, dtype=self.dtype)
+        tiny = np.finfo(self.dtype).tiny
+        return np.where(np.abs(values) < tiny, np.copysign(self.type(0), values), values)
 
     def pow(self, base: Any, exponent: Any) -> Any:
         """``base ** exponent``."""
@@ -128,8 +189,11 @@ class PeerSchedule:
 
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
-        self._ops = F32Ops(dtype, via_float32=True)
-        self._schedule = Formula(self._formula, dtype=np.dtype(dtype).name)
+        self._ops = F32Ops(dtype, via_float32=True, c_library=True, flush_to_zero=True)
+        self._schedule = Formula(self._flushed, dtype=np.dtype(dtype).name)
+
+    def _flushed(self, steps: Steps) -> Values:
+        return self._ops.flush(self._formula(steps))
 
     def _formula(self, steps: Steps) -> Values:
         raise NotImplementedError

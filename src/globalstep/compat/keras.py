@@ -3,9 +3,10 @@
 Migrating is renaming an import: ``keras.optimizers.schedules.ExponentialDecay`` becomes
 ``globalstep.compat.keras.ExponentialDecay``. Each is called with a step (optimizer updates
 applied, see :mod:`globalstep.clock`) and has ``get_config()`` / ``from_config()``. Values
-are computed as Keras computes them, in the dtype of ``initial_learning_rate`` (float32
-for a Python float), operation for operation; see :mod:`globalstep.compat._common` for the
-one-ulp allowance on pow, exp, log and cos.
+are computed as Keras computes them on its TensorFlow backend, in the dtype of
+``initial_learning_rate`` (float32 for a Python float), operation for operation, with
+TensorFlow's pow, exp, log and cos and its flush-to-zero (see
+:mod:`globalstep.compat._common`).
 
 Example:
     >>> lr = ExponentialDecay(0.1, decay_steps=1000, decay_rate=0.96)

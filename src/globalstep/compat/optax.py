@@ -4,11 +4,13 @@ Migrating is renaming an import: ``optax.warmup_cosine_decay_schedule(...)`` bec
 ``globalstep.compat.optax.warmup_cosine_decay_schedule(...)``. Each returns a schedule
 called with a count (optax's name for the step: optimizer updates applied, see
 :mod:`globalstep.clock`), computed as optax computes it eagerly with JAX's default 32-bit
-types, operation for operation; pow and cos are rounded once from float64 (see
-:mod:`globalstep.compat._common`).
+types, operation for operation, with the C library's float32 pow and cos and
+flush-to-zero, as XLA's eager kernels (see :mod:`globalstep.compat._common`).
 
 Where optax silently turns bad input into a constant schedule (``transition_steps <= 0``,
-``decay_rate == 0``, a negative ``transition_begin``), this module raises ConfigError.
+``decay_rate == 0``, a negative ``transition_begin``) or ignores it (``join_schedules``
+with a wrong number of boundaries, or boundaries out of order), this module raises
+ConfigError.
 
 Example:
     >>> lr = warmup_cosine_decay_schedule(0.0, 1.0, warmup_steps=10, decay_steps=110)
@@ -18,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -44,7 +47,7 @@ __all__ = [
     "warmup_exponential_decay_schedule",
 ]
 
-_F32 = F32Ops(np.float32)
+_F32 = F32Ops(np.float32, c_library=True, flush_to_zero=True)
 _Fn = Callable[[Steps], Values]
 
 
@@ -63,7 +66,9 @@ class OptaxSchedule(PeerSchedule):
         self._schedule = Formula(self._formula, dtype=dtype)
 
     def _formula(self, steps: Steps) -> Values:
-        return np.broadcast_to(self._fn(steps), steps.shape)
+        values = np.broadcast_to(self._fn(steps), steps.shape)
+        # XLA runs with flush-to-zero: a float32 rate below the smallest normal is 0.
+        return _F32.flush(values) if self._schedule.dtype == "float32" else values
 
     def get_config(self) -> dict[str, Any]:
         return dict(self.arguments)
@@ -404,6 +409,14 @@ def join_schedules(schedules: Sequence[OptaxSchedule], boundaries: Sequence[int]
         )
     for b in boundaries:
         _steps_arg("boundaries", b, 0)
+    if len(boundaries) != len(schedules) - 1:
+        raise ConfigError(
+            "boundaries",
+            f"must hold one fewer element than schedules ({len(schedules)})",
+            list(boundaries),
+        )
+    if any(b <= a for a, b in itertools.pairwise(boundaries)):
+        raise ConfigError("boundaries", "must be strictly increasing", list(boundaries))
     dtype = "float64" if all(s.fn_name == "constant_schedule" for s in schedules) else "float32"
     fn = _join([s._fn for s in schedules], list(boundaries))
     arguments = {"schedules": list(schedules), "boundaries": list(boundaries)}

@@ -13,8 +13,9 @@ rate follows training. Each read is reported to a
 :class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops advancing:
 the classic frozen-learning-rate bug of a ``minimize()`` without ``global_step=``.
 
-Values are TF's: float32 for a Python-float rate, operation for operation (see
-:mod:`globalstep.compat._common` for the one-ulp allowance on pow, exp, log and cos).
+Values are TF's: float32 for a Python-float rate, operation for operation, with the C
+library's pow, exp, log and cos and flush-to-zero, as TF's kernels on one step (see
+:mod:`globalstep.compat._common`).
 
 Example:
     >>> from globalstep import Clock
@@ -37,7 +38,7 @@ import numpy as np
 
 from globalstep.clock import Clock
 from globalstep.compat import keras as _keras
-from globalstep.compat._common import PeerSchedule, check_positive_steps
+from globalstep.compat._common import F32Ops, PeerSchedule, check_positive_steps
 from globalstep.compat._tf_logging import log_every_n, log_first_n
 from globalstep.errors import ConfigError
 from globalstep.guards import StaleStepDetector
@@ -188,14 +189,21 @@ def natural_exp_decay(
     name: str | None = None,
 ) -> DecayedLearningRate:
     """``learning_rate * exp(-decay_rate * step / decay_steps)``; TF computes the factor
-    ``exp(-decay_rate)`` in float32 once and raises it to the power, and so does this.
+    ``exp(-decay_rate)`` once, in float32 (in float64 for a float64 ``decay_rate``), casts
+    it to the dtype of ``learning_rate`` and raises it to the power, and so does this.
 
     Example:
         >>> natural_exp_decay(1.0, 0, 10, 0.5)()
         1.0
     """
     check_number("decay_rate", decay_rate)
-    rate = float(np.exp(-np.float64(np.float32(decay_rate))).astype(np.float32))
+    rate: Any
+    if isinstance(decay_rate, np.float64):
+        rate = np.float64(math.exp(-decay_rate))
+    else:
+        rate = float(
+            F32Ops(np.float32, c_library=True, flush_to_zero=True).exp(-np.float32(decay_rate))
+        )
     schedule = _keras.ExponentialDecay(
         learning_rate, decay_steps, rate, staircase, name or "ExponentialDecay"
     )

@@ -113,7 +113,9 @@ def check_steps(steps: Any) -> Steps:
             int(array.min()),
         )
     if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
-        raise StepError("`steps` must be <= 2**63-1.", int(array.max()))
+        raise StepError(
+            f"`steps` must be <= 2**63-1; got step={int(array.max())}.", int(array.max())
+        )
     return array.astype(np.int64, copy=False)
 
 
@@ -204,7 +206,10 @@ class Schedule(ABC):
 
     def _f(self, ufunc: np.ufunc, *args: Any) -> Values:
         """``ufunc(*args)`` (pow, exp, log, cos); in float32 computed in float64 and rounded
-        once, the correctly rounded value in all but rare cases, as the compat layers do."""
+        once, the correctly rounded value in all but rare cases. (The compat layers call
+        the C library's float32 functions one element at a time to equal TensorFlow and
+        optax bit for bit; here the vectorised path keeps ``values()`` fast, within an ulp
+        or two of them.)"""
         if self._dt == np.float32:
             return ufunc(*(np.asarray(a, dtype=np.float64) for a in args)).astype(np.float32)
         return ufunc(*args)

@@ -82,7 +82,8 @@ def _parameters_help(names: list[str]) -> str:
         extra = f" [{' '.join(optional)}]" if optional else ""
         lines.append(f"  {name}: {' '.join(_flag(r) for r in required)}{extra}")
     lines.append(
-        "lists (--boundaries, --levels) are comma-separated; lengths take durations ('3ep')"
+        "lists (--boundaries, --levels) are comma-separated; lengths are steps, or durations "
+        "('3ep') in plan, which knows the run"
     )
     return "\n".join(lines)
 

@@ -657,7 +657,8 @@ class NoisyLinearCosineDecay(Schedule):
         v(s) = v_0 ((\\alpha + l + \\sigma z_s) c + \\beta)
 
     where :math:`z_s` is a standard normal drawn from ``(seed, step)`` alone, so the same
-    seed gives the same values in any order, vectorised or not, after any restart.
+    seed gives the same values in any order, vectorised or not, after any restart. The
+    value at step 0 is :math:`v_0 (\\alpha + 1 + \\sigma_0 z_0 + \\beta)`.
 
     Args:
         initial, decay_steps, num_periods, alpha, beta: as :class:`LinearCosineDecay`.

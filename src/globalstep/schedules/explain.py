@@ -61,11 +61,16 @@ class Explanation:
                 else f"never within {self.total_steps:,} steps"
             )
 
+        half = (
+            step(self.half_step)
+            if self.value_at_zero > 0
+            else "does not apply (the value at step 0 is not positive)"
+        )
         return [
             f"formula        {self.formula}",
             f"step 0         {self.value_at_zero:.6g}",
             f"first change   {step(self.first_change)}",
-            f"falls to half  {step(self.half_step)}",
+            f"falls to half  {half}",
             f"final value    {self.final_value:.6g} (step {self.total_steps - 1:,})",
         ]
 
@@ -106,6 +111,12 @@ def explain(schedule: Schedule, total_steps: int) -> Explanation:
 
 def _sample_steps(total_steps: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, total_steps - 1, num=count).round().astype(np.int64))
+
+
+def _table_steps(total_steps: int) -> list[int]:
+    """Steps at each tenth of the run (0, 100, ..., 900 for 1,000 steps) and its last step."""
+    tenths = {total_steps * i // 10 for i in range(10)}
+    return sorted(tenths | {total_steps - 1})
 
 
 def terminal_plot(schedule: Schedule, total_steps: int, width: int = 64, height: int = 12) -> str:
@@ -174,11 +185,18 @@ def _run(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args, args.total_steps)
     if schedule is None:
         raise ConfigError("name", "must name a schedule (or give --config FILE)", None)
-    end = schedule.end_step() if schedule.resolved else None
+    if not schedule.resolved:
+        raise ConfigError(
+            "schedule",
+            "must give its lengths in steps here: `globalstep schedule` knows no steps per "
+            "epoch, batch size or tokens per step (`globalstep plan ... --schedule` does)",
+            schedule,
+        )
+    end = schedule.end_step()
     total = args.total_steps if args.total_steps is not None else (end + 1 if end else 1000)
     if total < 1:
         raise ConfigError("total_steps", "must be an int >= 1", total)
-    steps = _parse_steps(args.at) if args.at else _sample_steps(total, 11).tolist()
+    steps = _parse_steps(args.at) if args.at else _table_steps(total)
     values = schedule.values(np.asarray(steps, dtype=np.int64))
     width = max(len(f"{s:,}") for s in steps)
     print(f"{'step':>{width}}  value")

@@ -157,8 +157,11 @@ class Plan:
             return []
         first = self.steps(duration, name)
         if first > self.total_steps:
+            # A trigger named by its period alone (as `plan --every` names them) is not
+            # named twice.
+            label = "a trigger" if name == period else f"trigger {name!r}"
             return [
-                f"trigger {name!r} every {duration} first fires at step {first:,}, but the run "
+                f"{label} every {duration} first fires at step {first:,}, but the run "
                 f"has {self.total_steps:,} steps: it never fires"
             ]
         return []
@@ -169,7 +172,10 @@ def _fmt(value: float) -> str:
 
 
 def _lint_schedule(schedule: Schedule, total: int, *, top: bool) -> list[str]:
+    """The warnings for ``schedule`` over the ``total`` steps it sees: the run's at the top,
+    and for a part of a warm-up or a join, the steps from where the part starts."""
     warnings: list[str] = []
+    scope = "the run" if top else f"the {schedule.name} part"
     if isinstance(schedule, ExponentialDecay | NaturalExpDecay | InverseTimeDecay):
         begin = schedule.begin if isinstance(schedule, ExponentialDecay) else 0
         first_change = int(begin) + int(schedule.decay_steps)
@@ -179,42 +185,59 @@ def _lint_schedule(schedule: Schedule, total: int, *, top: bool) -> list[str]:
             and schedule.rate != (1 if isinstance(schedule, ExponentialDecay) else 0)
         ):
             warnings.append(
-                f"decay_steps={schedule.decay_steps} but the run has {total:,} steps: the rate "
-                f"stays {_fmt(schedule(0))} for the whole run"
+                f"decay_steps={schedule.decay_steps} but {scope} has {total:,} steps: the rate "
+                f"stays {_fmt(schedule(0))} for the whole {'run' if top else 'part'}"
             )
-    warmup = _warmup_length(schedule)
-    if warmup is not None and warmup >= total:
+    warmup = _warmup(schedule)
+    if warmup is not None and warmup[1] >= total:
         warnings.append(
-            f"the warm-up of {warmup:,} steps is not shorter than the run's {total:,} steps: "
+            f"the warm-up of {warmup[0]:,} steps is not shorter than {scope}'s {total:,} steps: "
             "the rate never reaches its peak"
         )
     if isinstance(schedule, PiecewiseConstant | Join):
         for boundary in schedule.boundaries:
             if int(boundary) >= total:
                 warnings.append(
-                    f"boundary {int(boundary):,} is at or past the run's end ({total:,} steps): "
+                    f"boundary {int(boundary):,} is at or past {scope}'s end ({total:,} steps): "
                     "what follows it is never used"
                 )
     if top and not isinstance(schedule, Constant | PiecewiseConstant):
         end = schedule.end_step()
-        if end is not None and 0 < end < total:
+        # Reaching the final value at the run's last step (end == total - 1) is on time.
+        if end is not None and 0 < end < total - 1:
             tail = total - end
             warnings.append(
                 f"the schedule ends at step {end:,}: its final value {_fmt(schedule(end))} is "
                 f"used for the last {tail:,} steps ({100 * tail / total:.1f}% of the run)"
             )
-    for part in schedule.parts():
-        warnings += _lint_schedule(part, total, top=False)
+    for part, start in _parts(schedule):
+        if start < total:
+            warnings += _lint_schedule(part, total - start, top=False)
     return warnings
 
 
-def _warmup_length(schedule: Schedule) -> int | None:
+def _parts(schedule: Schedule) -> list[tuple[Schedule, int]]:
+    """Each part with the step where it starts (its step 0)."""
     if isinstance(schedule, Warmup):
-        return int(schedule.steps)
-    if isinstance(schedule, WarmupStableDecay | InverseSqrt):
-        return int(schedule.warmup_steps) or None
+        return [(schedule.schedule, int(schedule.steps))]
+    if isinstance(schedule, Join):
+        starts = (0, *(int(b) for b in schedule.boundaries))
+        return list(zip(schedule.schedules, starts, strict=True))
+    return [(part, 0) for part in schedule.parts()]
+
+
+def _warmup(schedule: Schedule) -> tuple[int, int] | None:
+    """The warm-up's length and the first step at its peak, or None without a warm-up."""
+    if isinstance(schedule, Warmup):
+        return int(schedule.steps), int(schedule.steps)
+    if isinstance(schedule, WarmupStableDecay) and int(schedule.warmup_steps):
+        return int(schedule.warmup_steps), int(schedule.warmup_steps)
+    if isinstance(schedule, InverseSqrt):
+        # The peak comes at step warmup_steps - 1, the warm-up's last update.
+        return int(schedule.warmup_steps), int(schedule.warmup_steps) - 1
     if isinstance(schedule, OneCycle):
-        return math.ceil(schedule.pct_start * int(schedule.total_steps))
+        peak = math.ceil(schedule.pct_start * int(schedule.total_steps))
+        return peak, peak
     return None
 
 
@@ -228,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
         drop_last=args.drop_last,
     )
     schedule = schedule_from_args(args, plan.total_steps)
-    triggers = {f"every {period}": period for period in args.every or []}
+    triggers = {period: period for period in args.every or []}
     rows = [
         ("steps per epoch", f"{plan.steps_per_epoch:,}"),
         ("total steps", f"{plan.total_steps:,}"),
