@@ -338,3 +338,12 @@ def test_from_config_unknown_class():
     """from_config() of an unknown class names the known ones."""
     with pytest.raises(ConfigError, match="StepLR"):
         gt.TorchSchedule.from_config({"class": "Nope", "config": {}})
+
+
+def test_fields_stay_as_given():
+    """Construction keeps each field as the caller gave it (milestones unsorted, no total)."""
+    multi = gt.MultiStepLR(base_lr=1.0, milestones=[5, 2], gamma=0.5)
+    assert multi.milestones == [5, 2]
+    assert multi.values([1, 2, 5]).tolist() == [1.0, 0.5, 0.25]
+    cycle = gt.OneCycleLR(max_lr=1.0, epochs=2, steps_per_epoch=5)
+    assert (cycle.total_steps, cycle.steps_total) == (None, 10)

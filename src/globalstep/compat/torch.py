@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -172,10 +173,13 @@ class MultiStepLR(TorchSchedule):
         for m in self.milestones:
             _count("milestones", m, 0)
         _number("gamma", self.gamma)
-        object.__setattr__(self, "milestones", tuple(sorted(self.milestones)))
+
+    @functools.cached_property
+    def _sorted_milestones(self) -> tuple[int, ...]:
+        return tuple(sorted(self.milestones))
 
     def _value(self, step: int) -> float:
-        return self.base_lr * self.gamma ** bisect.bisect_right(self.milestones, step)
+        return self.base_lr * self.gamma ** bisect.bisect_right(self._sorted_milestones, step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +380,6 @@ class OneCycleLR(TorchSchedule):
                 )
             _count("epochs", self.epochs, 1)
             _count("steps_per_epoch", self.steps_per_epoch, 1)
-            object.__setattr__(self, "total_steps", self.epochs * self.steps_per_epoch)
         else:
             _count("total_steps", self.total_steps, 1)
         _number("pct_start", self.pct_start, low=0, high=1)
@@ -387,10 +390,18 @@ class OneCycleLR(TorchSchedule):
         if not isinstance(self.three_phase, bool):
             raise ConfigError("three_phase", "must be a bool", self.three_phase)
 
+    @property
+    def steps_total(self) -> int:
+        """The cycle's length: ``total_steps``, or ``epochs * steps_per_epoch``."""
+        if self.total_steps is not None:
+            return self.total_steps
+        assert self.epochs is not None  # __post_init__ checked both
+        assert self.steps_per_epoch is not None
+        return self.epochs * self.steps_per_epoch
+
     def _phases(self) -> list[tuple[float, float, float]]:
         """Returns (end step, start rate, end rate) per phase, as PyTorch lays them out."""
-        total = self.total_steps
-        assert total is not None
+        total = self.steps_total
         initial = self.max_lr / self.div_factor
         floor = initial / self.final_div_factor
         if self.three_phase:
@@ -405,10 +416,9 @@ class OneCycleLR(TorchSchedule):
         ]
 
     def _value(self, step: int) -> float:
-        assert self.total_steps is not None
-        if step > self.total_steps:
+        if step > self.steps_total:
             raise StepError(
-                f"`step` must be <= total_steps={self.total_steps} (OneCycleLR's last valid "
+                f"`step` must be <= total_steps={self.steps_total} (OneCycleLR's last valid "
                 f"step); got step={step}.",
                 step,
             )
