@@ -599,3 +599,23 @@ def test_memory_filesystem_lock():
     with CheckpointManager(url), pytest.raises(LockError, match="locked by another writer"):
         CheckpointManager(url)
     CheckpointManager(url).close()
+
+
+@pytest.mark.slow
+def test_array_over_4_gib_round_trips(tmp_path):
+    """A real array of 4 GiB + 4 KiB saves, verifies, and restores in place bit for bit."""
+    nbytes = (4 << 30) + 4096
+    big = np.zeros(nbytes, dtype=np.uint8)
+    big[: 1 << 20] = np.arange(1 << 20, dtype=np.uint64).astype(np.uint8)
+    big[1 << 20 :: 1 << 20] = 7
+    big[-4096:] = 255
+    with CheckpointManager(tmp_path, max_to_keep=1) as manager:
+        manager.save(1, {"big": big})
+        manager.verify()
+        del big
+        into = np.zeros(nbytes, dtype=np.uint8)
+        tree = manager.restore({"big": into})
+    assert tree["big"] is into
+    assert np.array_equal(into[: 1 << 20], np.arange(1 << 20, dtype=np.uint64).astype(np.uint8))
+    assert (into[1 << 20 : -4096 : 1 << 20] == 7).all()
+    assert (into[-4096:] == 255).all()
