@@ -43,13 +43,8 @@ def _decay_p(self: Any, steps: Steps) -> Values:
     return np.floor(p) if self.staircase else p
 
 
-class ExponentialDecay(PeerSchedule):
-    """``initial_learning_rate * decay_rate ** (step / decay_steps)``, as Keras computes it.
-
-    Example:
-        >>> ExponentialDecay(1.0, 10, 0.5, staircase=True)(10)
-        0.5
-    """
+class _RateDecay(PeerSchedule):
+    """Keras' decays of ``(initial_learning_rate, decay_steps, decay_rate, staircase)``."""
 
     _fields = ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name")
 
@@ -59,7 +54,7 @@ class ExponentialDecay(PeerSchedule):
         decay_steps: int,
         decay_rate: float,
         staircase: bool = False,
-        name: str = "ExponentialDecay",
+        name: str | None = None,
     ) -> None:
         check_number("initial_learning_rate", initial_learning_rate)
         check_positive_steps("decay_steps", decay_steps)
@@ -69,8 +64,17 @@ class ExponentialDecay(PeerSchedule):
         self.decay_steps = decay_steps
         self.decay_rate = decay_rate
         self.staircase = staircase
-        self.name = name
+        self.name = type(self).__name__ if name is None else name  # Keras' default name
         self._init(initial_learning_rate)
+
+
+class ExponentialDecay(_RateDecay):
+    """``initial_learning_rate * decay_rate ** (step / decay_steps)``, as Keras computes it.
+
+    Example:
+        >>> ExponentialDecay(1.0, 10, 0.5, staircase=True)(10)
+        0.5
+    """
 
     def _formula(self, steps: Steps) -> Values:
         o = self._ops
@@ -174,34 +178,13 @@ class PolynomialDecay(PeerSchedule):
         return (initial - end) * o.pow(1 - p, o.c(self.power)) + end
 
 
-class InverseTimeDecay(PeerSchedule):
+class InverseTimeDecay(_RateDecay):
     """``initial_learning_rate / (1 + decay_rate * step / decay_steps)``, as Keras does it.
 
     Example:
         >>> InverseTimeDecay(1.0, 10, 1.0)(10)
         0.5
     """
-
-    _fields = ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name")
-
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        decay_steps: int,
-        decay_rate: float,
-        staircase: bool = False,
-        name: str = "InverseTimeDecay",
-    ) -> None:
-        check_number("initial_learning_rate", initial_learning_rate)
-        check_positive_steps("decay_steps", decay_steps)
-        check_number("decay_rate", decay_rate)
-        check_flag("staircase", staircase)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = name
-        self._init(initial_learning_rate)
 
     def _formula(self, steps: Steps) -> Values:
         o = self._ops
