@@ -102,3 +102,70 @@ def test_remote_lock_with_garbage_is_refused():
     storage.write_bytes(storage.join(".lock"), b"\xff garbage")
     with pytest.raises(LockError, match="locked by another writer"):
         DirectoryLock(storage).acquire()
+
+
+def test_failed_local_release_still_frees_the_lock(tmp_path, monkeypatch):
+    """A release whose truncation fails raises, yet closes the file and frees the lock."""
+    first = DirectoryLock(open_storage(tmp_path))
+    first.acquire()
+
+    def fail(fd, length):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", fail)
+    with pytest.raises(OSError, match="Input/output error"):
+        first.release()
+    monkeypatch.undo()
+    second = DirectoryLock(open_storage(tmp_path))
+    second.acquire()
+    second.release()
+
+
+def test_failed_local_acquire_leaves_no_lock_held(tmp_path, monkeypatch):
+    """An acquire that cannot record its holder raises and leaves the lock free."""
+
+    def fail(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="No space left"):
+        DirectoryLock(open_storage(tmp_path)).acquire()
+    monkeypatch.undo()
+    lock = DirectoryLock(open_storage(tmp_path))
+    lock.acquire()
+    lock.release()
+
+
+def test_remote_second_release_keeps_the_next_holders_lock():
+    """Releasing a remote lock twice never deletes the lock of the writer that came next."""
+    storage = open_storage("memory://globalstep-storage/e")
+    first = DirectoryLock(storage)
+    first.acquire()
+    first.release()
+    second = DirectoryLock(storage)
+    second.acquire()
+    first.release()
+    assert storage.exists(storage.join(".lock"))
+    with pytest.raises(LockError, match="locked by another writer"):
+        DirectoryLock(storage).acquire()
+    second.release()
+    assert not storage.exists(storage.join(".lock"))
+
+
+def test_remote_replace_file_never_leaves_the_file_missing(monkeypatch):
+    """Where rename is not atomic a failed replacement does not delete the old file first."""
+    storage = open_storage("memory://globalstep-storage/f")
+    storage.makedirs(storage.root)
+    path = storage.join("index")
+    storage.write_bytes(path, b"old")
+    storage.replace_file(path, b"new")
+    assert storage.read_bytes(path) == b"new"
+
+    def fail(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FsspecStorage, "open_writer", fail)
+    with pytest.raises(OSError, match="No space left"):
+        storage.replace_file(path, b"newer")
+    monkeypatch.undo()
+    assert storage.read_bytes(path) == b"new"

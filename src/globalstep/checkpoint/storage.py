@@ -80,7 +80,7 @@ class Storage(ABC):
 
     @abstractmethod
     def open_writer(self, path: str) -> Writer:
-        """Creates the file ``path`` (which must not exist) for writing."""
+        """Creates the file ``path`` for writing (local storage refuses an existing one)."""
 
     @abstractmethod
     def open_reader(self, path: str) -> IO[bytes]:
@@ -111,9 +111,13 @@ class Storage(ABC):
             return f.read()
 
     def replace_file(self, path: str, data: bytes) -> None:
-        """Replaces a small file's content, atomically where rename is."""
+        """Replaces a small file's content, atomically where rename is.
+
+        Where rename is not atomic the file is overwritten in place (an object store
+        replaces an object whole), never removed first: a failure then leaves the old
+        content or a damaged file that reads as corrupt, never a missing one.
+        """
         if not self.atomic_rename:
-            self.remove_file(path)
             self.write_bytes(path, data)
             return
         staging = f"{path}.tmp-{os.getpid()}"
@@ -329,6 +333,7 @@ class DirectoryLock:
         self._storage = storage
         self._path = storage.join(LOCK_FILE)
         self._fd: int | None = None
+        self._held_remote = False
         self.took_over: str | None = None
 
     def _me(self) -> bytes:
@@ -372,12 +377,16 @@ class DirectoryLock:
                 self._path,
                 holder,
             ) from None
-        previous = os.pread(fd, 4096, 0)
+        try:
+            previous = os.pread(fd, 4096, 0)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self._me(), 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)  # frees the flock: a lock that names nobody is not held
+            raise
         if previous.strip():
             self.took_over = _describe(self._read_holder(previous))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, self._me(), 0)
-        os.fsync(fd)
         self._fd = fd
 
     def _acquire_remote(self) -> None:
@@ -399,14 +408,19 @@ class DirectoryLock:
             self.took_over = _describe(holder)
             self._storage.remove_file(self._path)
         self._storage.write_bytes(self._path, self._me())
+        self._held_remote = True
 
     def release(self) -> None:
-        """Frees the lock; releasing twice is harmless."""
+        """Frees the lock; releasing twice, or a lock never taken, is harmless."""
         if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)
-            self._fd = None
-        elif not isinstance(self._storage, LocalStorage):
+            fd, self._fd = self._fd, None
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)
+        elif self._held_remote:
+            # Only once: a second release must not delete the next holder's lock file.
+            self._held_remote = False
             self._storage.remove_file(self._path)
 
 
