@@ -619,3 +619,45 @@ def test_array_over_4_gib_round_trips(tmp_path):
     assert np.array_equal(into[: 1 << 20], np.arange(1 << 20, dtype=np.uint64).astype(np.uint8))
     assert (into[1 << 20 : -4096 : 1 << 20] == 7).all()
     assert (into[-4096:] == 255).all()
+
+
+def test_failed_open_releases_the_lock(ckpt_dir, monkeypatch):
+    """An I/O error while opening a writer surfaces and leaves the directory unlocked."""
+    import globalstep.checkpoint.manager as manager_module
+
+    with CheckpointManager(ckpt_dir, save_every=10) as manager:
+        manager.save(10, {"v": 1})
+
+    def fail(storage, name):
+        raise CheckpointError(f"reading {name} failed: [Errno 5] Input/output error")
+
+    monkeypatch.setattr(manager_module, "load_state", fail)
+    with pytest.raises(CheckpointError, match="Input/output error"):
+        CheckpointManager(ckpt_dir, save_every=10)
+    monkeypatch.undo()
+    with CheckpointManager(ckpt_dir, save_every=10) as manager:
+        assert manager.steps() == [10]
+
+
+def test_memory_filesystem_failed_marker_leaves_no_checkpoint(monkeypatch):
+    """On fsspec storage a marker write cut short leaves no committed-looking checkpoint."""
+    from globalstep.checkpoint import storage as storage_module
+
+    url = "memory://globalstep-tests/run-d"
+    real_write = storage_module._FsspecWriter.write
+
+    def cut_short(self, data):
+        if b'"state.json"' in bytes(data):  # the marker: half of it lands, then ENOSPC
+            real_write(self, bytes(data)[: len(data) // 2])
+            self._handle.commit()  # published, as an object store's close publishes a part
+            raise OSError(28, "No space left on device")
+        real_write(self, data)
+
+    with CheckpointManager(url) as manager:
+        manager.save(1, {"v": 1})
+        monkeypatch.setattr(storage_module._FsspecWriter, "write", cut_short)
+        with pytest.raises(CheckpointError, match="saving step-000000000002 failed"):
+            manager.save(2, {"v": 2})
+        monkeypatch.undo()
+        assert manager.steps() == [1]
+        assert manager.restore() == {"v": 1}

@@ -230,8 +230,10 @@ def commit(
             if storage.atomic_rename:
                 _publish(storage, staging, final)
         except BaseException:
-            if storage.atomic_rename:
-                _quiet_remove(storage, staging)
+            if not storage.atomic_rename:
+                # Written in place: a marker cut short by the failure must not stay visible.
+                _quiet_remove(storage, storage.join(name, COMMIT_FILE))
+            _quiet_remove(storage, staging)
             raise
         storage.fsync_dir(storage.root)
 

@@ -221,7 +221,11 @@ class CheckpointManager(Closing):
         if not read_only:
             self._lock = DirectoryLock(self._storage)
             self._lock.acquire()
-            self._resume_trigger()
+            try:
+                self._resume_trigger()
+            except BaseException:
+                self._lock.release()  # no manager is returned, so nobody else could
+                raise
 
     # ----------------------------------------------------------------- inspection
 
