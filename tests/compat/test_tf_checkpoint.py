@@ -257,3 +257,36 @@ def test_compat_tf_exposes_checkpoint_classes():
     assert tf.latest_checkpoint is _tf_checkpoint.latest_checkpoint
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = tf.Nope
+
+
+def test_resaving_a_path_keeps_the_other_paths_timestamps(tmp_path, monkeypatch):
+    """Checkpoint.save over an indexed path drops that path's timestamp, not the last one."""
+    now = [100.0]
+    monkeypatch.setattr("globalstep.compat._tf_checkpoint.time.time", lambda: now[0])
+    ckpt = Checkpoint(w=np.zeros(1))
+    prefix = str(tmp_path / "ckpt")
+    for stamp in (100.0, 200.0, 300.0):
+        now[0] = stamp
+        ckpt.save(prefix)
+    ckpt.save_counter.value = 1  # as after restoring ckpt-1: the next save is ckpt-2 again
+    now[0] = 400.0
+    ckpt.save(prefix)
+    index = json.loads((tmp_path / "checkpoint").read_text())
+    assert names(index["all_model_checkpoint_paths"]) == ["ckpt-1", "ckpt-3", "ckpt-2"]
+    assert index["all_model_checkpoint_timestamps"] == [100.0, 300.0, 400.0]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {"all_model_checkpoint_paths": [1]},
+        {"all_model_checkpoint_paths": ["a"], "all_model_checkpoint_timestamps": ["x"]},
+        {"all_model_checkpoint_paths": ["a"], "all_model_checkpoint_timestamps": None},
+        ["not", "an", "object"],
+    ],
+)
+def test_index_with_bad_fields_is_corrupt(tmp_path, index):
+    """An index whose paths or timestamps are of the wrong type is a CorruptCheckpointError."""
+    (tmp_path / "checkpoint").write_text(json.dumps(index))
+    with pytest.raises(CorruptCheckpointError, match="is not a checkpoint index"):
+        CheckpointManager(Checkpoint(w=np.zeros(1)), str(tmp_path), max_to_keep=2)

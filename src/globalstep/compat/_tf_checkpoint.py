@@ -253,16 +253,23 @@ class Checkpoint:
         return CheckpointLoadStatus(report, save_path, tuple(self._objects))
 
 
+def _all(items: Any, kind: Any) -> bool:
+    """True when ``items`` is a list of ``kind`` (bools are not numbers here)."""
+    return isinstance(items, list) and all(
+        isinstance(i, kind) and not isinstance(i, bool) for i in items
+    )
+
+
 def _read_index(storage: Storage) -> dict[str, Any] | None:
     path = storage.join(_INDEX)
     if not storage.exists(path):
         return None
     try:
         index = json.loads(storage.read_bytes(path).decode())
-        if not isinstance(index, dict) or not isinstance(
-            index.get("all_model_checkpoint_paths"), list
-        ):
+        if not isinstance(index, dict) or not _all(index.get("all_model_checkpoint_paths"), str):
             raise ValueError("not an index")
+        if not _all(index.get("all_model_checkpoint_timestamps", []), int | float):
+            raise ValueError("bad timestamps")
     except (UnicodeDecodeError, ValueError) as err:
         raise CorruptCheckpointError(
             f"{path} is not a checkpoint index; delete it to rebuild it from the committed "
@@ -275,13 +282,16 @@ def _read_index(storage: Storage) -> dict[str, Any] | None:
 def _update_index(storage: Storage, latest: str, manager: CheckpointManager | None) -> None:
     if manager is None:
         index = _read_index(storage) or {}
-        paths = [p for p in index.get("all_model_checkpoint_paths", []) if p != latest]
-        stamps = index.get("all_model_checkpoint_timestamps", [])[: len(paths)]
+        now = time.time()
+        paths = index.get("all_model_checkpoint_paths", [])
+        stamps = [*index.get("all_model_checkpoint_timestamps", []), *[now] * len(paths)]
+        # Drop ``latest`` with its own timestamp, so later paths keep theirs.
+        pairs = [(p, t) for p, t in zip(paths, stamps, strict=False) if p != latest]
         document = {
             "model_checkpoint_path": latest,
-            "all_model_checkpoint_paths": [*paths, latest],
-            "all_model_checkpoint_timestamps": [*stamps, time.time()],
-            "last_preserved_timestamp": index.get("last_preserved_timestamp", time.time()),
+            "all_model_checkpoint_paths": [*(p for p, _ in pairs), latest],
+            "all_model_checkpoint_timestamps": [*(t for _, t in pairs), now],
+            "last_preserved_timestamp": index.get("last_preserved_timestamp", now),
         }
     else:
         document = {
