@@ -1,9 +1,12 @@
 """Helpers shared by the checkpoint tests (a plain module, so its name is unique)."""
 
+import json
 import os
 import pathlib
 
 import numpy as np
+
+from globalstep.checkpoint.format import checksum_of
 
 SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 
@@ -58,3 +61,17 @@ def state_for_step(step):
         "w": rng.random(size, dtype=np.float32),
         "layers": [rng.integers(0, 9, size=(size // 64, 8), dtype=np.int64), float(step)],
     }
+
+
+def reseal(checkpoint, *, arrays=None, state=None):
+    """Replaces files of a checkpoint and rewrites the checksums that cover them."""
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    if arrays is not None:
+        (checkpoint / "arrays.safetensors").write_bytes(arrays)
+        doc["files"]["arrays.safetensors"] = {"size": len(arrays), "xxh3_64": checksum_of(arrays)}
+    data = json.dumps(doc).encode() if state is None else state
+    (checkpoint / "state.json").write_bytes(data)
+    marker = json.dumps(
+        {"format": 1, "state.json": {"size": len(data), "xxh3_64": checksum_of(data)}}
+    ).encode()
+    (checkpoint / "COMMITTED").write_bytes(marker + f"\nxxh3_64 {checksum_of(marker)}\n".encode())

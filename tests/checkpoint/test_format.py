@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -13,14 +14,19 @@ import time
 
 import numpy as np
 import pytest
-from ckpt_helpers import assert_tree_equal, make_state, state_for_step, subprocess_env
+from ckpt_helpers import assert_tree_equal, make_state, reseal, state_for_step, subprocess_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
 import globalstep.checkpoint.storage as storage_module
-from globalstep import CheckpointError, CorruptCheckpointError, GlobalStepError
+from globalstep import (
+    CheckpointError,
+    CheckpointExistsError,
+    CorruptCheckpointError,
+    GlobalStepError,
+)
 from globalstep.checkpoint import CheckpointManager
 from globalstep.checkpoint import format as fmt
 from globalstep.checkpoint.format import checksum_of
@@ -34,20 +40,6 @@ def saved(directory, state=None, step=1):
     with CheckpointManager(directory) as manager:
         manager.save(step, make_state(step) if state is None else state)
     return directory / f"step-{step:012d}"
-
-
-def reseal(checkpoint, *, arrays=None, state=None):
-    """Replaces files of a checkpoint and rewrites the checksums that cover them."""
-    doc = json.loads((checkpoint / "state.json").read_bytes())
-    if arrays is not None:
-        (checkpoint / "arrays.safetensors").write_bytes(arrays)
-        doc["files"]["arrays.safetensors"] = {"size": len(arrays), "xxh3_64": checksum_of(arrays)}
-    data = json.dumps(doc).encode() if state is None else state
-    (checkpoint / "state.json").write_bytes(data)
-    marker = json.dumps(
-        {"format": 1, "state.json": {"size": len(data), "xxh3_64": checksum_of(data)}}
-    ).encode()
-    (checkpoint / "COMMITTED").write_bytes(marker + f"\nxxh3_64 {checksum_of(marker)}\n".encode())
 
 
 def restore_all_ways(directory):
@@ -374,3 +366,136 @@ def test_arrays_over_4_gib_get_64_bit_offsets_and_bounded_chunks():
     assert len(first) <= fmt.CHUNK_BYTES
     assert len(second) <= fmt.CHUNK_BYTES
     assert fmt.parse_header(prefix[8:], 24 + (5 << 30), "x")[1][3] == 24 + (5 << 30)
+
+
+# ------------------------------------------------------------------ each corruption, named
+
+
+def restore_error(checkpoint):
+    """Restores the checkpoint's directory and returns the CorruptCheckpointError raised."""
+    with (
+        CheckpointManager(checkpoint.parent, read_only=True) as manager,
+        pytest.raises(CorruptCheckpointError) as info,
+    ):
+        manager.restore()
+    return str(info.value)
+
+
+def edited_state(checkpoint, edit):
+    """state.json after ``edit(document)``, as bytes."""
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    edit(doc)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda doc: doc.pop("tree"), "lacks the state tree"),
+        (lambda doc: doc["files"].pop("arrays.safetensors"), "lacks the checksum of arrays"),
+        (lambda doc: doc.update(files=[]), "lacks the checksum of arrays"),
+        (lambda doc: doc.update(format=2), "is not a globalstep checkpoint file of format 1"),
+    ],
+)
+def test_sealed_but_incomplete_state_json_is_named(tmp_path, edit, match):
+    """A state.json with valid checksums that lacks a required part is named as corrupt."""
+    checkpoint = saved(tmp_path)
+    reseal(checkpoint, state=edited_state(checkpoint, edit))
+    assert re.search(match, restore_error(checkpoint))
+    assert "state.json" in restore_error(checkpoint)
+
+
+def test_sealed_state_json_that_is_not_json_is_named(tmp_path):
+    """Garbage with valid checksums in state.json is 'not valid JSON', naming the file."""
+    checkpoint = saved(tmp_path)
+    reseal(checkpoint, state=b"{not json")
+    assert re.search(r"state\.json is not valid JSON", restore_error(checkpoint))
+
+
+def test_marker_without_state_checksum_is_named(tmp_path):
+    """A sealed marker that lacks the checksum of state.json is corrupt, naming the marker."""
+    checkpoint = saved(tmp_path)
+    marker = json.dumps({"format": 1}).encode()
+    (checkpoint / "COMMITTED").write_bytes(marker + f"\nxxh3_64 {checksum_of(marker)}\n".encode())
+    assert re.search(r"COMMITTED lacks the checksum of state\.json", restore_error(checkpoint))
+
+
+def header_file(header, data=b""):
+    """A safetensors file with ``header`` (a dict) and ``data``."""
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+@pytest.mark.parametrize(
+    ("arrays", "match"),
+    [
+        (header_file([1, 2]), "the safetensors header is not an object"),
+        (
+            header_file(
+                {
+                    "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                    "b": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]},
+                },
+                b"\0" * 6,
+            ),
+            "tensor data is not contiguous",
+        ),
+    ],
+)
+def test_sealed_but_malformed_arrays_file_is_named(tmp_path, arrays, match):
+    """An arrays file with valid checksums but a malformed header is named as corrupt."""
+    checkpoint = saved(tmp_path)
+    reseal(checkpoint, arrays=arrays)
+    message = restore_error(checkpoint)
+    assert re.search(match, message)
+    assert "arrays.safetensors" in message
+
+
+@pytest.mark.parametrize(
+    ("node", "match"),
+    [
+        ({"shape": [-1]}, "bad shape for 'w'"),
+        ({"shape": [3]}, "tensor 'w' does not match state.json"),
+        ({"dtype": "<i8"}, "tensor 'w' does not match state.json"),
+    ],
+)
+def test_state_json_disagreeing_with_the_header_is_named(tmp_path, node, match):
+    """An array node of state.json that the safetensors header contradicts is corrupt."""
+    checkpoint = saved(tmp_path, {"w": np.zeros(2, np.float64)})
+    reseal(
+        checkpoint,
+        state=edited_state(checkpoint, lambda doc: doc["tree"]["dict"]["w"].update(node)),
+    )
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        with pytest.raises(CorruptCheckpointError, match=match):
+            manager.verify()
+        with manager.open() as reader, pytest.raises(CorruptCheckpointError, match=match):
+            reader["w"]
+
+
+def test_commit_refuses_a_committed_name_without_force(tmp_path):
+    """commit() itself refuses to replace a committed checkpoint unless forced."""
+    storage = storage_module.open_storage(tmp_path)
+    fmt.commit(storage, STEP1, {"w": np.zeros(1)}, {"tree": None})
+    with pytest.raises(CheckpointExistsError, match=f"checkpoint {STEP1} exists .*force=True"):
+        fmt.commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None})
+    fmt.commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None}, force=True)
+
+
+def test_big_endian_and_0d_arrays_round_trip(tmp_path):
+    """Non-native byte order, 0-d included, is stored little-endian and restored by value."""
+    state = {"s": np.array(7.5, ">f8"), "v": np.arange(3, dtype=">i4")[::-1]}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        restored = manager.restore()
+    assert restored["s"] == 7.5
+    assert restored["s"].shape == ()
+    assert restored["v"].tolist() == [2, 1, 0]
+
+
+def test_a_file_that_ends_early_while_read_is_truncated():
+    """A read that meets the end of the file early (it shrank after its size was taken)."""
+    import io
+
+    with pytest.raises(CorruptCheckpointError, match=r"x\.safetensors is truncated"):
+        fmt.read_exactly(io.BytesIO(b"ab"), memoryview(bytearray(4)), "x.safetensors")

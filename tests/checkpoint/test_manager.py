@@ -8,7 +8,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from ckpt_helpers import assert_tree_equal, make_state, subprocess_env
+from ckpt_helpers import assert_tree_equal, make_state, reseal, subprocess_env
 
 import globalstep
 from globalstep import (
@@ -661,3 +661,56 @@ def test_memory_filesystem_failed_marker_leaves_no_checkpoint(monkeypatch):
         monkeypatch.undo()
         assert manager.steps() == [1]
         assert manager.restore() == {"v": 1}
+
+
+def test_prune_refuses_a_non_policy(ckpt_dir):
+    """prune() with something that is not a KeepPolicy raises ConfigError naming it."""
+    with CheckpointManager(ckpt_dir) as manager, pytest.raises(ConfigError, match="`policy`"):
+        manager.prune(3)
+
+
+def test_skip_corrupt_on_an_empty_directory_is_not_found(ckpt_dir):
+    """skip_corrupt=True with nothing committed is 'no committed checkpoint'."""
+    with (
+        CheckpointManager(ckpt_dir) as manager,
+        pytest.raises(CheckpointNotFoundError, match="no committed checkpoint in"),
+    ):
+        manager.restore(skip_corrupt=True)
+
+
+def test_repr_names_directory_and_policy(ckpt_dir):
+    """The repr shows the directory and the retention policy."""
+    with CheckpointManager(ckpt_dir, max_to_keep=2) as manager:
+        assert repr(manager) == (
+            f"CheckpointManager({str(ckpt_dir)!r}, policy=KeepAny(policies=(KeepLatest(n=2),)))"
+        )
+
+
+def test_another_trigger_starts_afresh_after_restart(ckpt_dir):
+    """A writer reopened with another save_every trigger starts that trigger afresh."""
+    clock = Clock()
+    with CheckpointManager(ckpt_dir, save_every=10) as manager:
+        clock.tick(10)
+        assert manager.maybe_save(clock, {"clock": clock})
+    with CheckpointManager(ckpt_dir, save_every=every(4)) as manager:
+        clock.tick(2)
+        assert manager.maybe_save(clock, {"clock": clock})
+
+
+def test_listing_survives_damaged_metadata(ckpt_dir):
+    """ls-style reads tolerate odd metrics, clocks and a damaged newest state.json."""
+    import json
+
+    with CheckpointManager(ckpt_dir, keep_best=KeepBest("loss")) as manager:
+        manager.save(1, {"v": 1}, metrics={"loss": 1.0})
+        manager.save(2, {"v": 2}, metrics={"loss": 2.0})
+    step1 = ckpt_dir / "step-000000000001"
+    doc = json.loads((step1 / "state.json").read_bytes())
+    doc.update(metrics=[1], clocks=[{"bogus": 1}], created_unix="then")
+    reseal(step1, state=json.dumps(doc).encode())
+    (ckpt_dir / "step-000000000002" / "state.json").write_bytes(b"garbage")
+    with CheckpointManager(ckpt_dir, read_only=True) as manager:
+        assert manager.stored_policy() is None
+        first, second = manager.summaries()
+    assert (first.metrics, first.clocks, first.created_unix) == ({}, [], 0.0)
+    assert "state.json fails its checksum" in str(second.error)

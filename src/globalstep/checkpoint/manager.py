@@ -277,7 +277,7 @@ class CheckpointManager(Closing):
             for c in state.get("clocks", []):
                 try:
                     clocks.append(Progress.from_dict(c))
-                except TypeError:
+                except ConfigError:  # another version's fields: the listing goes on
                     continue
             out.append(
                 CheckpointSummary(
