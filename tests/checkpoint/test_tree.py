@@ -15,6 +15,7 @@ from globalstep import (
     every,
 )
 from globalstep.checkpoint.tree import (
+    array_nodes,
     check_key,
     decode_dtype,
     encode_dtype,
@@ -172,3 +173,59 @@ def test_bfloat16_without_ml_dtypes_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'globalstep\[bf16\]'"):
         decode_dtype({"ml_dtypes": "bfloat16"})
+
+
+def test_ml_dtypes_name_that_is_not_an_identifier_is_corrupt():
+    """An ml_dtypes name that is not an identifier is refused before any lookup."""
+    with pytest.raises(CorruptCheckpointError, match="bad dtype"):
+        decode_dtype({"ml_dtypes": "__class__.mro"})
+
+
+@pytest.mark.parametrize(
+    ("structure", "match"),
+    [
+        (
+            {"list": [{"array": "a", "dtype": "<f8", "shape": []}] * 2},
+            "bad or repeated array key 'a'",
+        ),
+        ({"dict": []}, "dict at <root> is not an object"),
+        ({"dict": {"x": {"tuple": {}}}}, "tuple at <root>/x is not a list"),
+    ],
+)
+def test_malformed_array_index_is_corrupt(structure, match):
+    """Listing the arrays of a malformed structure raises CorruptCheckpointError."""
+    with pytest.raises(CorruptCheckpointError, match=match):
+        array_nodes(structure)
+
+
+def test_array_node_naming_no_array_is_corrupt():
+    """A structure naming an array the file lacks is a malformed tree, not a KeyError."""
+    structure = {"array": "gone", "dtype": "<f8", "shape": []}
+    with pytest.raises(CorruptCheckpointError, match="malformed tree"):
+        unflatten(structure, {})
+
+
+def test_placeholders_refuse_a_bad_shape():
+    """A negative or non-integer saved shape is corrupt, naming the array."""
+    with pytest.raises(CorruptCheckpointError, match="bad shape for 'a'"):
+        placeholders({"array": "a", "dtype": "<f8", "shape": [2.5]})
+
+
+def test_every_kind_of_misfit_is_reported():
+    """Stateful, array, dict and sequence misfits and sequence lengths are all reported."""
+    clock = Clock()
+    flat = flatten(
+        {"c": clock, "a": np.zeros(2), "d": {"x": 1}, "s": [1, 2], "t": (1,), "long": [1, 2]}
+    )
+    template = {"c": 0, "a": 0, "d": 0, "s": 0, "t": (1, 2), "long": [1]}
+    tree, report = unflatten(flat.structure, flat.arrays, template, partial=True)
+    assert report.mismatched == [
+        "c: expected int, got a stateful object",
+        "a: expected int, got an array",
+        "d: expected int, got a dict",
+        "s: expected int, got a list",
+    ]
+    assert report.missing == ["t/1"]
+    assert report.unexpected == ["long/1"]
+    assert tree == {"c": 0, "a": 0, "d": 0, "s": 0, "t": (1, 2), "long": [1]}
+    assert str(report).startswith("missing: t/1; unexpected: long/1; mismatched: c: ")
