@@ -42,3 +42,35 @@ def test_reader_refuses_a_header_that_differs_from_state(tmp_path):
         pytest.raises(CorruptCheckpointError, match=r"tensors differ from state\.json"),
     ):
         manager.open(2)
+
+
+@pytest.mark.parametrize("url", [None, "memory://globalstep-lazy/missing"])
+def test_reader_on_a_lost_array_file_is_corrupt(tmp_path, url):
+    """Opening a committed checkpoint whose array file is gone is corruption, naming it."""
+    directory = url or str(tmp_path)
+    with CheckpointManager(directory) as manager:
+        manager.save(1, {"a": np.ones(2)})
+        manager._storage.remove_file(
+            manager._storage.join("step-000000000001", "arrays.safetensors")
+        )
+        with pytest.raises(CorruptCheckpointError, match=r"arrays\.safetensors is missing") as info:
+            manager.open()
+    assert info.value.path.endswith("step-000000000001/arrays.safetensors")
+
+
+def test_reader_on_fsspec_reads_each_array_when_asked(monkeypatch):
+    """On fsspec storage an array is read on indexing; an I/O error then names the file."""
+    from globalstep import CheckpointError
+    from globalstep.checkpoint.storage import FsspecStorage
+
+    with CheckpointManager("memory://globalstep-lazy/read") as manager:
+        manager.save(1, {"a": np.arange(3.0)})
+        with manager.open() as reader:
+            assert reader["a"].tolist() == [0.0, 1.0, 2.0]
+
+            def fail(self, path):
+                raise OSError(5, "Input/output error")
+
+            monkeypatch.setattr(FsspecStorage, "open_reader", fail)
+            with pytest.raises(CheckpointError, match=r"reading 'a' failed .*Input/output"):
+                reader["a"]

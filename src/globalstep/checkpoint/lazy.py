@@ -46,15 +46,22 @@ class CheckpointReader(Closing):
         self._path = storage.join(name, ARRAYS_FILE)
         self._nodes = array_nodes(state["tree"])
         self._mmap: mmap.mmap | None = None
-        with wrap_os_errors(f"opening {name}", self._path), storage.open_reader(self._path) as f:
-            size = storage.size(self._path)
-            prefix, entries = read_header(f, size, self._path)
-            if isinstance(storage, LocalStorage) and size > 0:
-                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        with wrap_os_errors(f"opening {name}", self._path):
+            try:
+                f = storage.open_reader(self._path)
+            except FileNotFoundError as err:
+                raise CorruptCheckpointError(f"{self._path} is missing", self._path) from err
+            with f:
+                size = storage.size(self._path)
+                prefix, entries = read_header(f, size, self._path)
+                if isinstance(storage, LocalStorage) and size > 0:
+                    self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._data_start = len(prefix)
         self._entries = {e[0]: e for e in entries}
         if set(self._entries) != set(self._nodes):
-            raise CorruptCheckpointError(f"{self._path}: its tensors differ from state.json")
+            raise CorruptCheckpointError(
+                f"{self._path}: its tensors differ from state.json", self._path
+            )
 
     def keys(self) -> list[str]:
         """Returns the flat names of the arrays, e.g. ``model/layer1/weight``."""
@@ -74,7 +81,10 @@ class CheckpointReader(Closing):
         if self._mmap is not None:
             flat = np.frombuffer(self._mmap, dtype, count, self._data_start + begin)
         else:
-            with self._storage.open_reader(self._path) as f:
+            with (
+                wrap_os_errors(f"reading {key!r}", self._path),
+                self._storage.open_reader(self._path) as f,
+            ):
                 f.seek(self._data_start + begin)
                 flat = np.empty(count, dtype)
                 read_exactly(f, flat.view(np.uint8).data, self._path)
