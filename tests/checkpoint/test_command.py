@@ -121,3 +121,36 @@ def test_prune_while_a_writer_holds_the_lock(run, capsys):
 def test_ckpt_needs_an_action(capsys):
     """`globalstep ckpt` without an action is a usage error."""
     assert main(["ckpt"]) == 2
+
+
+def test_show_prints_sequences_and_unknown_nodes(tmp_path, capsys):
+    """show lists list and tuple items by index, and marks a node it cannot read."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, {"opt": [np.zeros(2, np.int64), ("adam", 0.9)]})
+    assert main(["ckpt", "show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "  opt/0: int64 (2,)" in out
+    assert "  opt/1/0 = 'adam'" in out
+    assert "  opt/1/1 = 0.9" in out
+    from globalstep.checkpoint.command import _tree_lines
+
+    lines = []
+    _tree_lines({"dict": {"x": 3}}, "", lines)
+    assert lines == ["  x: ?"]
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [
+        (5, "5 B"),
+        (2048, "2.0 KiB"),
+        (3 << 20, "3.0 MiB"),
+        (5 << 30, "5.0 GiB"),
+        (3 << 40, "3072.0 GiB"),
+    ],
+)
+def test_sizes_are_human_readable(size, text):
+    """Sizes print in B, KiB, MiB or GiB; GiB is the largest unit."""
+    from globalstep.checkpoint.command import _size
+
+    assert _size(size) == text

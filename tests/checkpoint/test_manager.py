@@ -714,3 +714,15 @@ def test_listing_survives_damaged_metadata(ckpt_dir):
         first, second = manager.summaries()
     assert (first.metrics, first.clocks, first.created_unix) == ({}, [], 0.0)
     assert "state.json fails its checksum" in str(second.error)
+
+
+def test_a_checkpoint_removed_behind_the_managers_back_is_forgotten(ckpt_dir):
+    """Retention ignores a remembered checkpoint that is no longer there."""
+    import shutil
+
+    with CheckpointManager(ckpt_dir, max_to_keep=2) as manager:
+        for step in (1, 2):
+            manager.save(step, {"v": step})
+        shutil.rmtree(ckpt_dir / "step-000000000001")
+        manager.save(3, {"v": 3})
+        assert manager.steps() == [2, 3]

@@ -169,3 +169,34 @@ def test_remote_replace_file_never_leaves_the_file_missing(monkeypatch):
         storage.replace_file(path, b"newer")
     monkeypatch.undo()
     assert storage.read_bytes(path) == b"new"
+
+
+def test_local_listing_of_a_missing_directory_is_empty(tmp_path):
+    """Listing a directory that does not exist gives no names rather than an error."""
+    assert LocalStorage(str(tmp_path)).listdir(str(tmp_path / "none")) == []
+
+
+def test_local_exchange_of_a_missing_path_raises(tmp_path):
+    """A failed atomic exchange raises the OSError naming the destination."""
+    storage = LocalStorage(str(tmp_path))
+    (tmp_path / "b").mkdir()
+    with pytest.raises(FileNotFoundError, match="No such file"):
+        storage.exchange(str(tmp_path / "a"), str(tmp_path / "b"))
+
+
+def test_remove_tree_removes_a_plain_file(tmp_path):
+    """remove_tree on a file removes it; on a missing path it does nothing."""
+    storage = LocalStorage(str(tmp_path))
+    (tmp_path / "f").write_bytes(b"x")
+    storage.remove_tree(str(tmp_path / "f"))
+    storage.remove_tree(str(tmp_path / "f"))
+    assert not (tmp_path / "f").exists()
+
+
+def test_fsspec_rename_moves_a_directory():
+    """fsspec storage renames (not atomically) a directory with its files."""
+    storage = open_storage("memory://globalstep-storage/g")
+    storage.write_bytes(storage.join("a", "f"), b"x")
+    storage.rename(storage.join("a"), storage.join("b"))
+    assert storage.listdir(storage.root) == ["b"]
+    assert storage.read_bytes(storage.join("b", "f")) == b"x"

@@ -290,3 +290,83 @@ def test_index_with_bad_fields_is_corrupt(tmp_path, index):
     (tmp_path / "checkpoint").write_text(json.dumps(index))
     with pytest.raises(CorruptCheckpointError, match="is not a checkpoint index"):
         CheckpointManager(Checkpoint(w=np.zeros(1)), str(tmp_path), max_to_keep=2)
+
+
+class FakeVariable:
+    """A stand-in for a tf.Variable step counter: read with numpy()."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def numpy(self):
+        return self.value
+
+
+def test_step_counter_may_be_read_with_numpy(tmp_path):
+    """A step counter with numpy() (a tf.Variable) drives checkpoint_interval."""
+    step = FakeVariable(0)
+    manager = CheckpointManager(
+        Checkpoint(w=np.zeros(1)), str(tmp_path), 2, step_counter=step, checkpoint_interval=5
+    )
+    assert manager.save() is not None
+    step.value = 3
+    assert manager.save() is None
+    step.value = 5
+    assert manager.save(checkpoint_number=FakeVariable(50)).endswith("ckpt-50")
+
+
+def test_restore_or_initialize_resets_the_interval(tmp_path):
+    """After restore_or_initialize the interval counts from the restored step."""
+    clock = Clock()
+    clock.tick(7)
+    first = CheckpointManager(
+        Checkpoint(c=clock), str(tmp_path), 2, step_counter=clock, checkpoint_interval=10
+    )
+    first.save()
+    resumed = Clock()
+    manager = CheckpointManager(
+        Checkpoint(c=resumed), str(tmp_path), 2, step_counter=resumed, checkpoint_interval=10
+    )
+    assert names([manager.restore_or_initialize()]) == ["ckpt-1"]
+    resumed.tick(9)
+    assert manager.save() is None
+    resumed.tick(1)
+    assert manager.save() is not None
+
+
+def test_save_counter_behaves_like_an_int():
+    """save_counter converts, indexes, compares, hashes and prints like TF's counter."""
+    ckpt = Checkpoint()
+    ckpt.save_counter.assign_add(3)
+    counter = ckpt.save_counter
+    assert (int(counter), [0, 1, 2, 3][counter], counter == 3, hash(counter)) == (3, 3, True, 3)
+    assert repr(counter) == "save_counter=3"
+
+
+def test_root_and_attribute_access(tmp_path):
+    """root is saved under 'root'; objects read as attributes; others raise AttributeError."""
+    root = np.arange(2.0)
+    ckpt = Checkpoint(root, w=np.zeros(1))
+    assert ckpt.root is root
+    with pytest.raises(AttributeError, match="missing"):
+        _ = ckpt.missing
+    path = ckpt.save(str(tmp_path / "ckpt"))
+    fresh = np.zeros(2)
+    Checkpoint(fresh, w=np.zeros(1)).read(path).assert_consumed()
+    assert fresh.tolist() == [0.0, 1.0]
+
+
+def test_manager_properties_and_unbounded_keep(tmp_path):
+    """The manager exposes its directory, checkpoint and interval; None keeps every save."""
+    ckpt = Checkpoint(w=np.zeros(1))
+    manager = CheckpointManager(ckpt, str(tmp_path) + "/", None)
+    assert (manager.directory, manager.checkpoint, manager.checkpoint_interval) == (
+        str(tmp_path),
+        ckpt,
+        None,
+    )
+    assert latest_checkpoint(str(tmp_path)) is None
+    for _ in range(4):
+        manager.save()
+    manager.sync()
+    assert on_disk(tmp_path) == ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4"]
