@@ -499,3 +499,51 @@ def test_a_file_that_ends_early_while_read_is_truncated():
 
     with pytest.raises(CorruptCheckpointError, match=r"x\.safetensors is truncated"):
         fmt.read_exactly(io.BytesIO(b"ab"), memoryview(bytearray(4)), "x.safetensors")
+
+
+class NoExchangeStorage(storage_module.LocalStorage):
+    """Local storage without renameat2, whose ``fail_at``-th rename fails."""
+
+    def __init__(self, root, fail_at=None):
+        super().__init__(root)
+        self.renames = 0
+        self.fail_at = fail_at
+
+    def exchange(self, src, dst):
+        return storage_module.Storage.exchange(self, src, dst)
+
+    def rename(self, src, dst):
+        self.renames += 1
+        if self.renames == self.fail_at:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), dst)
+        super().rename(src, dst)
+
+
+def save_w(storage, value, **kwargs):
+    """Commits {"w": [value, value]} as step 1 through ``storage``."""
+    from globalstep.checkpoint.tree import flatten
+
+    flat = flatten({"w": np.full(2, value)})
+    fmt.commit(storage, STEP1, flat.arrays, {"tree": flat.structure}, **kwargs)
+
+
+def test_forced_replacement_without_exchange_uses_two_renames(tmp_path):
+    """Where directories cannot be swapped, a forced save replaces through a trash rename."""
+    storage = NoExchangeStorage(str(tmp_path))
+    save_w(storage, 0.0)
+    save_w(storage, 1.0, force=True)
+    state = fmt.load_state(storage, STEP1)
+    assert fmt.read_arrays(storage, STEP1, state)["w"].tolist() == [1.0, 1.0]
+    assert os.listdir(tmp_path) == [STEP1]
+
+
+def test_failed_second_rename_puts_the_replaced_checkpoint_back(tmp_path):
+    """If the new checkpoint cannot be renamed in, the replaced one is renamed back."""
+    storage = NoExchangeStorage(str(tmp_path))
+    save_w(storage, 0.0)
+    storage.renames, storage.fail_at = 0, 2
+    with pytest.raises(CheckpointError, match="Input/output error"):
+        save_w(storage, 1.0, force=True)
+    assert fmt.committed_names(storage) == [STEP1]
+    state = fmt.load_state(storage, STEP1)
+    assert fmt.read_arrays(storage, STEP1, state)["w"].tolist() == [0.0, 0.0]

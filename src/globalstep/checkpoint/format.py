@@ -255,10 +255,14 @@ def _write_files(
 def _publish(storage: Storage, staging: str, final: str) -> None:
     if not storage.exists(final):
         storage.rename(staging, final)
-    elif not storage.exchange(staging, final):  # pragma: no cover - no renameat2
+    elif not storage.exchange(staging, final):  # no renameat2 (not Linux): two renames
         trash = storage.join(f".trash-{final.rsplit('/', 1)[-1]}-{secrets.token_hex(4)}")
         storage.rename(final, trash)
-        storage.rename(staging, final)
+        try:
+            storage.rename(staging, final)
+        except BaseException:
+            storage.rename(trash, final)  # the replaced checkpoint goes back, not to the sweep
+            raise
         _quiet_remove(storage, trash)
     else:
         # `staging` now holds the replaced checkpoint.
