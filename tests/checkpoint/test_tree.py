@@ -229,3 +229,14 @@ def test_every_kind_of_misfit_is_reported():
     assert report.unexpected == ["long/1"]
     assert tree == {"c": 0, "a": 0, "d": 0, "s": 0, "t": (1, 2), "long": [1]}
     assert str(report).startswith("missing: t/1; unexpected: long/1; mismatched: c: ")
+
+
+def test_stateful_object_without_template_comes_back_as_its_state():
+    """Without a template a saved stateful object is returned as its state_dict()."""
+    clock = Clock()
+    clock.tick(3)
+    flat = flatten({"clock": clock})
+    tree, _ = unflatten(flat.structure, flat.arrays)
+    assert isinstance(tree["clock"], dict)
+    assert tree["clock"].keys() == clock.state_dict().keys()
+    assert tree["clock"]["step"] == 3
