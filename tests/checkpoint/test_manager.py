@@ -726,3 +726,15 @@ def test_a_checkpoint_removed_behind_the_managers_back_is_forgotten(ckpt_dir):
         shutil.rmtree(ckpt_dir / "step-000000000001")
         manager.save(3, {"v": 3})
         assert manager.steps() == [2, 3]
+
+
+def test_numpy_scalar_metrics_are_numbers(ckpt_dir):
+    """NumPy scalar metrics (np.float32 from a mean, np.int64) are saved as numbers."""
+    with CheckpointManager(ckpt_dir, max_to_keep=1, keep_best=KeepBest("loss")) as manager:
+        manager.save(1, {}, metrics={"loss": np.float32(0.5), "seen": np.int64(7)})
+        manager.save(2, {}, metrics={"loss": np.float32(0.25), "seen": np.int64(9)})
+        manager.save(3, {}, metrics={"loss": np.float32(np.inf)})
+        assert manager.steps() == [2, 3]
+        assert manager.summaries()[0].metrics == {"loss": 0.25, "seen": 9.0}
+    with CheckpointManager(ckpt_dir) as manager, pytest.raises(ConfigError, match="`metrics`"):
+        manager.save(4, {}, metrics={"ok": np.bool_(True)})

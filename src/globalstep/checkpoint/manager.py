@@ -27,12 +27,15 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
+
+import numpy as np
 
 from globalstep._closing import Closing
 from globalstep.checkpoint.format import (
@@ -103,13 +106,15 @@ def _metrics_to_json(metrics: Any) -> dict[str, Any]:
         raise ConfigError("metrics", "must map names to numbers", metrics)
     out: dict[str, Any] = {}
     for name, value in metrics.items():
+        # NumPy scalars count (np.float32 from a mean is common); bools do not.
         if (
             not isinstance(name, str)
-            or isinstance(value, bool)
-            or not isinstance(value, int | float)
+            or isinstance(value, bool | np.bool_)
+            or not isinstance(value, numbers.Real)
         ):
             raise ConfigError("metrics", "must map names to numbers", metrics)
-        out[name] = value if math.isfinite(value) else repr(float(value))
+        number = int(value) if isinstance(value, numbers.Integral) else float(value)
+        out[name] = number if math.isfinite(number) else repr(number)
     return out
 
 
