@@ -738,3 +738,33 @@ def test_numpy_scalar_metrics_are_numbers(ckpt_dir):
         assert manager.summaries()[0].metrics == {"loss": 0.25, "seen": 9.0}
     with CheckpointManager(ckpt_dir) as manager, pytest.raises(ConfigError, match="`metrics`"):
         manager.save(4, {}, metrics={"ok": np.bool_(True)})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.asfortranarray(np.zeros((2, 3))),
+        lambda: np.zeros((2, 6))[:, ::2],
+        lambda: np.zeros((2, 3), ">f8"),
+    ],
+    ids=["fortran-order", "strided-view", "big-endian"],
+)
+def test_every_writable_template_array_is_filled_in_place(ckpt_dir, make):
+    """Fortran-order, strided and big-endian template arrays get the values in place too."""
+    saved = np.arange(6.0).reshape(2, 3)
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": saved})
+        template = {"w": make()}
+        tree = manager.restore(template)
+    assert tree["w"] is template["w"]
+    np.testing.assert_array_equal(template["w"], saved)
+
+
+def test_big_endian_state_restores_into_itself(ckpt_dir):
+    """A state holding a big-endian array restores into that same state."""
+    state = {"w": np.arange(3, dtype=">i4")}
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, state)
+        state["w"][:] = 0
+        manager.restore(state)
+    assert state["w"].tolist() == [0, 1, 2]

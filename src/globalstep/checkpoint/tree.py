@@ -285,6 +285,11 @@ class RestoreReport:
         return "; ".join(parts) or "exact match"
 
 
+def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
+    """True when two dtypes differ at most in byte order (state.json stores little-endian)."""
+    return a == b or a.newbyteorder("<") == b.newbyteorder("<")
+
+
 _KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful")
 
 
@@ -357,6 +362,7 @@ class _Builder:
         self.arrays = arrays
         self.report = RestoreReport()
         self.loads: list[tuple[Any, Any]] = []
+        self.copies: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
 
     def build(self, node: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
         kind = _kind(node, path or "<root>")
@@ -395,11 +401,16 @@ class _Builder:
                     f"{path or '<root>'}: expected {type(tmpl).__name__}, got an array"
                 )
                 return tmpl
-            if tmpl.shape != array.shape or tmpl.dtype != array.dtype:
+            if tmpl.shape != array.shape or not _same_dtype(tmpl.dtype, array.dtype):
                 self.report.mismatched.append(
                     f"{path or '<root>'}: expected {tmpl.dtype}{list(tmpl.shape)}, "
                     f"got {array.dtype}{list(array.shape)}"
                 )
+                return tmpl
+            if isinstance(tmpl, np.ndarray) and array is not tmpl and tmpl.flags.writeable:
+                # Read into a new array (the template is not C-contiguous, or of the other
+                # byte order): copied over once the fit is known, so it is filled in place too.
+                self.copies.append((tmpl, array))
                 return tmpl
         if node.get("numpy_scalar"):
             return array[()]
@@ -458,7 +469,9 @@ def unflatten(
     Args:
         structure: the JSON structure from :func:`flatten`.
         arrays: every array by flat name.
-        template: a tree of the expected shape; its stateful objects receive their state.
+        template: a tree of the expected shape; its stateful objects receive their state,
+            and its writable arrays the saved values (copied in where ``arrays`` holds
+            another array than the template's own).
         partial: allow a template that does not fit; otherwise a misfit raises.
         apply: call ``load_state_dict`` on the template's stateful objects; False only
             checks the fit.
@@ -489,6 +502,8 @@ def unflatten(
             report,
         )
     if apply:
+        for target, source in builder.copies:
+            np.copyto(target, source)
         for obj, state in builder.loads:
             obj.load_state_dict(state)
     return tree, report
