@@ -154,3 +154,23 @@ def test_sizes_are_human_readable(size, text):
     from globalstep.checkpoint.command import _size
 
     assert _size(size) == text
+
+
+def test_show_tolerates_fields_of_another_version(tmp_path, capsys):
+    """show prints a sealed state.json whose metadata fields have unexpected types."""
+    import json
+
+    from ckpt_helpers import reseal
+
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, {"w": np.zeros(2)})
+    checkpoint = tmp_path / "step-000000000001"
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    doc.update(created_unix="then", clocks=[3, {"clock": "c", "elapsed_seconds": None}])
+    doc.update(metrics=[1])
+    reseal(checkpoint, state=json.dumps(doc).encode())
+    assert main(["ckpt", "show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("step 1  saved ?\nclock 'c': step None")
+    assert "? s" in out
+    assert "  w: float64 (2,)" in out

@@ -89,15 +89,27 @@ def _tree_lines(node: Any, path: str, out: list[str]) -> None:
 def _show(args: argparse.Namespace) -> int:
     with CheckpointManager(args.directory, read_only=True) as manager:
         state = manager.metadata(args.step)
-    created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(state.get("created_unix", 0)))
+    # Checksums passed, but another version may have written other fields: show, never crash.
+    stamp = state.get("created_unix")
+    created = (
+        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+        if isinstance(stamp, int | float) and not isinstance(stamp, bool)
+        else "?"
+    )
     lines = [f"step {state.get('step')}  saved {created}"]
-    for clock in state.get("clocks", []):
+    clocks = state.get("clocks")
+    for clock in clocks if isinstance(clocks, list) else []:
+        if not isinstance(clock, dict):
+            continue
+        elapsed = clock.get("elapsed_seconds")
         lines.append(
             f"clock {clock.get('clock')!r}: step {clock.get('step')}, epoch {clock.get('epoch')}"
             f", step in epoch {clock.get('step_in_epoch')}, samples {clock.get('samples')}"
-            f", tokens {clock.get('tokens')}, {clock.get('elapsed_seconds', 0):.1f} s"
+            f", tokens {clock.get('tokens')}, "
+            + (f"{elapsed:.1f} s" if isinstance(elapsed, int | float) else "? s")
         )
-    for name, value in sorted(state.get("metrics", {}).items()):
+    metrics = state.get("metrics")
+    for name, value in sorted((metrics if isinstance(metrics, dict) else {}).items()):
         lines.append(f"metric {name} = {value}")
     lines.append("tree:")
     _tree_lines(state["tree"], "", lines)
