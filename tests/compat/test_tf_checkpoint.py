@@ -370,3 +370,26 @@ def test_manager_properties_and_unbounded_keep(tmp_path):
         manager.save()
     manager.sync()
     assert on_disk(tmp_path) == ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4"]
+
+
+def test_failed_deletion_stays_listed_and_is_retried(tmp_path, monkeypatch):
+    """A checkpoint whose deletion failed stays in the list and index, and goes next time."""
+    from globalstep import CheckpointError
+    from globalstep.compat import _tf_checkpoint
+
+    manager = CheckpointManager(Checkpoint(w=np.zeros(1)), str(tmp_path), max_to_keep=1)
+    manager.save()
+
+    def fail(storage, name):
+        raise CheckpointError(f"deleting {name} failed: [Errno 5] Input/output error")
+
+    monkeypatch.setattr(_tf_checkpoint, "remove_checkpoint", fail)
+    with pytest.raises(CheckpointError, match="deleting ckpt-1 failed"):
+        manager.save()
+    monkeypatch.undo()
+    assert names(manager.checkpoints) == ["ckpt-1", "ckpt-2"]
+    index = json.loads((tmp_path / "checkpoint").read_text())
+    assert names(index["all_model_checkpoint_paths"]) == ["ckpt-1", "ckpt-2"]
+    manager.save()
+    assert names(manager.checkpoints) == ["ckpt-3"]
+    assert on_disk(tmp_path) == ["ckpt-3"]

@@ -417,15 +417,17 @@ class CheckpointManager:
         if not self._max_to_keep:
             return
         while len(self._maybe_delete) > self._max_to_keep:
-            path, stamp = self._maybe_delete.popitem(last=False)
+            path, stamp = next(iter(self._maybe_delete.items()))
             if self._keep_hours and stamp - self._keep_hours * 3600.0 >= (
                 self._last_preserved_timestamp
             ):
                 self._last_preserved_timestamp = stamp
-                continue
-            name = _split(path)[1]
-            if self._storage.exists(self._storage.join(name)):
-                remove_checkpoint(self._storage, name)
+            else:
+                name = _split(path)[1]
+                if self._storage.exists(self._storage.join(name)):
+                    remove_checkpoint(self._storage, name)
+            # Forgotten only once deleted: a failed deletion stays listed and is retried.
+            del self._maybe_delete[path]
 
     def save(self, checkpoint_number: Any = None, check_interval: bool = True) -> str | None:
         """Saves a checkpoint, records it, then deletes what falls out of the active set.
