@@ -113,6 +113,15 @@ def test_non_contiguous_arrays_are_written_in_chunks(tmp_path, monkeypatch):
         assert_tree_equal(manager.restore(), state)
 
 
+def test_a_non_contiguous_row_larger_than_a_chunk_is_converted_in_parts(monkeypatch):
+    """Converting a non-contiguous array never makes a copy larger than one chunk."""
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 40)
+    array = np.arange(300, dtype=np.float64).reshape(30, 10).T
+    chunks = [bytes(c) for c in fmt._chunks(array)]
+    assert max(len(c) for c in chunks) <= 40
+    assert b"".join(chunks) == array.tobytes()
+
+
 # ------------------------------------------------------------------ corruption
 
 

@@ -88,6 +88,11 @@ def _chunks(array: np.ndarray[Any, Any]) -> Iterator[memoryview]:
         yield np.ascontiguousarray(array, dtype=little).reshape(-1).view(np.uint8).data
         return
     row_bytes = max(1, array.nbytes // max(1, array.shape[0]))
+    if row_bytes > CHUNK_BYTES and array.ndim > 1:
+        # One row is more than a chunk: convert it a part at a time, not whole.
+        for row in array:
+            yield from _chunks(row)
+        return
     rows = max(1, CHUNK_BYTES // row_bytes)
     for start in range(0, array.shape[0], rows):
         part = np.ascontiguousarray(array[start : start + rows], dtype=little)
