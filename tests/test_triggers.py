@@ -87,6 +87,17 @@ def test_every_half_epoch():
     assert fire_steps(every("0.5ep"), [1] * 24, Clock(steps_per_epoch=12)) == [6, 12, 18, 24]
 
 
+def test_every_whole_epochs_from_a_fractional_start():
+    """every('1ep', start='0.5ep') fires in mid-epoch, at 0.5, 1.5 and 2.5 epochs."""
+    clock = Clock(steps_per_epoch=10)
+    assert fire_steps(every("1ep", start="0.5ep"), [1] * 30, clock) == [5, 15, 25]
+
+
+def test_at_fractional_epoch_after_a_whole_one():
+    """at('1ep', '1.5ep') fires at 1.5 epochs, not at the end of epoch 2."""
+    assert fire_steps(at("1ep", "1.5ep"), [1] * 30, Clock(steps_per_epoch=10)) == [10, 15]
+
+
 def test_every_samples():
     """every('1000sp') fires on samples consumed."""
     assert fire_steps(every("1000sp"), [1] * 40, Clock(batch_size=64)) == [16, 32]

@@ -47,6 +47,12 @@ def _snapshot(source: Progress | Clock) -> Progress:
     raise ConfigError("progress", "must be a globalstep Progress or Clock", source)
 
 
+def _counter(*durations: Duration) -> Duration:
+    """The duration (of one unit) to count progress with: a fractional one where there is
+    one, so that ``"1.5ep"`` is counted in fractions of an epoch, not in whole epochs."""
+    return next((d for d in durations if d.value.denominator != 1), durations[0])
+
+
 def _fraction_to_json(value: Fraction | None) -> str | None:
     return None if value is None else str(value)
 
@@ -141,7 +147,7 @@ class _BoundaryTrigger(Trigger):
 
 class _Every(_BoundaryTrigger):
     def __init__(self, interval: Duration, start: Duration) -> None:
-        super().__init__(interval)
+        super().__init__(_counter(interval, start))
         self._interval = interval.value
         self._start = start.value
         self._text = (str(interval), str(start))
@@ -157,7 +163,7 @@ class _Every(_BoundaryTrigger):
 
 class _At(_BoundaryTrigger):
     def __init__(self, name: str, points: Sequence[Duration]) -> None:
-        super().__init__(points[0])
+        super().__init__(_counter(*points))
         self._name = name
         self._points = sorted({p.value for p in points})
         self._text = ", ".join(repr(str(p)) for p in points)
