@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import weakref
 from typing import Any
 
 from globalstep.clock import Clock
@@ -35,7 +36,11 @@ from globalstep.triggers import Trigger, every
 
 __all__ = ["log_every_n_steps"]
 
-_triggers: dict[tuple[str, int, str, int], Trigger] = {}
+# Per clock object (not per clock name: a second run in the same process, with a new clock
+# of the same name, starts afresh), then per call site and n.
+_triggers: weakref.WeakKeyDictionary[Clock, dict[tuple[str, int, int], Trigger]] = (
+    weakref.WeakKeyDictionary()
+)
 _lock = threading.Lock()
 
 
@@ -66,11 +71,12 @@ def log_every_n_steps(
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep Clock", clock)
     frame = sys._getframe(1)
-    site = (frame.f_code.co_filename, frame.f_lineno, clock.name, n)
+    site = (frame.f_code.co_filename, frame.f_lineno, n)
     with _lock:
-        trigger = _triggers.get(site)
+        sites = _triggers.setdefault(clock, {})
+        trigger = sites.get(site)
         if trigger is None:
-            trigger = _triggers[site] = every(n, start=0)
+            trigger = sites[site] = every(n, start=0)
         fire = trigger.should_fire(clock)
     if fire:
         logger.log(level, msg, *args)
