@@ -312,3 +312,18 @@ def test_skip_past_never_moves_back():
     assert trigger.should_fire(clock)
     trigger.skip_past(Clock().progress())
     assert not trigger.should_fire(clock)
+
+
+@pytest.mark.parametrize("duration", [100, "1ep"])
+def test_step_and_epoch_triggers_take_no_snapshot(monkeypatch, duration):
+    """every(100) and every('1ep') read one counter of the clock, not a whole Progress."""
+    clock, trigger = Clock(steps_per_epoch=100), every(duration)
+    clock.tick(100)
+
+    def no_snapshot() -> None:
+        raise AssertionError("progress() called on the per-step path")
+
+    monkeypatch.setattr(clock, "progress", no_snapshot)
+    assert trigger.should_fire(clock)
+    assert not trigger.should_fire(clock)
+    assert trigger.state_dict()["last"] == ("100" if duration == 100 else "1")
