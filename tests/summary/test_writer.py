@@ -405,6 +405,26 @@ def test_scalars_with_one_bad_value_queue_nothing(tmp_path):
     assert sorted(read_run(tmp_path).scalars) == ["d"]
 
 
+def test_scalars_check_each_tag_once(writer, monkeypatch):
+    """A tag already written is not checked again on the per-step path."""
+    from globalstep.summary import writer as writer_module
+
+    checked = []
+    real = writer_module._check_tag
+    monkeypatch.setattr(writer_module, "_check_tag", lambda t: checked.append(t) or real(t))
+    for step in range(3):
+        writer.scalars({"a": 1.0, "b": np.float32(2.0)}, step=step)
+        writer.scalar("c", 3.0, step=step)
+    assert checked == ["a", "b", "c"]
+
+
+def test_scalars_guard_infinities(writer):
+    """scalars() refuses an infinite value in a guarded tag, as scalar() does."""
+    with pytest.raises(NonFiniteError, match="`loss` is -inf"):
+        writer.scalars({"loss": -math.inf}, step=0)
+    writer.scalars({"other": math.inf}, step=0)
+
+
 @pytest.mark.parametrize("step", [-1, 1.5, "3", True])
 def test_bad_steps(writer, step):
     """A step that is negative or not an int is refused."""

@@ -420,16 +420,23 @@ class SummaryWriter(Closing):
         self._check_open()
         if not isinstance(values, Mapping):
             raise ConfigError("values", "must be a mapping from tag to number", values)
-        checked = [(_check_tag(t), _as_float(t, v)) for t, v in values.items()]
+        known, guarded = self._known_tags, self._guarded
+        checked = [
+            (
+                t if t in known else _check_tag(t),
+                v if type(v) is float else _as_float(t, v),
+            )
+            for t, v in values.items()
+        ]
         step = self._resolve_step(step)
         if checked and self._repeats(step, checked[0][0]):
             self._stale.observe(step, self._clock_name)
         for tag, value in checked:
-            if tag in self._guarded and not math.isfinite(value):
+            if value - value != 0.0 and tag in guarded:  # NaN or infinite
                 check_finite(tag, value, step, self._on_nonfinite)
         wall_time = time.time()
         for tag, value in checked:
-            self._known_tags.add(tag)
+            known.add(tag)
             self._enqueue((SCALAR, tag, step, wall_time, value))
 
     def histogram(self, tag: str, values: Any, step: int | None = None) -> None:
