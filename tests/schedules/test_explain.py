@@ -196,3 +196,24 @@ def test_schedule_help_lists_parameters(capsys):
     out = capsys.readouterr().out
     assert "exponential_decay: --initial --decay-steps --rate [--staircase" in out
     assert "lengths are steps, or durations ('3ep') in plan, which knows the run" in out
+
+
+def test_schedule_cli_lists_are_comma_separated(capsys):
+    """`--boundaries` and `--levels` take comma-separated lists."""
+    argv = ["schedule", "piecewise_constant", "--boundaries", "10,20", "--levels", "1,0.5,0.1"]
+    assert main([*argv, "--at", "0,15,25"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines[1:4]] == [["0", "1"], ["15", "0.5"], ["25", "0.1"]]
+
+
+def test_schedule_cli_none_leaves_an_optional_parameter_unset(capsys):
+    """`--end-value none` is the default None: the decay has no floor."""
+    argv = ["schedule", "exponential_decay", "--initial", "1", "--decay-steps", "10"]
+    assert main([*argv, "--rate", "0.5", "--end-value", "none", "--at", "20"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["20", "0.25"]
+
+
+def test_schedule_cli_non_number_names_the_parameter(capsys):
+    """A float parameter given a word is refused, naming it and the text received."""
+    assert main(["schedule", "constant", "--value", "abc"]) == 1
+    assert "`value` must be a finite number; got value='abc'" in capsys.readouterr().err
