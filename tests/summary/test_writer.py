@@ -599,3 +599,65 @@ def test_available_formats_on_the_core_install(monkeypatch):
         lambda name, *a: None if name == "google_crc32c" else real_find_spec(name, *a),
     )
     assert available_formats() == ("jsonl",)
+
+
+def test_empty_histogram_is_written_with_no_buckets(tmp_path):
+    """An empty array is a histogram of 0 values, not an error."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.histogram("w", [], step=0)
+    (point,) = read_run(tmp_path).histograms["w"]
+    assert (point.value["num"], point.value["bucket"]) == (0, [])
+
+
+def test_repr_names_the_directory_and_clock(tmp_path):
+    """repr() shows the log directory and the clock's name."""
+    with SummaryWriter(tmp_path, clock=Clock("critic"), formats=("jsonl",)) as writer:
+        assert repr(writer) == f"SummaryWriter({str(tmp_path)!r}, clock='critic')"
+
+
+def test_error_in_the_with_body_is_the_one_raised(tmp_path, monkeypatch):
+    """A with-body's error propagates even when closing then fails to write."""
+    from globalstep.summary._jsonl import JsonlBackend
+
+    def disk_full(self, items):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def train() -> None:
+        with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+            writer.scalar("x", 1.0, step=0)
+            raise KeyError("body")
+
+    monkeypatch.setattr(JsonlBackend, "write", disk_full)
+    with pytest.raises(KeyError, match="body"):
+        train()
+
+
+def test_a_backend_that_fails_to_open_closes_the_others(tmp_path, monkeypatch):
+    """If the event file cannot be opened, the JSONL file opened before it is closed."""
+    pytest.importorskip("tensorboard")
+    from globalstep.summary import _jsonl, _tensorboard
+
+    closed = []
+    real_close = _jsonl.JsonlBackend.close
+    monkeypatch.setattr(
+        _jsonl.JsonlBackend, "close", lambda self: closed.append(self.path) or real_close(self)
+    )
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_tensorboard.TensorBoardBackend, "__init__", no_space)
+    with pytest.raises(ConfigError, match="`logdir` must be a directory this process can write"):
+        SummaryWriter(tmp_path, formats=("jsonl", "tensorboard"))
+    assert closed == [str(tmp_path / "metrics.jsonl")]
+
+
+def test_unreadable_event_files_skip_the_restart_check(tmp_path, monkeypatch):
+    """Without the tensorboard extra, a JSONL writer opens beside old event files, unmarked."""
+    pytest.importorskip("tensorboard")
+    with SummaryWriter(tmp_path, formats=("tensorboard",)) as writer:
+        writer.scalar("x", 1.0, step=50)
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
+    with SummaryWriter(tmp_path, clock=Clock(), formats=("jsonl",)) as writer:
+        assert writer.purge_step is None
+        writer.scalar("x", 2.0)
