@@ -269,3 +269,19 @@ def test_without_the_c_library_pow_is_rounded_from_float64(monkeypatch):
     monkeypatch.setattr(_common, "_FLOAT32", {})
     without = ck.ExponentialDecay(0.1, 100, 0.999, staircase=True).values([7761976])
     assert max_ulp(with_libm, without) <= 1
+
+
+def test_float64_overflow_is_inf_and_a_negative_base_nan():
+    """In float64, pow past the range is inf and a negative rate's fractional power NaN,
+    as Keras' float64 kernels give, where Python's math.pow would raise."""
+    assert ck.ExponentialDecay(np.float64(0.1), 1, 10.0)(400) == math.inf
+    assert math.isnan(ck.ExponentialDecay(np.float64(0.1), 10, -0.5)(5))
+
+
+def test_equal_schedules_hash_alike():
+    """Two schedules with equal arguments are equal and hash alike; others differ."""
+    a, b = ck.ExponentialDecay(0.1, 10, 0.5), ck.ExponentialDecay(0.1, 10, 0.5)
+    assert a == b
+    assert len({a, b}) == 1
+    assert a != ck.ExponentialDecay(0.1, 10, 0.25)
+    assert a != ck.InverseTimeDecay(0.1, 10, 0.5)
