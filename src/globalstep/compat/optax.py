@@ -47,7 +47,7 @@ __all__ = [
     "warmup_exponential_decay_schedule",
 ]
 
-_F32 = F32Ops(np.float32, c_library=True, flush_to_zero=True)
+_F32 = F32Ops(np.float32)
 _Fn = Callable[[Steps], Values]
 
 

@@ -423,15 +423,14 @@ class OneCycleLR(TorchSchedule):
                 step,
             )
         phases = self._phases()
-        start_step = 0.0
-        for i, (end_step, start_lr, end_lr) in enumerate(phases):
-            if step <= end_step or i == len(phases) - 1:
-                pct = (step - start_step) / (end_step - start_step)
-                if self.anneal_strategy == "cos":
-                    return end_lr + (start_lr - end_lr) / 2.0 * (math.cos(math.pi * pct) + 1)
-                return (end_lr - start_lr) * pct + start_lr
-            start_step = end_step
-        raise AssertionError("unreachable: the last phase always matches")
+        # The first phase that ends at or after ``step``; the last one runs to total_steps.
+        index = next((i for i, p in enumerate(phases[:-1]) if step <= p[0]), len(phases) - 1)
+        start_step = phases[index - 1][0] if index else 0.0
+        end_step, start_lr, end_lr = phases[index]
+        pct = (step - start_step) / (end_step - start_step)
+        if self.anneal_strategy == "cos":
+            return end_lr + (start_lr - end_lr) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end_lr - start_lr) * pct + start_lr
 
 
 @dataclasses.dataclass(frozen=True)
