@@ -557,3 +557,11 @@ def test_describe_natural_exp_shows_its_period():
     stairs = NaturalExpDecay(1.0, 10, 0.5, staircase=True).describe()
     assert stairs.endswith("v(s) = 1.0 * exp(-0.5 * floor(s / 10))")
     assert NaturalExpDecay(1.0, 10, 0.5).describe().endswith("v(s) = 1.0 * exp(-0.5 * (s / 10))")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in VALID if CORE[n].lengths))
+def test_none_length_is_refused_at_construction(name):
+    """A length given as None is refused when the schedule is built, naming it."""
+    field = next(iter(CORE[name].lengths))
+    with pytest.raises(ConfigError, match=rf"`{field}` must be .*; got {field}=None"):
+        CORE[name](**{**VALID[name], field: None})

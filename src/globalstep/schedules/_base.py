@@ -149,8 +149,6 @@ class Schedule(ABC):
         pending: dict[str, Any] = {}
         for field, minimum in self.lengths.items():
             value = getattr(self, field)
-            if value is None:
-                continue
             if isinstance(value, tuple):
                 durations = tuple(_length_duration(field, v, minimum) for v in value)
                 if all(d.unit is Unit.STEPS for d in durations):
