@@ -327,3 +327,16 @@ def test_step_and_epoch_triggers_take_no_snapshot(monkeypatch, duration):
     assert trigger.should_fire(clock)
     assert not trigger.should_fire(clock)
     assert trigger.state_dict()["last"] == ("100" if duration == 100 else "1")
+
+
+def test_any_of_samples_and_time_from_one_snapshot():
+    """any_of hands one snapshot to children that count samples and training time."""
+    fake = FakeTime()
+    clock = Clock(batch_size=10, time_fn=fake)
+    trigger, fired = any_of(every("100sp"), every("1min")), []
+    for _ in range(30):
+        fake.now += 5.0
+        clock.tick()
+        if trigger.should_fire(clock):
+            fired.append(clock.step)
+    assert fired == [10, 12, 20, 24, 30]
