@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import types
 import warnings
 
 import numpy as np
@@ -285,3 +286,26 @@ def test_equal_schedules_hash_alike():
     assert len({a, b}) == 1
     assert a != ck.ExponentialDecay(0.1, 10, 0.25)
     assert a != ck.InverseTimeDecay(0.1, 10, 0.5)
+
+
+def test_without_libm_float32_functions_are_rounded_from_float64(monkeypatch):
+    """Where no C library loads, or one lacks a float32 function, none is used."""
+    import ctypes
+
+    from globalstep.compat import _common
+
+    def no_library(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(_common, "_FLOAT32", None)
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert _common._libm_float32() == {}
+
+    def stub(*args: float) -> float:
+        return 0.0
+
+    without_cosf = types.SimpleNamespace(powf=stub, expf=stub, logf=stub)
+    monkeypatch.setattr(_common, "_FLOAT32", None)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: without_cosf)
+    assert _common._libm_float32() == {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -173,7 +174,7 @@ def check_positive_steps(parameter: str, value: Any) -> None:
         raise ConfigError(parameter, "must be > 0", value)
 
 
-class PeerSchedule:
+class PeerSchedule(ABC):
     """A schedule with a peer's names; subclasses set ``_fields`` and ``_formula``.
 
     Called with a step (an int >= 0) it returns the value as a Python float (exactly the
@@ -190,8 +191,9 @@ class PeerSchedule:
     def _flushed(self, steps: Steps) -> Values:
         return self._ops.flush(self._formula(steps))
 
+    @abstractmethod
     def _formula(self, steps: Steps) -> Values:
-        raise NotImplementedError
+        """The peer's values at ``steps`` (int64, checked), before flush-to-zero."""
 
     def __call__(self, step: int) -> float:
         """Returns the value at ``step``, an int >= 0."""

@@ -24,6 +24,7 @@ import bisect
 import dataclasses
 import functools
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -78,7 +79,7 @@ def _count(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(name, f"must be >= {minimum}", value)
 
 
-class TorchSchedule:
+class TorchSchedule(ABC):
     """The shared surface: call with a step, ``values()`` for many, and a JSON config."""
 
     _registry: ClassVar[dict[str, type[TorchSchedule]]] = {}
@@ -91,8 +92,9 @@ class TorchSchedule:
         """Returns the rate update number ``step`` uses."""
         return self._value(_check_step(step))
 
+    @abstractmethod
     def _value(self, step: int) -> float:
-        raise NotImplementedError
+        """The rate at ``step``, an int >= 0 already checked."""
 
     def values(
         self, steps: Iterable[int] | npt.NDArray[np.integer[Any]]
