@@ -27,6 +27,18 @@ def test_malformed_records_are_skipped(tmp_path):
     assert run.skipped_lines == 5
 
 
+def test_a_line_cut_inside_a_utf8_character_is_skipped(tmp_path):
+    """A crashed writer's line that ends mid-character is one skipped line, not an error."""
+    good = json.dumps({"step": 1, "wall_time": 1.0, "tag": "é", "value": 1.0}, ensure_ascii=False)
+    second = good.replace('"step": 1', '"step": 2').encode()
+    cut = second[: second.index("é".encode()) + 1]  # ends inside "é"
+    later = good.replace('"step": 1', '"step": 3').encode()
+    (tmp_path / "metrics.jsonl").write_bytes(good.encode() + b"\n" + cut + b"\n" + later + b"\n")
+    run = read_run(tmp_path)
+    assert [p.step for p in run.scalars["é"]] == [1, 3]
+    assert run.skipped_lines == 1
+
+
 def test_runs_are_found_at_any_depth(tmp_path):
     """Each directory holding logs is a run, named by its path under the log directory."""
     for name in ("a", "b/c"):
