@@ -661,3 +661,23 @@ def test_unreadable_event_files_skip_the_restart_check(tmp_path, monkeypatch):
     with SummaryWriter(tmp_path, clock=Clock(), formats=("jsonl",)) as writer:
         assert writer.purge_step is None
         writer.scalar("x", 2.0)
+
+
+def test_a_restart_mark_that_cannot_be_written_closes_the_files(tmp_path, monkeypatch):
+    """If marking the restart fails (disk full), the writer's files are closed and the
+    error names the directory."""
+    from globalstep.summary import _jsonl
+
+    closed = []
+    real_close = _jsonl.JsonlBackend.close
+    monkeypatch.setattr(
+        _jsonl.JsonlBackend, "close", lambda self: closed.append(self.path) or real_close(self)
+    )
+
+    def disk_full(self, purge_step, wall_time):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_jsonl.JsonlBackend, "mark_restart", disk_full)
+    with pytest.raises(ConfigError, match="No space left on device"):
+        SummaryWriter(tmp_path, formats=("jsonl",), purge_step=5)
+    assert closed == [str(tmp_path / "metrics.jsonl")]
