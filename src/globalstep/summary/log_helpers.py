@@ -1,10 +1,10 @@
 """Logging keyed to the step: ``log_every_n_steps``.
 
 Unlike a count of calls (TensorFlow's ``log_every_n``, in :mod:`globalstep.compat`), the
-step decides: each call site logs the first time it runs, then each time the clock has
-passed a new multiple of ``n`` (see :mod:`globalstep.triggers`). Calls repeated at one step
-log once; a step that jumps past a multiple still logs; a resumed run logs where an
-uninterrupted one would.
+step decides: each call site logs the first time it runs with a clock, then each time that
+clock has passed a new multiple of ``n`` (see :mod:`globalstep.triggers`). Calls repeated at
+one step log once; a step that jumps past a multiple still logs; a resumed run logs where an
+uninterrupted one would; a new clock (a second run in the same process) starts afresh.
 
 Example:
     >>> import logging, sys
