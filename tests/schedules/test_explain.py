@@ -217,3 +217,21 @@ def test_schedule_cli_non_number_names_the_parameter(capsys):
     """A float parameter given a word is refused, naming it and the text received."""
     assert main(["schedule", "constant", "--value", "abc"]) == 1
     assert "`value` must be a finite number; got value='abc'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("schedule", [Constant(1.0), CosineDecay(1.0, 100)])
+def test_explain_stops_scanning_where_the_schedule_ends(schedule, monkeypatch):
+    """A run of 10**15 steps is explained from the steps before the schedule's end."""
+    calls = []
+    real = type(schedule).values
+
+    def counted(self, steps):
+        calls.append(len(steps))
+        if len(calls) > 2:
+            raise AssertionError("scanned past the schedule's end")
+        return real(self, steps)
+
+    monkeypatch.setattr(type(schedule), "values", counted)
+    e = explain(schedule, total_steps=10**15)
+    assert e.final_value == schedule(10**15 - 1)
+    assert sum(calls) <= 101
