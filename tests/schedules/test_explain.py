@@ -235,3 +235,12 @@ def test_explain_stops_scanning_where_the_schedule_ends(schedule, monkeypatch):
     e = explain(schedule, total_steps=10**15)
     assert e.final_value == schedule(10**15 - 1)
     assert sum(calls) <= 101
+
+
+def test_schedule_cli_png_that_cannot_be_written(tmp_path, capsys):
+    """--plot into a missing directory exits 1 naming the option, with no traceback."""
+    pytest.importorskip("matplotlib")
+    target = str(tmp_path / "missing" / "lr.png")
+    assert main(["schedule", "constant", "--value", "1", "--plot", target]) == 1
+    err = capsys.readouterr().err
+    assert f"`--plot` must be a file that can be written; got --plot={target!r}" in err

@@ -209,7 +209,13 @@ def _run(args: argparse.Namespace) -> int:
         print()
         print("\n".join(explain(schedule, total).lines()))
     if args.plot:
-        print(f"\nwrote {write_plot(schedule, total, args.plot)}")
+        try:
+            written = write_plot(schedule, total, args.plot)
+        except OSError as err:
+            raise ConfigError(
+                "--plot", "must be a file that can be written", args.plot, hint=str(err)
+            ) from err
+        print(f"\nwrote {written}")
     else:
         print()
         print(terminal_plot(schedule, total))
