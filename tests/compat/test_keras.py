@@ -309,3 +309,17 @@ def test_without_libm_float32_functions_are_rounded_from_float64(monkeypatch):
     monkeypatch.setattr(_common, "_FLOAT32", None)
     monkeypatch.setattr(ctypes, "CDLL", lambda name: without_cosf)
     assert _common._libm_float32() == {}
+
+
+def test_a_call_looks_up_no_dtype_limits(monkeypatch):
+    """The per-step call reuses the limits found at construction (np.finfo/np.iinfo are slow)."""
+    lr = ck.ExponentialDecay(0.1, 1000, 0.96)
+    expected = lr(5)
+
+    def looked_up(*args):
+        raise AssertionError("a dtype's limits were looked up on the per-step path")
+
+    monkeypatch.setattr(np, "finfo", looked_up)
+    monkeypatch.setattr(np, "iinfo", looked_up)
+    assert lr(5) == expected
+    assert lr.values([5]).tolist() == [expected]

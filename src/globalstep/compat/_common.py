@@ -108,6 +108,8 @@ class F32Ops:
         self.type = self.dtype.type
         self._via32 = via_float32 and self.dtype == np.float64
         self._libm32 = _libm_float32() if self.dtype == np.float32 else {}
+        self._tiny = np.finfo(self.dtype).tiny
+        self._zero = self.type(0)
 
     def c(self, value: Any) -> Any:
         """``value`` as a scalar of the dtype."""
@@ -133,8 +135,10 @@ class F32Ops:
         """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow and
         XLA do."""
         values = np.asarray(values, dtype=self.dtype)
-        tiny = np.finfo(self.dtype).tiny
-        return np.where(np.abs(values) < tiny, np.copysign(self.type(0), values), values)
+        subnormal = np.abs(values) < self._tiny
+        if not subnormal.any():  # the common case: nothing to flush, no copy
+            return values
+        return np.where(subnormal, np.copysign(self._zero, values), values)
 
     def pow(self, base: Any, exponent: Any) -> Any:
         """``base ** exponent``."""
