@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from globalstep.errors import ConfigError, StepError
+from globalstep.schedules._base import check_steps
 
 __all__ = [
     "ConstantLR",
@@ -99,8 +100,18 @@ class TorchSchedule(ABC):
     def values(
         self, steps: Iterable[int] | npt.NDArray[np.integer[Any]]
     ) -> npt.NDArray[np.float64]:
-        """Returns the rate at each of ``steps``, equal element by element to ``__call__``."""
-        return np.array([self(int(s)) for s in np.asarray(steps).ravel()], dtype=np.float64)
+        """Returns the rate at each of ``steps``, equal element by element to ``__call__``,
+        in the shape of ``steps``.
+
+        Raises:
+            StepError: a step is negative, or the steps are not ints.
+        """
+        array = np.asarray(steps)
+        if array.size == 0:
+            return np.zeros(array.shape, dtype=np.float64)
+        array = check_steps(array)
+        rates = [self._value(int(s)) for s in array.ravel()]
+        return np.array(rates, dtype=np.float64).reshape(array.shape)
 
     def to_config(self) -> dict[str, Any]:
         """Returns a JSON-ready config that :meth:`from_config` turns back into this schedule."""
