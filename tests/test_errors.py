@@ -66,3 +66,13 @@ def test_non_finite_error_carries_step_tag_value():
     assert isinstance(err, ArithmeticError)
     with pytest.raises(NonFiniteError, match="at step 12"):
         raise err
+
+
+def test_restore_mismatch_carries_its_report():
+    """RestoreMismatchError is a ValueError that carries the report of what differs."""
+    report = {"missing": ["model/w"]}
+    err = errors.RestoreMismatchError("the checkpoint does not fit", report)
+    assert isinstance(err, ValueError)
+    assert err.report is report
+    with pytest.raises(errors.RestoreMismatchError, match="does not fit"):
+        raise err

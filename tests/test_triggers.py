@@ -87,6 +87,17 @@ def test_every_half_epoch():
     assert fire_steps(every("0.5ep"), [1] * 24, Clock(steps_per_epoch=12)) == [6, 12, 18, 24]
 
 
+def test_every_whole_epochs_from_a_fractional_start():
+    """every('1ep', start='0.5ep') fires in mid-epoch, at 0.5, 1.5 and 2.5 epochs."""
+    clock = Clock(steps_per_epoch=10)
+    assert fire_steps(every("1ep", start="0.5ep"), [1] * 30, clock) == [5, 15, 25]
+
+
+def test_at_fractional_epoch_after_a_whole_one():
+    """at('1ep', '1.5ep') fires at 1.5 epochs, not at the end of epoch 2."""
+    assert fire_steps(at("1ep", "1.5ep"), [1] * 30, Clock(steps_per_epoch=10)) == [10, 15]
+
+
 def test_every_samples():
     """every('1000sp') fires on samples consumed."""
     assert fire_steps(every("1000sp"), [1] * 40, Clock(batch_size=64)) == [16, 32]
@@ -301,3 +312,31 @@ def test_skip_past_never_moves_back():
     assert trigger.should_fire(clock)
     trigger.skip_past(Clock().progress())
     assert not trigger.should_fire(clock)
+
+
+@pytest.mark.parametrize("duration", [100, "1ep"])
+def test_step_and_epoch_triggers_take_no_snapshot(monkeypatch, duration):
+    """every(100) and every('1ep') read one counter of the clock, not a whole Progress."""
+    clock, trigger = Clock(steps_per_epoch=100), every(duration)
+    clock.tick(100)
+
+    def no_snapshot() -> None:
+        raise AssertionError("progress() called on the per-step path")
+
+    monkeypatch.setattr(clock, "progress", no_snapshot)
+    assert trigger.should_fire(clock)
+    assert not trigger.should_fire(clock)
+    assert trigger.state_dict()["last"] == ("100" if duration == 100 else "1")
+
+
+def test_any_of_samples_and_time_from_one_snapshot():
+    """any_of hands one snapshot to children that count samples and training time."""
+    fake = FakeTime()
+    clock = Clock(batch_size=10, time_fn=fake)
+    trigger, fired = any_of(every("100sp"), every("1min")), []
+    for _ in range(30):
+        fake.now += 5.0
+        clock.tick()
+        if trigger.should_fire(clock):
+            fired.append(clock.step)
+    assert fired == [10, 12, 20, 24, 30]

@@ -91,6 +91,15 @@ def test_wall_time_has_no_steps():
         Duration.parse("30min").to_steps(steps_per_epoch=10)
 
 
+def test_count_in_each_unit():
+    """count() gives how much of its unit a snapshot has covered, exactly."""
+    clock = Clock(steps_per_epoch=4, batch_size=8, tokens_per_step=100)
+    clock.tick(6)
+    p = clock.progress()
+    counts = [Duration.parse(t).count(p) for t in ("1st", "1ep", "0.5ep", "1sp", "1tok")]
+    assert counts == [6, 1, Fraction(3, 2), 48, 600]
+
+
 def test_count_needs_counted_samples():
     """Counting samples on a clock that counts none is an error, not a silent zero."""
     clock = Clock()

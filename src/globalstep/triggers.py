@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import bisect
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -34,7 +33,7 @@ from typing import Any
 
 from globalstep.clock import Clock, Progress
 from globalstep.errors import ConfigError
-from globalstep.units import Duration, DurationLike
+from globalstep.units import Duration, DurationLike, Unit
 
 __all__ = ["Trigger", "all_of", "any_of", "at", "every", "once"]
 
@@ -47,7 +46,22 @@ def _snapshot(source: Progress | Clock) -> Progress:
     raise ConfigError("progress", "must be a globalstep Progress or Clock", source)
 
 
-def _fraction_to_json(value: Fraction | None) -> str | None:
+def _counter(*durations: Duration) -> Duration:
+    """The duration (of one unit) to count progress with: a fractional one where there is
+    one, so that ``"1.5ep"`` is counted in fractions of an epoch, not in whole epochs."""
+    return next((d for d in durations if d.value.denominator != 1), durations[0])
+
+
+Amount = Fraction | int
+"""A count in a trigger's unit: an int where it is whole (steps), so the per-step check
+does no Fraction arithmetic."""
+
+
+def _whole(value: Fraction) -> Amount:
+    return value.numerator if value.denominator == 1 else value
+
+
+def _fraction_to_json(value: Amount | None) -> str | None:
     return None if value is None else str(value)
 
 
@@ -104,15 +118,23 @@ class _BoundaryTrigger(Trigger):
 
     def __init__(self, unit_of: Duration) -> None:
         self._unit_of = unit_of
-        self._last: Fraction | None = None
+        # Steps and whole epochs are one int read, from a Clock or a snapshot alike.
+        whole_epochs = unit_of.unit is Unit.EPOCHS and unit_of.value.denominator == 1
+        self._field = "step" if unit_of.unit is Unit.STEPS else "epoch" if whole_epochs else ""
+        self._last: Amount | None = None
 
     @abstractmethod
-    def _boundary_at_or_below(self, value: Fraction) -> Fraction | None:
+    def _boundary_at_or_below(self, value: Amount) -> Amount | None:
         """Returns the greatest boundary <= value, or None."""
 
+    def _count(self, progress: Progress | Clock) -> Amount:
+        if self._field and isinstance(progress, Clock | Progress):
+            value: int = getattr(progress, self._field)
+            return value
+        return self._unit_of.count(_snapshot(progress))
+
     def should_fire(self, progress: Progress | Clock) -> bool:
-        value = self._unit_of.count(_snapshot(progress))
-        boundary = self._boundary_at_or_below(value)
+        boundary = self._boundary_at_or_below(self._count(progress))
         if boundary is None:
             return False
         if self._last is None or boundary > self._last:
@@ -121,7 +143,7 @@ class _BoundaryTrigger(Trigger):
         return False
 
     def skip_past(self, progress: Progress | Clock) -> None:
-        boundary = self._boundary_at_or_below(self._unit_of.count(_snapshot(progress)))
+        boundary = self._boundary_at_or_below(self._count(progress))
         if boundary is not None and (self._last is None or boundary > self._last):
             self._last = boundary
 
@@ -134,38 +156,38 @@ class _BoundaryTrigger(Trigger):
         if last is not None and not isinstance(last, str):
             raise ConfigError("state['last']", "must be None or a fraction string", last)
         try:
-            self._last = None if last is None else Fraction(last)
+            self._last = None if last is None else _whole(Fraction(last))
         except ValueError as err:
             raise ConfigError("state['last']", "must be None or a fraction string", last) from err
 
 
 class _Every(_BoundaryTrigger):
     def __init__(self, interval: Duration, start: Duration) -> None:
-        super().__init__(interval)
-        self._interval = interval.value
-        self._start = start.value
+        super().__init__(_counter(interval, start))
+        self._interval = _whole(interval.value)
+        self._start = _whole(start.value)
         self._text = (str(interval), str(start))
 
     def __repr__(self) -> str:
         return f"every({self._text[0]!r}, start={self._text[1]!r})"
 
-    def _boundary_at_or_below(self, value: Fraction) -> Fraction | None:
+    def _boundary_at_or_below(self, value: Amount) -> Amount | None:
         if value < self._start:
             return None
-        return self._start + math.floor((value - self._start) / self._interval) * self._interval
+        return self._start + (value - self._start) // self._interval * self._interval
 
 
 class _At(_BoundaryTrigger):
     def __init__(self, name: str, points: Sequence[Duration]) -> None:
-        super().__init__(points[0])
+        super().__init__(_counter(*points))
         self._name = name
-        self._points = sorted({p.value for p in points})
+        self._points = sorted({_whole(p.value) for p in points})
         self._text = ", ".join(repr(str(p)) for p in points)
 
     def __repr__(self) -> str:
         return f"{self._name}({self._text})"
 
-    def _boundary_at_or_below(self, value: Fraction) -> Fraction | None:
+    def _boundary_at_or_below(self, value: Amount) -> Amount | None:
         index = bisect.bisect_right(self._points, value)
         return self._points[index - 1] if index else None
 

@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from globalstep.clock import Clock, Progress
 from globalstep.errors import ConfigError, ConversionError, DurationError
@@ -210,8 +210,3 @@ class Duration:
 
 DurationLike: TypeAlias = Duration | str | int
 """What every ``duration`` parameter accepts: a Duration, a string, or an int of steps."""
-
-
-def as_duration(value: Any, parameter: str) -> Duration:
-    """Parses ``value`` as a duration, naming ``parameter`` in any error."""
-    return Duration.parse(value, parameter)

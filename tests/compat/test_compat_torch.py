@@ -347,3 +347,17 @@ def test_fields_stay_as_given():
     assert multi.values([1, 2, 5]).tolist() == [1.0, 0.5, 0.25]
     cycle = gt.OneCycleLR(max_lr=1.0, epochs=2, steps_per_epoch=5)
     assert (cycle.total_steps, cycle.steps_total) == (None, 10)
+
+
+def test_values_keep_the_shape_of_the_steps():
+    """values() of a 2-D array of steps (or of none) has that shape, as core schedules do."""
+    lr = gt.StepLR(base_lr=0.1, step_size=2, gamma=0.5)
+    assert lr.values([[0, 1], [2, 3]]).tolist() == [[0.1, 0.1], [0.05, 0.05]]
+    assert lr.values([]).shape == (0,)
+
+
+@pytest.mark.parametrize(("steps", "shown"), [([1.5, 2.7], "dtype float64"), ([3, -1], "step=-1")])
+def test_values_refuse_steps_that_call_refuses(steps, shown):
+    """values() refuses fractional or negative steps, which it used to truncate to ints."""
+    with pytest.raises(StepError, match=rf"`steps` must be an array of ints >= 0; got {shown}"):
+        gt.StepLR(base_lr=0.1, step_size=2).values(steps)

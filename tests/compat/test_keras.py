@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import types
 import warnings
 
 import numpy as np
@@ -269,3 +270,56 @@ def test_without_the_c_library_pow_is_rounded_from_float64(monkeypatch):
     monkeypatch.setattr(_common, "_FLOAT32", {})
     without = ck.ExponentialDecay(0.1, 100, 0.999, staircase=True).values([7761976])
     assert max_ulp(with_libm, without) <= 1
+
+
+def test_float64_overflow_is_inf_and_a_negative_base_nan():
+    """In float64, pow past the range is inf and a negative rate's fractional power NaN,
+    as Keras' float64 kernels give, where Python's math.pow would raise."""
+    assert ck.ExponentialDecay(np.float64(0.1), 1, 10.0)(400) == math.inf
+    assert math.isnan(ck.ExponentialDecay(np.float64(0.1), 10, -0.5)(5))
+
+
+def test_equal_schedules_hash_alike():
+    """Two schedules with equal arguments are equal and hash alike; others differ."""
+    a, b = ck.ExponentialDecay(0.1, 10, 0.5), ck.ExponentialDecay(0.1, 10, 0.5)
+    assert a == b
+    assert len({a, b}) == 1
+    assert a != ck.ExponentialDecay(0.1, 10, 0.25)
+    assert a != ck.InverseTimeDecay(0.1, 10, 0.5)
+
+
+def test_without_libm_float32_functions_are_rounded_from_float64(monkeypatch):
+    """Where no C library loads, or one lacks a float32 function, none is used."""
+    import ctypes
+
+    from globalstep.compat import _common
+
+    def no_library(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(_common, "_FLOAT32", None)
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert _common._libm_float32() == {}
+
+    def stub(*args: float) -> float:
+        return 0.0
+
+    without_cosf = types.SimpleNamespace(powf=stub, expf=stub, logf=stub)
+    monkeypatch.setattr(_common, "_FLOAT32", None)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: without_cosf)
+    assert _common._libm_float32() == {}
+
+
+def test_a_call_looks_up_no_dtype_limits(monkeypatch):
+    """The per-step call reuses the limits found at construction (np.finfo/np.iinfo are slow)."""
+    lr = ck.ExponentialDecay(0.1, 1000, 0.96)
+    expected = lr(5)
+
+    def looked_up(*args):
+        raise AssertionError("a dtype's limits were looked up on the per-step path")
+
+    monkeypatch.setattr(np, "finfo", looked_up)
+    monkeypatch.setattr(np, "iinfo", looked_up)
+    assert lr(5) == expected
+    assert lr.values([5]).tolist() == [expected]

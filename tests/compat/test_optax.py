@@ -139,6 +139,30 @@ def test_values_equal_call():
     assert lr.values(steps).tolist() == [lr(int(s)) for s in steps]
 
 
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs"), [c[1:4] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_config_round_trip(name, args, kwargs):
+    """from_config(get_config()) builds an equal schedule, with the same values."""
+    lr = getattr(co, name)(*args, **kwargs)
+    again = co.OptaxSchedule.from_config(lr.get_config())
+    assert again == lr
+    assert hash(again) == hash(lr)
+    assert again.values(np.arange(50)).tolist() == lr.values(np.arange(50)).tolist()
+
+
+def test_config_names_the_function():
+    """Schedules from different functions never compare equal."""
+    assert co.constant_schedule(0.5).get_config() == {"fn_name": "constant_schedule", "value": 0.5}
+    assert co.linear_schedule(1.0, 0.0, 10) != co.polynomial_schedule(1.0, 0.0, 1, 10)
+
+
+def test_from_config_of_an_unknown_function():
+    """A config naming no optax schedule is refused, naming the key and the value."""
+    with pytest.raises(ConfigError, match=r"`config\['fn_name'\]` must be one of .*; got .*'adam'"):
+        co.OptaxSchedule.from_config({"fn_name": "adam", "learning_rate": 0.1})
+
+
 def test_repr_names_the_function():
     """repr shows optax's function and its arguments."""
     assert repr(co.cosine_decay_schedule(0.1, 10)).startswith(

@@ -188,6 +188,13 @@ def test_int_global_step_is_fixed():
     assert ctf.exponential_decay(1.0, 1, decay_steps=1, decay_rate=0.5)() == 0.5
 
 
+def test_repr_shows_the_schedule_and_the_step():
+    """repr() of the callable names the Keras-named schedule and the global step."""
+    text = repr(ctf.exponential_decay(1.0, 3, decay_steps=10, decay_rate=0.5))
+    assert text.startswith("DecayedLearningRate(ExponentialDecay(initial_learning_rate=1.0")
+    assert text.endswith(", global_step=3)")
+
+
 def test_frozen_step_warns():
     """Reading the rate many times at one clock step warns once, naming the clock."""
     clock = Clock("generator")

@@ -196,3 +196,39 @@ def test_float32_part_inside_float64_join():
     part = ExponentialDecay(0.1, 10, 0.9, dtype="float32")
     lr = Join((part,), (), dtype="float64")
     assert lr(3) == float(np.float32(part(3)))
+
+
+def test_warmup_past_its_end_computes_only_the_schedule(monkeypatch):
+    """After the warm-up a call evaluates the wrapped schedule once (no ramp target)."""
+    inner = CosineDecay(1.0, 100)
+    lr, expected = warmup(inner, 10), inner(50)
+    seen = []
+    real = CosineDecay._compute
+    monkeypatch.setattr(
+        CosineDecay, "_compute", lambda self, s: seen.append(s.tolist()) or real(self, s)
+    )
+    assert lr(60) == expected
+    assert seen == [[50]]
+    seen.clear()
+    assert lr(5) == 0.5
+    assert seen == [[0]]
+
+
+def test_describe_a_join_names_each_part_from_its_boundary():
+    """A join's description lists each part with the step it starts from."""
+    text = join([Linear(0.0, 1.0, 10), Constant(1.0)], [10]).describe()
+    assert "from 0: linear(" in text
+    assert "; from 10: constant(" in text
+
+
+def test_join_is_resolved_only_when_its_parts_are():
+    """A join of a part with an epoch length is unresolved until resolve() is called."""
+    lr = join([Linear(0.0, 1.0, "1ep"), Constant(1.0)], [3])
+    assert not lr.resolved
+    assert lr.resolve(steps_per_epoch=3).resolved
+
+
+def test_scale_and_clip_end_where_their_schedule_ends():
+    """scale and clip keep their schedule's end step."""
+    assert scale(CosineDecay(1.0, 100), 2.0).end_step() == 100
+    assert clip(Linear(0.0, 1.0, 10), high=0.5).end_step() == 10

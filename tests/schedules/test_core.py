@@ -535,3 +535,33 @@ def test_every_schedule_refuses_bad_steps(name, step, shown):
         schedule(step)
     with pytest.raises(StepError, match=r"`steps` must be an array of ints >= 0"):
         schedule.values([0, step])
+
+
+def test_zero_steps_as_a_duration_is_refused():
+    """A length of '0st' breaks the same rule as 0, naming the text received."""
+    with pytest.raises(ConfigError, match=r"`decay_steps` must be >= 1; got decay_steps='0st'\."):
+        ExponentialDecay(0.1, "0st", 0.9)
+
+
+def test_numpy_integer_length_is_a_step_count():
+    """A NumPy integer length counts steps, and the config stays JSON-ready."""
+    schedule = CosineDecay(np.float64(1.0), np.int64(10))
+    assert schedule(10) == CosineDecay(1.0, 10)(10)
+    config = json.loads(json.dumps(schedule.to_config()))
+    assert config["decay_steps"] == 10
+    assert config["initial"] == 1.0
+
+
+def test_describe_natural_exp_shows_its_period():
+    """NaturalExpDecay's description floors the period only when it is a staircase."""
+    stairs = NaturalExpDecay(1.0, 10, 0.5, staircase=True).describe()
+    assert stairs.endswith("v(s) = 1.0 * exp(-0.5 * floor(s / 10))")
+    assert NaturalExpDecay(1.0, 10, 0.5).describe().endswith("v(s) = 1.0 * exp(-0.5 * (s / 10))")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in VALID if CORE[n].lengths))
+def test_none_length_is_refused_at_construction(name):
+    """A length given as None is refused when the schedule is built, naming it."""
+    field = next(iter(CORE[name].lengths))
+    with pytest.raises(ConfigError, match=rf"`{field}` must be .*; got {field}=None"):
+        CORE[name](**{**VALID[name], field: None})

@@ -196,3 +196,51 @@ def test_schedule_help_lists_parameters(capsys):
     out = capsys.readouterr().out
     assert "exponential_decay: --initial --decay-steps --rate [--staircase" in out
     assert "lengths are steps, or durations ('3ep') in plan, which knows the run" in out
+
+
+def test_schedule_cli_lists_are_comma_separated(capsys):
+    """`--boundaries` and `--levels` take comma-separated lists."""
+    argv = ["schedule", "piecewise_constant", "--boundaries", "10,20", "--levels", "1,0.5,0.1"]
+    assert main([*argv, "--at", "0,15,25"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines[1:4]] == [["0", "1"], ["15", "0.5"], ["25", "0.1"]]
+
+
+def test_schedule_cli_none_leaves_an_optional_parameter_unset(capsys):
+    """`--end-value none` is the default None: the decay has no floor."""
+    argv = ["schedule", "exponential_decay", "--initial", "1", "--decay-steps", "10"]
+    assert main([*argv, "--rate", "0.5", "--end-value", "none", "--at", "20"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["20", "0.25"]
+
+
+def test_schedule_cli_non_number_names_the_parameter(capsys):
+    """A float parameter given a word is refused, naming it and the text received."""
+    assert main(["schedule", "constant", "--value", "abc"]) == 1
+    assert "`value` must be a finite number; got value='abc'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("schedule", [Constant(1.0), CosineDecay(1.0, 100)])
+def test_explain_stops_scanning_where_the_schedule_ends(schedule, monkeypatch):
+    """A run of 10**15 steps is explained from the steps before the schedule's end."""
+    calls = []
+    real = type(schedule).values
+
+    def counted(self, steps):
+        calls.append(len(steps))
+        if len(calls) > 2:
+            raise AssertionError("scanned past the schedule's end")
+        return real(self, steps)
+
+    monkeypatch.setattr(type(schedule), "values", counted)
+    e = explain(schedule, total_steps=10**15)
+    assert e.final_value == schedule(10**15 - 1)
+    assert sum(calls) <= 101
+
+
+def test_schedule_cli_png_that_cannot_be_written(tmp_path, capsys):
+    """--plot into a missing directory exits 1 naming the option, with no traceback."""
+    pytest.importorskip("matplotlib")
+    target = str(tmp_path / "missing" / "lr.png")
+    assert main(["schedule", "constant", "--value", "1", "--plot", target]) == 1
+    err = capsys.readouterr().err
+    assert f"`--plot` must be a file that can be written; got --plot={target!r}" in err

@@ -323,3 +323,13 @@ def test_plan_cli_accumulation_processes_and_drop_last(capsys):
         ["samples per step", "600"],
         ["samples", "12,000"],
     ]
+
+
+def test_plan_names_a_schedule_it_cannot_resolve(capsys):
+    """A length in tokens cannot be resolved by a plan, which knows no tokens per step."""
+    argv = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "3"]
+    schedule = ["--schedule", "cosine_decay", "--initial", "0.1", "--decay-steps", "1000tok"]
+    assert main([*argv, *schedule]) == 1
+    err = capsys.readouterr().err
+    assert "`schedule` cannot be resolved" in err
+    assert "needs `tokens_per_step`" in err

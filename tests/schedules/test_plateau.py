@@ -129,3 +129,19 @@ def test_bad_state_best():
     state = ReduceOnPlateau(1.0).state_dict() | {"best": float("nan")}
     with pytest.raises(ConfigError, match=r"`state\['best'\]` must be a finite number"):
         ReduceOnPlateau(1.0).load_state_dict(state)
+
+
+def test_abs_threshold_needs_an_absolute_improvement():
+    """With threshold_mode='abs' an improvement smaller than threshold counts as none."""
+    lr = ReduceOnPlateau(1.0, patience=0, factor=0.5, threshold=0.1, threshold_mode="abs")
+    assert lr.update(1.0) == 1.0
+    assert lr.update(0.95) == 0.5  # better by 0.05 < 0.1: no improvement
+    assert lr.update(0.8) == 0.5  # better than 1.0 by 0.2
+
+
+def test_repr_shows_the_value_now():
+    """repr() shows the parameters and the value reached."""
+    lr = ReduceOnPlateau(1.0, patience=0, factor=0.5)
+    lr.update(1.0)
+    lr.update(2.0)
+    assert repr(lr) == "ReduceOnPlateau(1.0, mode='min', factor=0.5, patience=0, value=0.5)"

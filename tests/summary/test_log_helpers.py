@@ -36,6 +36,21 @@ def test_step_jumping_past_a_multiple_still_logs(caplog):
     assert _logged_steps(caplog) == [0, 14, 21]
 
 
+def test_a_new_clock_of_the_same_name_starts_afresh(caplog):
+    """A second run in one process, with a new clock of the same name, logs from its start."""
+    caplog.set_level(logging.INFO, logger=LOGGER.name)
+
+    def run() -> None:
+        clock = Clock()
+        for _ in range(25):
+            log_every_n_steps(LOGGER, logging.INFO, 10, "step %d", clock.step, clock=clock)
+            clock.tick()
+
+    run()
+    run()
+    assert _logged_steps(caplog) == [0, 10, 20, 0, 10, 20]
+
+
 def test_returns_whether_it_logged():
     """The return value says whether the message went out."""
     clock = Clock()

@@ -116,6 +116,23 @@ def test_png_plot(tmp_path):
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("option", ["--csv", "--plot"])
+def test_output_file_that_cannot_be_written(tmp_path, capsys, option):
+    """A CSV or PNG path in a missing directory exits 1 naming the option, no traceback."""
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    _write_run(tmp_path / "run")
+    target = str(tmp_path / "missing" / "out")
+    assert main(["logs", str(tmp_path / "run"), "--tag", "loss", option, target]) == 1
+    err = capsys.readouterr().err
+    assert f"`{option}` must be a file that can be written; got {option}={target!r}" in err
+    assert "No such file or directory" in err
+    if option == "--plot":
+        import matplotlib.pyplot as plt
+
+        assert plt.get_fignums() == []  # the figure was closed
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

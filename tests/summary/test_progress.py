@@ -58,6 +58,20 @@ def test_meter_writes_stepcounterhook_tags(tmp_path):
     assert "tokens/sec" not in run.scalars
 
 
+def test_meter_writes_tokens_per_second(tmp_path):
+    """A clock that counts tokens gets tokens/sec, under the clock's own name for steps."""
+    time_fn = FakeTime()
+    clock = Clock("critic", tokens_per_step=1000)
+    meter = ThroughputMeter(clock, time_fn=time_fn)
+    with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",)) as writer:
+        clock.tick(10)
+        time_fn.now = 4.0
+        meter.write(writer)
+    scalars = read_run(tmp_path).scalars
+    assert sorted(scalars) == ["critic/sec", "tokens/sec"]
+    assert scalars["tokens/sec"][0].value == 2500.0
+
+
 def test_plain_lines_when_not_a_terminal():
     """A non-terminal stream gets one line every N steps with step/total, epoch, rate, ETA."""
     time_fn = FakeTime()

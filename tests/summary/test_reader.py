@@ -27,6 +27,18 @@ def test_malformed_records_are_skipped(tmp_path):
     assert run.skipped_lines == 5
 
 
+def test_a_line_cut_inside_a_utf8_character_is_skipped(tmp_path):
+    """A crashed writer's line that ends mid-character is one skipped line, not an error."""
+    good = json.dumps({"step": 1, "wall_time": 1.0, "tag": "é", "value": 1.0}, ensure_ascii=False)
+    second = good.replace('"step": 1', '"step": 2').encode()
+    cut = second[: second.index("é".encode()) + 1]  # ends inside "é"
+    later = good.replace('"step": 1', '"step": 3').encode()
+    (tmp_path / "metrics.jsonl").write_bytes(good.encode() + b"\n" + cut + b"\n" + later + b"\n")
+    run = read_run(tmp_path)
+    assert [p.step for p in run.scalars["é"]] == [1, 3]
+    assert run.skipped_lines == 1
+
+
 def test_runs_are_found_at_any_depth(tmp_path):
     """Each directory holding logs is a run, named by its path under the log directory."""
     for name in ("a", "b/c"):
@@ -111,3 +123,37 @@ def test_last_standing_step_matches_the_full_reader(tmp_path_factory, records):
     ]
     (logdir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     assert last_standing_step(logdir) == read_run(logdir).max_step
+
+
+def test_histograms_and_texts_from_event_files(tmp_path):
+    """A run of event files alone gives its histograms and texts back, with their steps."""
+    pytest.importorskip("tensorboard")
+    with SummaryWriter(tmp_path, formats=("tensorboard",)) as writer:
+        writer.histogram("w", [0.0, 1.0, 1.0], step=3)
+        writer.text("note", "héllo", step=4)
+    run = read_run(tmp_path)
+    assert run.source == "tensorboard"
+    (histogram,) = run.histograms["w"]
+    assert (histogram.step, histogram.value["num"], histogram.value["max"]) == (3, 3, 1.0)
+    assert sum(histogram.value["bucket"]) == 3
+    assert [(p.step, p.value) for p in run.texts["note"]] == [(4, "héllo")]
+
+
+def test_tensorflow_2_tensor_scalars_from_event_files(tmp_path):
+    """Scalars that tf.summary (TF 2) writes as tensors of the scalars plugin are read."""
+    pytest.importorskip("google_crc32c")
+    event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
+    from globalstep.summary._records import frame
+
+    records = []
+    for step, (field, number) in enumerate([("float_val", 0.5), ("double_val", 0.25)]):
+        event = event_pb2.Event(step=step, wall_time=1.0)
+        value = event.summary.value.add(tag="loss")
+        value.metadata.plugin_data.plugin_name = "scalars"
+        getattr(value.tensor, field).append(number)
+        records.append(frame(event.SerializeToString()))
+    empty = event_pb2.Event(step=2, wall_time=1.0)
+    empty.summary.value.add(tag="loss").metadata.plugin_data.plugin_name = "scalars"
+    records.append(frame(empty.SerializeToString()))  # no number: nothing to read
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"".join(records))
+    assert [(p.step, p.value) for p in read_run(tmp_path).scalars["loss"]] == [(0, 0.5), (1, 0.25)]

@@ -29,3 +29,10 @@ def test_reading_stops_at_a_corrupt_record():
     data = bytearray(frame(b"one") + frame(b"two"))
     data[-6] ^= 0xFF
     assert list(iter_records(bytes(data))) == [b"one"]
+
+
+def test_reading_stops_at_a_corrupt_length():
+    """A flipped byte in a record's length (its header checksum fails) ends the reading."""
+    data = bytearray(frame(b"one") + frame(b"two"))
+    data[len(frame(b"one"))] ^= 0x01
+    assert list(iter_records(bytes(data))) == [b"one"]

@@ -405,6 +405,26 @@ def test_scalars_with_one_bad_value_queue_nothing(tmp_path):
     assert sorted(read_run(tmp_path).scalars) == ["d"]
 
 
+def test_scalars_check_each_tag_once(writer, monkeypatch):
+    """A tag already written is not checked again on the per-step path."""
+    from globalstep.summary import writer as writer_module
+
+    checked = []
+    real = writer_module._check_tag
+    monkeypatch.setattr(writer_module, "_check_tag", lambda t: checked.append(t) or real(t))
+    for step in range(3):
+        writer.scalars({"a": 1.0, "b": np.float32(2.0)}, step=step)
+        writer.scalar("c", 3.0, step=step)
+    assert checked == ["a", "b", "c"]
+
+
+def test_scalars_guard_infinities(writer):
+    """scalars() refuses an infinite value in a guarded tag, as scalar() does."""
+    with pytest.raises(NonFiniteError, match="`loss` is -inf"):
+        writer.scalars({"loss": -math.inf}, step=0)
+    writer.scalars({"other": math.inf}, step=0)
+
+
 @pytest.mark.parametrize("step", [-1, 1.5, "3", True])
 def test_bad_steps(writer, step):
     """A step that is negative or not an int is refused."""
@@ -579,3 +599,85 @@ def test_available_formats_on_the_core_install(monkeypatch):
         lambda name, *a: None if name == "google_crc32c" else real_find_spec(name, *a),
     )
     assert available_formats() == ("jsonl",)
+
+
+def test_empty_histogram_is_written_with_no_buckets(tmp_path):
+    """An empty array is a histogram of 0 values, not an error."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.histogram("w", [], step=0)
+    (point,) = read_run(tmp_path).histograms["w"]
+    assert (point.value["num"], point.value["bucket"]) == (0, [])
+
+
+def test_repr_names_the_directory_and_clock(tmp_path):
+    """repr() shows the log directory and the clock's name."""
+    with SummaryWriter(tmp_path, clock=Clock("critic"), formats=("jsonl",)) as writer:
+        assert repr(writer) == f"SummaryWriter({str(tmp_path)!r}, clock='critic')"
+
+
+def test_error_in_the_with_body_is_the_one_raised(tmp_path, monkeypatch):
+    """A with-body's error propagates even when closing then fails to write."""
+    from globalstep.summary._jsonl import JsonlBackend
+
+    def disk_full(self, items):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def train() -> None:
+        with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+            writer.scalar("x", 1.0, step=0)
+            raise KeyError("body")
+
+    monkeypatch.setattr(JsonlBackend, "write", disk_full)
+    with pytest.raises(KeyError, match="body"):
+        train()
+
+
+def test_a_backend_that_fails_to_open_closes_the_others(tmp_path, monkeypatch):
+    """If the event file cannot be opened, the JSONL file opened before it is closed."""
+    pytest.importorskip("tensorboard")
+    from globalstep.summary import _jsonl, _tensorboard
+
+    closed = []
+    real_close = _jsonl.JsonlBackend.close
+    monkeypatch.setattr(
+        _jsonl.JsonlBackend, "close", lambda self: closed.append(self.path) or real_close(self)
+    )
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_tensorboard.TensorBoardBackend, "__init__", no_space)
+    with pytest.raises(ConfigError, match="`logdir` must be a directory this process can write"):
+        SummaryWriter(tmp_path, formats=("jsonl", "tensorboard"))
+    assert closed == [str(tmp_path / "metrics.jsonl")]
+
+
+def test_unreadable_event_files_skip_the_restart_check(tmp_path, monkeypatch):
+    """Without the tensorboard extra, a JSONL writer opens beside old event files, unmarked."""
+    pytest.importorskip("tensorboard")
+    with SummaryWriter(tmp_path, formats=("tensorboard",)) as writer:
+        writer.scalar("x", 1.0, step=50)
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto.event_pb2", None)
+    with SummaryWriter(tmp_path, clock=Clock(), formats=("jsonl",)) as writer:
+        assert writer.purge_step is None
+        writer.scalar("x", 2.0)
+
+
+def test_a_restart_mark_that_cannot_be_written_closes_the_files(tmp_path, monkeypatch):
+    """If marking the restart fails (disk full), the writer's files are closed and the
+    error names the directory."""
+    from globalstep.summary import _jsonl
+
+    closed = []
+    real_close = _jsonl.JsonlBackend.close
+    monkeypatch.setattr(
+        _jsonl.JsonlBackend, "close", lambda self: closed.append(self.path) or real_close(self)
+    )
+
+    def disk_full(self, purge_step, wall_time):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_jsonl.JsonlBackend, "mark_restart", disk_full)
+    with pytest.raises(ConfigError, match="No space left on device"):
+        SummaryWriter(tmp_path, formats=("jsonl",), purge_step=5)
+    assert closed == [str(tmp_path / "metrics.jsonl")]

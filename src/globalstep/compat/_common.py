@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,25 +92,24 @@ class F32Ops:
         dtype: ``np.float32`` (the peers' default) or ``np.float64``.
         via_float32: cast Python floats through float32 first (TensorFlow does this when a
             Python hyper-parameter meets a float64 rate).
-        c_library: in float32, take pow, exp, log and cos from the C library (``powf``,
-            ...), as TensorFlow's kernels on one step and XLA's eager ones do, where it can
-            be loaded; otherwise they are computed in float64 and rounded once.
-        flush_to_zero: flush results below the smallest normal number to zero, as
-            TensorFlow and XLA run.
+
+    In float32, pow, exp, log and cos come from the C library (``powf``, ...), as
+    TensorFlow's kernels on one step and XLA's eager ones do, where it can be loaded
+    (otherwise they are computed in float64 and rounded once); results below the smallest
+    normal number are flushed to zero, as TensorFlow and XLA run.
     """
 
     def __init__(
         self,
         dtype: Any,
         via_float32: bool = False,
-        c_library: bool = False,
-        flush_to_zero: bool = False,
     ) -> None:
         self.dtype = np.dtype(dtype)
         self.type = self.dtype.type
         self._via32 = via_float32 and self.dtype == np.float64
-        self._ftz = flush_to_zero
-        self._libm32 = _libm_float32() if c_library and self.dtype == np.float32 else {}
+        self._libm32 = _libm_float32() if self.dtype == np.float32 else {}
+        self._tiny = np.finfo(self.dtype).tiny
+        self._zero = self.type(0)
 
     def c(self, value: Any) -> Any:
         """``value`` as a scalar of the dtype."""
@@ -133,12 +133,12 @@ class F32Ops:
 
     def flush(self, values: Any) -> Any:
         """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow and
-        XLA do; unchanged without flush-to-zero."""
-        if not self._ftz:
-            return values
+        XLA do."""
         values = np.asarray(values, dtype=self.dtype)
-        tiny = np.finfo(self.dtype).tiny
-        return np.where(np.abs(values) < tiny, np.copysign(self.type(0), values), values)
+        subnormal = np.abs(values) < self._tiny
+        if not subnormal.any():  # the common case: nothing to flush, no copy
+            return values
+        return np.where(subnormal, np.copysign(self._zero, values), values)
 
     def pow(self, base: Any, exponent: Any) -> Any:
         """``base ** exponent``."""
@@ -178,7 +178,7 @@ def check_positive_steps(parameter: str, value: Any) -> None:
         raise ConfigError(parameter, "must be > 0", value)
 
 
-class PeerSchedule:
+class PeerSchedule(ABC):
     """A schedule with a peer's names; subclasses set ``_fields`` and ``_formula``.
 
     Called with a step (an int >= 0) it returns the value as a Python float (exactly the
@@ -189,14 +189,15 @@ class PeerSchedule:
 
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
-        self._ops = F32Ops(dtype, via_float32=True, c_library=True, flush_to_zero=True)
+        self._ops = F32Ops(dtype, via_float32=True)
         self._schedule = Formula(self._flushed, dtype=np.dtype(dtype).name)
 
     def _flushed(self, steps: Steps) -> Values:
         return self._ops.flush(self._formula(steps))
 
+    @abstractmethod
     def _formula(self, steps: Steps) -> Values:
-        raise NotImplementedError
+        """The peer's values at ``steps`` (int64, checked), before flush-to-zero."""
 
     def __call__(self, step: int) -> float:
         """Returns the value at ``step``, an int >= 0."""

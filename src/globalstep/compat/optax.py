@@ -47,7 +47,7 @@ __all__ = [
     "warmup_exponential_decay_schedule",
 ]
 
-_F32 = F32Ops(np.float32, c_library=True, flush_to_zero=True)
+_F32 = F32Ops(np.float32)
 _Fn = Callable[[Steps], Values]
 
 
@@ -71,7 +71,34 @@ class OptaxSchedule(PeerSchedule):
         return _F32.flush(values) if self._schedule.dtype == "float32" else values
 
     def get_config(self) -> dict[str, Any]:
-        return dict(self.arguments)
+        """Returns the building function's name (``fn_name``) and its arguments.
+
+        Example:
+            >>> constant_schedule(0.5).get_config()
+            {'fn_name': 'constant_schedule', 'value': 0.5}
+        """
+        return {"fn_name": self.fn_name, **self.arguments}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> OptaxSchedule:
+        """Builds the schedule again from :meth:`get_config`'s output.
+
+        Raises:
+            ConfigError: ``config['fn_name']`` names no schedule of this module.
+
+        Example:
+            >>> lr = exponential_decay(0.1, 1000, 0.96)
+            >>> OptaxSchedule.from_config(lr.get_config()) == lr
+            True
+        """
+        arguments = dict(config)
+        name = arguments.pop("fn_name", None)
+        if name not in _BUILDERS:
+            raise ConfigError(
+                "config['fn_name']", f"must be one of {', '.join(sorted(_BUILDERS))}", name
+            )
+        schedule: OptaxSchedule = _BUILDERS[name](**arguments)
+        return schedule
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.arguments.items())
@@ -524,3 +551,8 @@ def linear_onecycle_schedule(
     }
     fn = _interpolate("linear", peak_value / div_factor, scales)
     return OptaxSchedule("linear_onecycle_schedule", arguments, fn, "float32")
+
+
+_BUILDERS: dict[str, Callable[..., OptaxSchedule]] = {
+    name: globals()[name] for name in __all__ if name != "OptaxSchedule"
+}

@@ -201,9 +201,7 @@ def natural_exp_decay(
     if isinstance(decay_rate, np.float64):
         rate = np.float64(math.exp(-decay_rate))
     else:
-        rate = float(
-            F32Ops(np.float32, c_library=True, flush_to_zero=True).exp(-np.float32(decay_rate))
-        )
+        rate = float(F32Ops(np.float32).exp(-np.float32(decay_rate)))
     schedule = _keras.ExponentialDecay(
         learning_rate, decay_steps, rate, staircase, name or "ExponentialDecay"
     )

@@ -24,6 +24,7 @@ import bisect
 import dataclasses
 import functools
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from globalstep.errors import ConfigError, StepError
+from globalstep.schedules._base import check_steps
 
 __all__ = [
     "ConstantLR",
@@ -78,7 +80,7 @@ def _count(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(name, f"must be >= {minimum}", value)
 
 
-class TorchSchedule:
+class TorchSchedule(ABC):
     """The shared surface: call with a step, ``values()`` for many, and a JSON config."""
 
     _registry: ClassVar[dict[str, type[TorchSchedule]]] = {}
@@ -91,14 +93,25 @@ class TorchSchedule:
         """Returns the rate update number ``step`` uses."""
         return self._value(_check_step(step))
 
+    @abstractmethod
     def _value(self, step: int) -> float:
-        raise NotImplementedError
+        """The rate at ``step``, an int >= 0 already checked."""
 
     def values(
         self, steps: Iterable[int] | npt.NDArray[np.integer[Any]]
     ) -> npt.NDArray[np.float64]:
-        """Returns the rate at each of ``steps``, equal element by element to ``__call__``."""
-        return np.array([self(int(s)) for s in np.asarray(steps).ravel()], dtype=np.float64)
+        """Returns the rate at each of ``steps``, equal element by element to ``__call__``,
+        in the shape of ``steps``.
+
+        Raises:
+            StepError: a step is negative, or the steps are not ints.
+        """
+        array = np.asarray(steps)
+        if array.size == 0:
+            return np.zeros(array.shape, dtype=np.float64)
+        array = check_steps(array)
+        rates = [self._value(int(s)) for s in array.ravel()]
+        return np.array(rates, dtype=np.float64).reshape(array.shape)
 
     def to_config(self) -> dict[str, Any]:
         """Returns a JSON-ready config that :meth:`from_config` turns back into this schedule."""
@@ -423,15 +436,14 @@ class OneCycleLR(TorchSchedule):
                 step,
             )
         phases = self._phases()
-        start_step = 0.0
-        for i, (end_step, start_lr, end_lr) in enumerate(phases):
-            if step <= end_step or i == len(phases) - 1:
-                pct = (step - start_step) / (end_step - start_step)
-                if self.anneal_strategy == "cos":
-                    return end_lr + (start_lr - end_lr) / 2.0 * (math.cos(math.pi * pct) + 1)
-                return (end_lr - start_lr) * pct + start_lr
-            start_step = end_step
-        raise AssertionError("unreachable: the last phase always matches")
+        # The first phase that ends at or after ``step``; the last one runs to total_steps.
+        index = next((i for i, p in enumerate(phases[:-1]) if step <= p[0]), len(phases) - 1)
+        start_step = phases[index - 1][0] if index else 0.0
+        end_step, start_lr, end_lr = phases[index]
+        pct = (step - start_step) / (end_step - start_step)
+        if self.anneal_strategy == "cos":
+            return end_lr + (start_lr - end_lr) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end_lr - start_lr) * pct + start_lr
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from globalstep.clock import Clock, Progress
+from globalstep.clock import MAX_STEP, Clock, Progress
 from globalstep.errors import ConfigError, ConversionError, StepError
 from globalstep.units import Duration, Unit
 
@@ -95,7 +95,7 @@ def check_step(step: Any) -> int:
         raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
     if step < 0:
         raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
-    if step > np.iinfo(np.int64).max:
+    if step > MAX_STEP:
         raise StepError(f"`step` must be <= 2**63-1; got step={step!r}.", step)
     return int(step)
 
@@ -112,7 +112,7 @@ def check_steps(steps: Any) -> Steps:
             f"`steps` must be an array of ints >= 0; got step={int(array.min())}.",
             int(array.min()),
         )
-    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+    if array.dtype.kind == "u" and array.size and array.max() > MAX_STEP:
         raise StepError(
             f"`steps` must be <= 2**63-1; got step={int(array.max())}.", int(array.max())
         )
@@ -149,8 +149,6 @@ class Schedule(ABC):
         pending: dict[str, Any] = {}
         for field, minimum in self.lengths.items():
             value = getattr(self, field)
-            if value is None:
-                continue
             if isinstance(value, tuple):
                 durations = tuple(_length_duration(field, v, minimum) for v in value)
                 if all(d.unit is Unit.STEPS for d in durations):

@@ -105,14 +105,17 @@ class Warmup(_Wraps, Schedule):
         w = self._len("steps")
         out = np.empty(steps.shape, dtype=self._dt)
         ramp = steps < w
-        target = self._c(self.schedule._compute(np.zeros(1, np.int64))[0])
-        start = self._c(self.start_value)
-        pct = self._t(steps[ramp]) / self._c(w)
-        if self.shape == "exponential":
-            out[ramp] = start * self._f(np.power, target / start, pct)
-        else:
-            out[ramp] = _anneal(self, self.shape, start, target, pct)
-        out[~ramp] = self.schedule._compute(steps[~ramp] - w)
+        if ramp.any():  # the ramp's target, g(0), only where a step needs it
+            target = self._c(self.schedule._compute(np.zeros(1, np.int64))[0])
+            start = self._c(self.start_value)
+            pct = self._t(steps[ramp]) / self._c(w)
+            if self.shape == "exponential":
+                out[ramp] = start * self._f(np.power, target / start, pct)
+            else:
+                out[ramp] = _anneal(self, self.shape, start, target, pct)
+        if not ramp.all():
+            after = ~ramp
+            out[after] = self.schedule._compute(steps[after] - w)
         return out
 
     def end_step(self) -> int | None:

@@ -81,7 +81,8 @@ def _first(mask: np.ndarray) -> int | None:
 
 
 def explain(schedule: Schedule, total_steps: int) -> Explanation:
-    """Explains ``schedule`` over a run of ``total_steps`` steps (scanned in full).
+    """Explains ``schedule`` over a run of ``total_steps`` steps, scanned up to the run's
+    end or the schedule's :meth:`~Schedule.end_step`, after which nothing changes.
 
     Raises:
         ConfigError: ``total_steps`` is not an int >= 1.
@@ -89,9 +90,11 @@ def explain(schedule: Schedule, total_steps: int) -> Explanation:
     if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
         raise ConfigError("total_steps", "must be an int >= 1", total_steps)
     start = schedule(0)
+    end = schedule.end_step()
+    scanned = total_steps if end is None else min(total_steps, end + 1)
     first_change = half_step = None
-    for low in range(0, total_steps, _CHUNK):
-        steps = np.arange(low, min(low + _CHUNK, total_steps), dtype=np.int64)
+    for low in range(0, scanned, _CHUNK):
+        steps = np.arange(low, min(low + _CHUNK, scanned), dtype=np.int64)
         values = schedule.values(steps)
         if first_change is None and (found := _first(values != start)) is not None:
             first_change = low + found
@@ -206,7 +209,13 @@ def _run(args: argparse.Namespace) -> int:
         print()
         print("\n".join(explain(schedule, total).lines()))
     if args.plot:
-        print(f"\nwrote {write_plot(schedule, total, args.plot)}")
+        try:
+            written = write_plot(schedule, total, args.plot)
+        except OSError as err:
+            raise ConfigError(
+                "--plot", "must be a file that can be written", args.plot, hint=str(err)
+            ) from err
+        print(f"\nwrote {written}")
     else:
         print()
         print(terminal_plot(schedule, total))

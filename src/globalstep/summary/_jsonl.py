@@ -15,7 +15,6 @@ as ``NaN``, ``Infinity`` and ``-Infinity``, which Python's ``json`` reads back.
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any
 
@@ -26,9 +25,8 @@ __all__ = ["JSONL_NAME", "JsonlBackend"]
 JSONL_NAME = "metrics.jsonl"
 
 
-def _number(value: float) -> str:
-    if math.isfinite(value):
-        return repr(value)
+def _nonfinite(value: float) -> str:
+    """The JSON spelling Python's ``json`` reads back for NaN and the infinities."""
     if value != value:
         return "NaN"
     return "Infinity" if value > 0 else "-Infinity"
@@ -62,7 +60,7 @@ class JsonlBackend:
         for kind, tag, step, wall_time, payload in items:
             tag_text = tags.get(tag) or self._tag(tag)
             if kind == SCALAR:
-                number = repr(payload) if payload - payload == 0.0 else _number(payload)
+                number = repr(payload) if payload - payload == 0.0 else _nonfinite(payload)
                 lines.append(
                     f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
                     f'"value": {number}}}\n'

@@ -1,10 +1,10 @@
 """Logging keyed to the step: ``log_every_n_steps``.
 
 Unlike a count of calls (TensorFlow's ``log_every_n``, in :mod:`globalstep.compat`), the
-step decides: each call site logs the first time it runs, then each time the clock has
-passed a new multiple of ``n`` (see :mod:`globalstep.triggers`). Calls repeated at one step
-log once; a step that jumps past a multiple still logs; a resumed run logs where an
-uninterrupted one would.
+step decides: each call site logs the first time it runs with a clock, then each time that
+clock has passed a new multiple of ``n`` (see :mod:`globalstep.triggers`). Calls repeated at
+one step log once; a step that jumps past a multiple still logs; a resumed run logs where an
+uninterrupted one would; a new clock (a second run in the same process) starts afresh.
 
 Example:
     >>> import logging, sys
@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import weakref
 from typing import Any
 
 from globalstep.clock import Clock
@@ -35,7 +36,11 @@ from globalstep.triggers import Trigger, every
 
 __all__ = ["log_every_n_steps"]
 
-_triggers: dict[tuple[str, int, str, int], Trigger] = {}
+# Per clock object (not per clock name: a second run in the same process, with a new clock
+# of the same name, starts afresh), then per call site and n.
+_triggers: weakref.WeakKeyDictionary[Clock, dict[tuple[str, int, int], Trigger]] = (
+    weakref.WeakKeyDictionary()
+)
 _lock = threading.Lock()
 
 
@@ -66,11 +71,12 @@ def log_every_n_steps(
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep Clock", clock)
     frame = sys._getframe(1)
-    site = (frame.f_code.co_filename, frame.f_lineno, clock.name, n)
+    site = (frame.f_code.co_filename, frame.f_lineno, n)
     with _lock:
-        trigger = _triggers.get(site)
+        sites = _triggers.setdefault(clock, {})
+        trigger = sites.get(site)
         if trigger is None:
-            trigger = _triggers[site] = every(n, start=0)
+            trigger = sites[site] = every(n, start=0)
         fire = trigger.should_fire(clock)
     if fire:
         logger.log(level, msg, *args)

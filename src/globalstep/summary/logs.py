@@ -121,16 +121,18 @@ def _plot_png(runs: list[RunLog], tag: str, path: str) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4.5))
-    for run in runs:
-        if tag in run.scalars:
-            points = run.scalars[tag]
-            axes.plot([p.step for p in points], [p.value for p in points], label=run.name)
-    axes.set_xlabel("step")
-    axes.set_ylabel(tag)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+    try:
+        for run in runs:
+            if tag in run.scalars:
+                points = run.scalars[tag]
+                axes.plot([p.step for p in points], [p.value for p in points], label=run.name)
+        axes.set_xlabel("step")
+        axes.set_ylabel(tag)
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(path)
+    finally:
+        plt.close(figure)  # also when the file cannot be written
 
 
 def run_logs(
@@ -145,7 +147,8 @@ def run_logs(
 
     Raises:
         ConfigError: ``logdir`` is not a directory, it holds no run, ``tag`` is logged by
-            no run, or ``plot`` is given without ``tag``.
+            no run, ``plot`` is given without ``tag``, or the CSV or PNG file cannot be
+            written.
     """
     if plot is not None and tag is None:
         raise ConfigError("--plot", "needs --tag to say which series to draw", plot)
@@ -163,12 +166,22 @@ def run_logs(
             _write_csv(runs, tag, buffer)
             out(buffer.getvalue().rstrip("\n"))
         else:
-            with open(csv_path, "w", newline="", encoding="utf-8") as file:
-                _write_csv(runs, tag, file)
+            try:
+                with open(csv_path, "w", newline="", encoding="utf-8") as file:
+                    _write_csv(runs, tag, file)
+            except OSError as err:
+                raise ConfigError(
+                    "--csv", "must be a file that can be written", csv_path, hint=str(err)
+                ) from err
             out(f"wrote {csv_path}")
         return 0
     if plot is not None and tag is not None:
-        _plot_png(runs, tag, plot)
+        try:
+            _plot_png(runs, tag, plot)
+        except OSError as err:
+            raise ConfigError(
+                "--plot", "must be a file that can be written", plot, hint=str(err)
+            ) from err
         out(f"wrote {plot}")
         return 0
     for run in runs:

@@ -110,13 +110,15 @@ def find_runs(logdir: str | os.PathLike[str]) -> list[str]:
 
 
 def _read_jsonl(path: str, run: RunLog) -> None:
-    with open(path, encoding="utf-8") as file:
+    # Bytes, decoded line by line: a crashed writer's last line may end inside a UTF-8
+    # character, and is then one skipped line (UnicodeDecodeError is a ValueError).
+    with open(path, "rb") as file:
         for line in file:
             try:
                 record = json.loads(line)
                 _add_record(run, record)
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                run.skipped_lines += line.strip() != ""
+            except (KeyError, TypeError, ValueError):
+                run.skipped_lines += line.strip() != b""
 
 
 def _add_record(run: RunLog, record: dict[str, Any]) -> None:

@@ -241,17 +241,12 @@ class SummaryWriter(Closing):
             and clock.step < existing
         ):
             purge_step = clock.step + 1
-        self._backends = self._open_backends(formats)
+        self._backends = self._open_backends(formats, purge_step)
         self.purge_step = purge_step
         if purge_step is not None:
-            wall_time = time.time()
-            for backend in self._backends:
-                backend.mark_restart(purge_step, wall_time)
             self._last_step = purge_step - 1
         else:
             self._last_step = existing if existing is not None else -1
-        for backend in self._backends:
-            backend.flush()
         self._thread = threading.Thread(
             target=self._run, name=f"globalstep-summary-{self.logdir}", daemon=True
         )
@@ -269,7 +264,9 @@ class SummaryWriter(Closing):
             )
         return chosen
 
-    def _open_backends(self, formats: tuple[str, ...]) -> list[Backend]:
+    def _open_backends(self, formats: tuple[str, ...], purge_step: int | None) -> list[Backend]:
+        """Opens the files, marks the restart in each (if any) and flushes; on any failure
+        closes what it opened."""
         backends: list[Backend] = []
         try:
             for name in formats:
@@ -281,6 +278,11 @@ class SummaryWriter(Closing):
                     from globalstep.summary._jsonl import JsonlBackend
 
                     backends.append(JsonlBackend(self.logdir))
+            wall_time = time.time()
+            for backend in backends:
+                if purge_step is not None:
+                    backend.mark_restart(purge_step, wall_time)
+                backend.flush()
         except BaseException as err:
             for backend in backends:
                 backend.close()
@@ -420,16 +422,23 @@ class SummaryWriter(Closing):
         self._check_open()
         if not isinstance(values, Mapping):
             raise ConfigError("values", "must be a mapping from tag to number", values)
-        checked = [(_check_tag(t), _as_float(t, v)) for t, v in values.items()]
+        known, guarded = self._known_tags, self._guarded
+        checked = [
+            (
+                t if t in known else _check_tag(t),
+                v if type(v) is float else _as_float(t, v),
+            )
+            for t, v in values.items()
+        ]
         step = self._resolve_step(step)
         if checked and self._repeats(step, checked[0][0]):
             self._stale.observe(step, self._clock_name)
         for tag, value in checked:
-            if tag in self._guarded and not math.isfinite(value):
+            if value - value != 0.0 and tag in guarded:  # NaN or infinite
                 check_finite(tag, value, step, self._on_nonfinite)
         wall_time = time.time()
         for tag, value in checked:
-            self._known_tags.add(tag)
+            known.add(tag)
             self._enqueue((SCALAR, tag, step, wall_time, value))
 
     def histogram(self, tag: str, values: Any, step: int | None = None) -> None:
