@@ -453,6 +453,21 @@ def test_skip_corrupt_restores_newest_valid(ckpt_dir):
         assert manager.restore(skip_corrupt=True) == {"v": 1}
 
 
+def test_run_resumed_from_an_older_checkpoint_keeps_its_saves(ckpt_dir):
+    """After resuming below a corrupt newest checkpoint, retention keeps the new saves."""
+    with CheckpointManager(ckpt_dir, max_to_keep=1, keep_every_n_steps=400) as manager:
+        manager.save(400, {"v": 400})
+        manager.save(600, {"v": 600})
+    (ckpt_dir / "step-000000000600" / "arrays.safetensors").write_bytes(b"garbage")
+    with CheckpointManager(ckpt_dir, max_to_keep=1, keep_every_n_steps=400) as manager:
+        assert manager.restore(skip_corrupt=True) == {"v": 400}
+        manager.save(500, {"v": 500})
+        assert manager.steps() == [400, 500, 600]
+        assert manager.restore(step=500) == {"v": 500}
+        manager.save(700, {"v": 700})
+        assert manager.steps() == [400, 700]
+
+
 def test_skip_corrupt_with_everything_corrupt_raises(ckpt_dir):
     """skip_corrupt=True raises the newest error when nothing verifies."""
     with CheckpointManager(ckpt_dir) as manager:

@@ -141,3 +141,10 @@ def test_invalid_policies_are_refused(make, match):
     """Each invalid parameter raises a ConfigError naming it."""
     with pytest.raises(ConfigError, match=match):
         make()
+
+
+def test_checkpoint_saved_last_is_kept_below_the_newest():
+    """The checkpoint saved last is kept even when a higher step exists (a resumed run)."""
+    later = [CheckpointInfo(4, 10.0, {}), CheckpointInfo(2, 99.0, {}), CheckpointInfo(1, 0.0, {})]
+    kept = retained(KeepLatest(1), later)
+    assert kept == {4: "newest, latest 1", 2: "saved last"}

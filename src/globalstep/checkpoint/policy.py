@@ -226,7 +226,11 @@ def policy_from_config(config: Any) -> KeepPolicy:
 
 
 def retained(policy: KeepPolicy, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
-    """Returns step -> reason for every checkpoint to keep; the newest is always kept.
+    """Returns step -> reason for every checkpoint to keep.
+
+    The newest checkpoint (highest step) is always kept, and so is the one saved last (a
+    run resumed from an older checkpoint saves steps below the newest: its saves are its
+    only progress, so retention must not delete them on the newest one's account).
 
     Args:
         policy: the retention policy.
@@ -234,7 +238,14 @@ def retained(policy: KeepPolicy, infos: Sequence[CheckpointInfo]) -> dict[int, s
     """
     ordered = sorted(infos, key=lambda i: i.step)
     kept = dict(policy.keep(ordered))
+
+    def always(step: int, reason: str) -> None:
+        kept[step] = f"{reason}, {kept[step]}" if step in kept else reason
+
     if ordered:
         newest = ordered[-1].step
-        kept[newest] = f"newest, {kept[newest]}" if newest in kept else "newest"
+        last_saved = max(ordered, key=lambda i: (i.created_unix, i.step)).step
+        if last_saved != newest:
+            always(last_saved, "saved last")
+        always(newest, "newest")
     return kept
