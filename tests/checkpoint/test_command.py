@@ -98,11 +98,11 @@ def test_verify_empty_directory_fails(tmp_path, capsys):
 
 
 def test_prune_dry_run_then_prune(run, capsys):
-    """prune --dry-run lists what would go; prune deletes it."""
+    """prune --dry-run lists what would go; prune deletes it (the best, step 10, stays)."""
     assert main(["ckpt", "prune", str(run), "--keep", "1", "--dry-run"]) == 0
-    assert capsys.readouterr().out.strip() == "would delete steps [10, 40]"
+    assert capsys.readouterr().out.strip() == "would delete steps [40]"
     assert main(["ckpt", "prune", str(run), "--keep", "1"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["deleted steps [10, 40]", "kept steps [50]"]
+    assert capsys.readouterr().out.splitlines() == ["deleted steps [40]", "kept steps [10, 50]"]
 
 
 def test_prune_refuses_keep_zero(run, capsys):
@@ -174,3 +174,13 @@ def test_show_tolerates_fields_of_another_version(tmp_path, capsys):
     assert out.startswith("step 1  saved ?\nclock 'c': step None")
     assert "? s" in out
     assert "  w: float64 (2,)" in out
+
+
+def test_prune_keeps_the_writers_best(tmp_path, capsys):
+    """prune --keep 1 keeps the best checkpoint by the writer's keep_best metric too."""
+    best = KeepBest("loss", k=1)
+    with CheckpointManager(tmp_path, max_to_keep=10, keep_best=best) as manager:
+        for step, loss in [(10, 0.9), (20, 0.1), (30, 0.5), (40, 0.7)]:
+            manager.save(step, {"v": step}, metrics={"loss": loss})
+    assert main(["ckpt", "prune", str(tmp_path), "--keep", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["deleted steps [10, 30]", "kept steps [20, 40]"]

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from globalstep.checkpoint.manager import CheckpointManager
-from globalstep.checkpoint.policy import KeepAny, KeepLatest
+from globalstep.checkpoint.policy import KeepAny, KeepBest, KeepLatest, KeepPolicy
 from globalstep.checkpoint.tree import decode_dtype
 from globalstep.errors import ConfigError, CorruptCheckpointError
 
@@ -139,13 +139,24 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _best_policies(policy: KeepPolicy | None) -> tuple[KeepBest, ...]:
+    """The KeepBest parts of a retention policy."""
+    if isinstance(policy, KeepBest):
+        return (policy,)
+    if isinstance(policy, KeepAny):
+        return tuple(b for p in policy.policies for b in _best_policies(p))
+    return ()
+
+
 def _prune(args: argparse.Namespace) -> int:
     if args.keep < 1:
         raise ConfigError(
             "--keep", "must be >= 1 (the newest checkpoint is always kept)", args.keep
         )
-    policy = KeepLatest(args.keep)
     with CheckpointManager(args.directory, max_to_keep=None) as manager:
+        # The writer's keep_best still holds: pruning never deletes the best checkpoints.
+        best = _best_policies(manager.stored_policy())
+        policy = KeepAny((KeepLatest(args.keep), *best)) if best else KeepLatest(args.keep)
         doomed = manager.prune(policy, dry_run=args.dry_run)
         left = manager.steps()
     verb = "would delete" if args.dry_run else "deleted"
