@@ -194,7 +194,8 @@ class Clock:
     @property
     def step_in_epoch(self) -> int:
         """Updates applied in the epoch in progress."""
-        return self._step - self._epoch_start
+        with self._lock:  # two fields: read them together
+            return self._step - self._epoch_start
 
     @property
     def samples(self) -> int:
@@ -209,6 +210,10 @@ class Clock:
     @property
     def elapsed_seconds(self) -> float:
         """Training seconds, accumulated across restarts (the time between runs not counted)."""
+        with self._lock:
+            return self._elapsed()
+
+    def _elapsed(self) -> float:
         return self._elapsed_before + (self._time_fn() - self._session_start)
 
     @property
@@ -287,7 +292,7 @@ class Clock:
                 step_in_epoch=self._step - self._epoch_start,
                 samples=self._samples,
                 tokens=self._tokens,
-                elapsed_seconds=self.elapsed_seconds,
+                elapsed_seconds=self._elapsed(),
                 steps_per_epoch=self._steps_per_epoch,
                 batch_size=self._batch_size,
                 tokens_per_step=self._tokens_per_step,
