@@ -152,3 +152,18 @@ def test_console_script_entry_point():
     )
     assert out.returncode == 0
     assert out.stdout.startswith("globalstep ")
+
+
+def test_closed_pipe_stops_quietly(tmp_path):
+    """A reader that closes the pipe early (`| head -1`) ends the command without a traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "globalstep", "demo", "--dir", str(tmp_path), "--log-every", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    process.stdout.readline()
+    process.stdout.close()
+    _, err = process.communicate()
+    assert process.returncode == 1
+    assert b"Traceback" not in err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except GlobalStepError as err:
         print(f"globalstep {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`globalstep logs DIR | head`): stop quietly, as Unix tools do,
+        # and keep Python from failing again when it flushes standard output at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 1
 
 
