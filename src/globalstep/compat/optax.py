@@ -492,23 +492,17 @@ def cosine_onecycle_schedule(
         >>> cosine_onecycle_schedule(100, 1.0)(30)
         1.0
     """
-    _check_onecycle(
-        transition_steps,
-        peak_value=peak_value,
-        pct_start=pct_start,
-        div_factor=div_factor,
-        final_div_factor=final_div_factor,
-    )
-    scales = {
-        int(pct_start * transition_steps): div_factor,
-        int(transition_steps): 1.0 / (div_factor * final_div_factor),
-    }
     arguments = {
         "transition_steps": transition_steps,
         "peak_value": peak_value,
         "pct_start": pct_start,
         "div_factor": div_factor,
         "final_div_factor": final_div_factor,
+    }
+    _check_onecycle(**arguments)
+    scales = {
+        int(pct_start * transition_steps): div_factor,
+        int(transition_steps): 1.0 / (div_factor * final_div_factor),
     }
     fn = _interpolate("cosine", peak_value / div_factor, scales)
     return OptaxSchedule("cosine_onecycle_schedule", arguments, fn, "float32")
@@ -528,19 +522,6 @@ def linear_onecycle_schedule(
         >>> linear_onecycle_schedule(100, 1.0)(30)
         1.0
     """
-    _check_onecycle(
-        transition_steps,
-        peak_value=peak_value,
-        pct_start=pct_start,
-        pct_final=pct_final,
-        div_factor=div_factor,
-        final_div_factor=final_div_factor,
-    )
-    scales = {
-        int(pct_start * transition_steps): div_factor,
-        int(pct_final * transition_steps): 1.0 / div_factor,
-        transition_steps: 1.0 / final_div_factor,
-    }
     arguments = {
         "transition_steps": transition_steps,
         "peak_value": peak_value,
@@ -548,6 +529,12 @@ def linear_onecycle_schedule(
         "pct_final": pct_final,
         "div_factor": div_factor,
         "final_div_factor": final_div_factor,
+    }
+    _check_onecycle(**arguments)
+    scales = {
+        int(pct_start * transition_steps): div_factor,
+        int(pct_final * transition_steps): 1.0 / div_factor,
+        transition_steps: 1.0 / final_div_factor,
     }
     fn = _interpolate("linear", peak_value / div_factor, scales)
     return OptaxSchedule("linear_onecycle_schedule", arguments, fn, "float32")
