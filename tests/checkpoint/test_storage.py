@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from globalstep import ConfigError, LockError
+from globalstep import CheckpointError, ConfigError, LockError
 from globalstep.checkpoint.storage import (
     DirectoryLock,
     FsspecStorage,
@@ -128,7 +128,7 @@ def test_failed_local_acquire_leaves_no_lock_held(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(CheckpointError, match=r"no space left on the device of .* free space"):
         DirectoryLock(open_storage(tmp_path)).acquire()
     monkeypatch.undo()
     lock = DirectoryLock(open_storage(tmp_path))

@@ -500,7 +500,7 @@ def read_arrays(
                 raise CorruptCheckpointError(f"{path}: its tensors differ from state.json", path)
             arrays: dict[str, np.ndarray[Any, Any]] = {}
             checksum = _Checksum(prefix)
-            scratch = None if keep else memoryview(bytearray(CHUNK_BYTES))
+            scratch = None if keep else memoryview(bytearray(min(CHUNK_BYTES, size)))
             for key, code, _, _, shape in entries:
                 array = _read_array(
                     f, nodes[key], code, shape, into.get(key), path, checksum, scratch

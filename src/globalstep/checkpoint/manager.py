@@ -26,26 +26,26 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
 import os
 import threading
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
 from globalstep._closing import Closing
 from globalstep.checkpoint.format import (
+    COMMIT_FILE,
     commit,
-    committed_names,
     load_state,
     read_arrays,
     remove_checkpoint,
-    remove_stale,
-    verify_checkpoint,
 )
 from globalstep.checkpoint.lazy import CheckpointReader
 from globalstep.checkpoint.policy import (
@@ -59,7 +59,7 @@ from globalstep.checkpoint.policy import (
     policy_from_config,
     retained,
 )
-from globalstep.checkpoint.storage import DirectoryLock, open_storage
+from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage
 from globalstep.checkpoint.tree import (
     RestoreReport,
     flatten,
@@ -74,11 +74,34 @@ from globalstep.errors import (
     CheckpointNotFoundError,
     ConfigError,
     CorruptCheckpointError,
+    StepError,
 )
 from globalstep.triggers import Trigger, every
 from globalstep.units import DurationLike
 
-__all__ = ["CheckpointManager", "CheckpointSummary", "step_name"]
+__all__ = [
+    "CheckpointFollower",
+    "CheckpointManager",
+    "CheckpointSummary",
+    "CheckpointWarning",
+    "step_name",
+]
+
+_T = TypeVar("_T")
+_STALE_PREFIXES = (".tmp-", ".trash-")
+_READ_ATTEMPTS = 20
+"""How often a reader moves on to the newest checkpoint when the one it chose is pruned."""
+
+
+class CheckpointWarning(UserWarning):
+    """An entry of the checkpoint directory was skipped or could not be deleted.
+
+    The save that met it succeeded; the entry is named once, and retried at later saves.
+    """
+
+
+class _VanishedError(Exception):
+    """The checkpoint being read was deleted (pruned) under the reader."""
 
 
 def step_name(step: int) -> str:
@@ -89,6 +112,136 @@ def step_name(step: int) -> str:
         'step-000000001200'
     """
     return f"step-{step:012d}"
+
+
+_QUIET_NS = 100_000_000
+"""How long a directory must be unchanged before a listing of it is trusted (0.1 s)."""
+
+
+class _Index:
+    """The step directories of one checkpoint directory, listed only when it changed.
+
+    A listing is reused while the directory's stamp (its mtime, inode and size) is
+    unchanged and the listing was taken after the directory had been quiet for 0.1 s (file
+    system clocks tick coarsely, so a change in the same tick could keep the stamp). A
+    reader polling 10,000 checkpoints then pays one ``stat`` per call. The writer, which
+    alone changes the directory, records its own changes and lists again only when the
+    stamp moves otherwise, or once the directory is quiet. Where rename is atomic, a name
+    once seen with its marker stays committed until it leaves the listing. Every read
+    checks the disk again, so the index is only ever a hint.
+    """
+
+    def __init__(self, storage: Storage, *, writer: bool) -> None:
+        self._storage = storage
+        self._writer = writer
+        self._guard = threading.RLock()
+        self._stamp: Any = None
+        self._racy = True
+        self._steps: list[int] = []
+        self._committed: set[int] = set()
+        self.stale: list[str] = []
+        """Names of the last listing left by killed or failed saves (``.tmp-*``, ``.trash-*``)."""
+
+    def candidates(self) -> list[int]:
+        """Returns the steps of every entry named like a checkpoint, sorted."""
+        with self._guard:
+            stamp = self._storage.stamp()
+            quiet = stamp is not None and time.time_ns() - stamp[1] >= _QUIET_NS
+            reuse = (
+                stamp is not None
+                and stamp[0] == self._stamp
+                and (not self._racy or (self._writer and not quiet))
+            )
+            if not reuse:
+                steps = []
+                stale = []
+                for name in self._storage.listdir(self._storage.root):
+                    # Cheaper than a regex over 10,000 names: step- and at least 12 digits.
+                    digits = name[5:]
+                    if name.startswith("step-") and digits.isdigit() and digits.isascii():
+                        if step_name(int(digits)) == name:
+                            steps.append(int(digits))
+                    elif name.startswith(_STALE_PREFIXES):
+                        stale.append(name)
+                steps.sort()
+                self._steps = steps
+                self.stale = stale
+                if self._storage.atomic_rename:
+                    self._committed.intersection_update(steps)
+                else:  # markers come and go in place: look again every time
+                    self._committed.clear()
+                self._stamp = None if stamp is None else stamp[0]
+                self._racy = not quiet
+            return self._steps
+
+    def committed(self, step: int) -> bool:
+        """Returns whether ``step``'s directory holds its marker."""
+        with self._guard:
+            if step in self._committed:
+                return True
+        found = self._storage.exists(self._storage.join(step_name(step), COMMIT_FILE))
+        if found:
+            with self._guard:
+                self._committed.add(step)
+        return found
+
+    def steps(self) -> list[int]:
+        """Returns the committed steps, oldest first."""
+        return [s for s in self.candidates() if self.committed(s)]
+
+    def latest(self) -> int | None:
+        """Returns the newest committed step, checking markers from the newest down."""
+        for step in reversed(self.candidates()):
+            if self.committed(step):
+                return step
+        return None
+
+    def forget(self, step: int) -> None:
+        """Drops what is known of ``step``: the next look checks the disk again."""
+        with self._guard:
+            self._committed.discard(step)
+            self._stamp = None
+
+    def changed(self, added: int | None = None, removed: int | None = None) -> None:
+        """Records the writer's own change, so that it needs no new listing."""
+        with self._guard:
+            if removed is not None:
+                self._committed.discard(removed)
+                if removed in self._steps:
+                    self._steps.remove(removed)
+            if added is not None:
+                self._committed.add(added)
+                if added not in self._steps:
+                    self._steps.append(added)
+                    self._steps.sort()
+            if self._stamp is not None and self._writer:
+                stamp = self._storage.stamp()
+                self._stamp = None if stamp is None else stamp[0]
+                self._racy = True
+            else:
+                self._stamp = None
+
+
+_DAMAGE_ERRNOS = frozenset(
+    {errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ELOOP}
+)
+
+
+def _damage(err: CheckpointError) -> bool:
+    """Whether an I/O error reading a checkpoint means the checkpoint itself is damaged
+    (a file missing, a directory or link where a file belongs, no permission), rather
+    than a passing failure of the machine (an I/O error, too many open files)."""
+    cause = err.__cause__
+    return isinstance(cause, OSError) and cause.errno in _DAMAGE_ERRNOS
+
+
+def _brief(steps: list[int]) -> str:
+    """A list of steps, shortened in the middle when long."""
+    if len(steps) <= 12:
+        return str(steps)
+    return f"[{', '.join(map(str, steps[:5]))}, ... ({len(steps) - 10} more), " + (
+        f"{', '.join(map(str, steps[-5:]))}]"
+    )
 
 
 def _step_of(step: Any) -> int:
@@ -221,7 +374,11 @@ class CheckpointManager(Closing):
         self._closed = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._infos: dict[int, CheckpointInfo] | None = None
+        self._infos: dict[int, CheckpointInfo] = {}
+        self._warned: set[str] = set()
+        self._sweep_due = True
+        self._resumed_from: int | None = None
+        self._index = _Index(self._storage, writer=not read_only)
         self._lock: DirectoryLock | None = None
         if not read_only:
             self._lock = DirectoryLock(self._storage)
@@ -236,12 +393,31 @@ class CheckpointManager(Closing):
 
     def steps(self) -> list[int]:
         """Returns the steps of every committed checkpoint, oldest first."""
-        return sorted(int(name[5:]) for name in committed_names(self._storage))
+        return self._index.steps()
 
     def latest_step(self) -> int | None:
-        """Returns the newest committed step, or None when there is none."""
-        steps = self.steps()
-        return steps[-1] if steps else None
+        """Returns the newest committed step, or None when there is none.
+
+        Cheap enough to poll: with 10,000 checkpoints a call on an unchanged directory
+        costs one ``stat``.
+        """
+        return self._index.latest()
+
+    def incomplete(self) -> dict[int, str]:
+        """Returns the entries named like checkpoints that readers ignore, and why.
+
+        These are step directories without their ``COMMITTED`` marker (a save cut short on
+        an object store, or a marker deleted by hand), and entries that are not
+        directories. ``globalstep ckpt verify`` and ``ckpt ls --all`` report them.
+        """
+        out = {}
+        for step in self._index.candidates():
+            path = self._storage.join(step_name(step))
+            if not self._storage.is_dir(path):
+                out[step] = "not a directory"
+            elif not self._index.committed(step):
+                out[step] = f"no {COMMIT_FILE} marker: not committed, readers ignore it"
+        return out
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
         """Returns the checked state.json of ``step`` (default: the newest), reading no array.
@@ -250,45 +426,61 @@ class CheckpointManager(Closing):
             CheckpointNotFoundError: no such committed checkpoint.
             CorruptCheckpointError: the marker or state.json is damaged.
         """
-        return load_state(self._storage, step_name(self._resolve(step)))
+        return self._read(step, self._load)[1]
 
     def stored_policy(self) -> KeepPolicy | None:
         """Returns the retention policy recorded by the newest checkpoint's writer, if any."""
-        steps = self.steps()
-        if not steps:
-            return None
         try:
-            saved = self.metadata(steps[-1]).get("manager")
+            saved = self.metadata().get("manager")
             return policy_from_config(saved["keep"]) if isinstance(saved, dict) else None
-        except (CorruptCheckpointError, ConfigError, KeyError):
+        except (CheckpointError, ConfigError, KeyError, TypeError):
             return None
 
     def summaries(self, policy: KeepPolicy | None = None) -> list[CheckpointSummary]:
         """Describes every committed checkpoint, oldest first, reading no array.
 
+        A checkpoint that cannot be read is listed with its ``error``; one pruned while
+        being listed is left out.
+
         Args:
             policy: the policy whose reasons ``kept_because`` gives; default the manager's.
         """
-        reasons = retained(policy or self.policy, list(self._scan().values()))
-        out = []
+        states: dict[int, dict[str, Any] | str] = {}
         for step in self.steps():
             try:
-                state = self.metadata(step)
+                states[step] = self._checked(step, self._load)
+            except _VanishedError:
+                continue
             except CorruptCheckpointError as err:
-                out.append(CheckpointSummary(step, 0.0, 0, error=str(err)))
+                states[step] = str(err)
+        infos = [
+            CheckpointInfo(s, 0.0, {})
+            if isinstance(state, str)
+            else CheckpointInfo(
+                s, _number(state.get("created_unix")), _metrics_from_json(state.get("metrics"))
+            )
+            for s, state in states.items()
+        ]
+        reasons = retained(policy or self.policy, infos)
+        out = []
+        for step, state in states.items():
+            if isinstance(state, str):
+                out.append(CheckpointSummary(step, 0.0, 0, error=state))
                 continue
             files = state.get("files", {})
             clocks = []
             for c in state.get("clocks", []):
                 try:
                     clocks.append(Progress.from_dict(c))
-                except ConfigError:  # another version's fields: the listing goes on
+                except (ConfigError, TypeError, AttributeError):  # another version's fields
                     continue
             out.append(
                 CheckpointSummary(
                     step=step,
                     created_unix=_number(state.get("created_unix")),
-                    size_bytes=int(sum(_number(f.get("size")) for f in files.values())),
+                    size_bytes=int(
+                        sum(_number(f.get("size")) for f in files.values() if isinstance(f, dict))
+                    ),
                     metrics=_metrics_from_json(state.get("metrics")),
                     clocks=clocks,
                     kept_because=reasons.get(step, "not kept"),
@@ -297,32 +489,163 @@ class CheckpointManager(Closing):
         return out
 
     def open(self, step: int | None = None) -> CheckpointReader:
-        """Opens a checkpoint lazily: arrays are memory-mapped and read when indexed."""
-        step = self._resolve(step)
-        name = step_name(step)
-        return CheckpointReader(self._storage, name, step, load_state(self._storage, name))
+        """Opens a checkpoint lazily: arrays are memory-mapped and read when indexed.
+
+        Without ``step``, a checkpoint pruned while being opened is replaced by the newest
+        one still there.
+
+        Raises:
+            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
+            CorruptCheckpointError: the checkpoint is damaged; the message names it.
+        """
+
+        def action(number: int) -> CheckpointReader:
+            return CheckpointReader(self._storage, step_name(number), number, self._load(number))
+
+        return self._read(step, action)[1]
 
     def verify(self, step: int | None = None) -> None:
         """Checks every checksum of ``step`` (default: the newest).
 
         Raises:
+            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
             CorruptCheckpointError: a file is damaged; the message names it.
         """
-        verify_checkpoint(self._storage, step_name(self._resolve(step)))
+
+        def action(number: int) -> None:
+            name = step_name(number)
+            read_arrays(self._storage, name, self._load(number), keep=False)
+
+        self._read(step, action)
+
+    def follow(
+        self,
+        *,
+        after: int | None = None,
+        timeout_seconds: float | None = None,
+        poll_seconds: float = 1.0,
+    ) -> CheckpointFollower:
+        """Iterates over checkpoints as a live run commits them, for an evaluator.
+
+        Like TensorFlow's ``tf.train.checkpoints_iterator`` and Keras'
+        ``SidecarEvaluator``: each newly committed checkpoint is yielded once, opened (a
+        :class:`CheckpointReader`, whose memory map keeps the arrays readable even if the
+        writer prunes the checkpoint afterwards), in step order. Checkpoints the writer
+        pruned before they could be opened are skipped with a :class:`CheckpointWarning`
+        and listed in the iterator's ``missed``.
+
+        Args:
+            after: yield checkpoints with a step above this; default: start with the
+                newest checkpoint present (as TensorFlow does).
+            timeout_seconds: stop when no new checkpoint came for this long; None waits
+                for ever.
+            poll_seconds: how often to look for a new checkpoint.
+
+        Raises:
+            ConfigError: an argument is out of range.
+
+        Example:
+            >>> import numpy as np, tempfile
+            >>> directory = tempfile.mkdtemp()
+            >>> with CheckpointManager(directory) as writer:
+            ...     writer.save(5, {"w": np.ones(2)})
+            >>> reader = CheckpointManager(directory, read_only=True)
+            >>> [r.step for r in reader.follow(timeout_seconds=0.0, poll_seconds=0.01)]
+            [5]
+        """
+        if after is not None:
+            after = _step_of(after)
+        for name, value in (("timeout_seconds", timeout_seconds), ("poll_seconds", poll_seconds)):
+            if value is None and name == "timeout_seconds":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(name, "must be a finite number of seconds >= 0", value)
+        return CheckpointFollower(self, after, timeout_seconds, poll_seconds)
+
+    # ----------------------------------------------------------------- reading
+
+    def _load(self, step: int) -> dict[str, Any]:
+        """Reads and checks ``step``'s marker and state.json, and that it is ``step``'s."""
+        name = step_name(step)
+        state = load_state(self._storage, name)
+        saved = state.get("step")
+        if saved != step or isinstance(saved, bool):
+            raise CorruptCheckpointError(
+                f"{self._storage.join(name)}: its state.json is of step {saved!r}, not "
+                f"{step} (a copy or a rename of another checkpoint?)",
+                self._storage.join(name),
+            )
+        return state
+
+    def _still_committed(self, step: int) -> bool:
+        self._index.forget(step)
+        return self._index.committed(step)
+
+    def _checked(self, step: int, action: Callable[[int], _T]) -> _T:
+        """Runs ``action(step)``, telling a checkpoint pruned under it from a damaged one.
+
+        A failure of a checkpoint whose marker is gone raises _VanishedError. One whose marker
+        is still there is tried once more (a checkpoint replaced with ``force`` between two
+        reads fails once); a second failure is corruption, named with the checkpoint.
+        """
+        for attempt in range(2):
+            try:
+                return action(step)
+            except (CheckpointError, ConfigError, StepError) as err:
+                if isinstance(err, CheckpointNotFoundError | CheckpointExistsError) or (
+                    type(err) is CheckpointError and not _damage(err)
+                ):
+                    raise
+                if not self._still_committed(step):
+                    raise _VanishedError(step) from err
+                if attempt == 1:
+                    name = step_name(step)
+                    raise CorruptCheckpointError(
+                        f"checkpoint {name} of {self.directory} is damaged: {err}",
+                        err.path if isinstance(err, CheckpointError) and err.path else name,
+                    ) from err
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, step: int | None, action: Callable[[int], _T]) -> tuple[int, _T]:
+        """Runs ``action`` on ``step``, or on the newest checkpoint: when the writer prunes
+        the one chosen, on the newest one still there (a bounded number of times)."""
+        if step is not None:
+            step = _step_of(step)
+        for _ in range(_READ_ATTEMPTS):
+            chosen = self._resolve(step)
+            try:
+                return chosen, self._checked(chosen, action)
+            except _VanishedError:
+                if step is not None:
+                    raise CheckpointNotFoundError(
+                        f"checkpoint {step_name(step)} of {self.directory} was deleted while "
+                        "being read (pruned by its writer?)",
+                        self._storage.join(step_name(step)),
+                    ) from None
+        raise CheckpointError(
+            f"every checkpoint of {self.directory} chosen in {_READ_ATTEMPTS} tries was "
+            "deleted while being read; is a writer pruning faster than it saves?",
+            self.directory,
+        )
 
     def _resolve(self, step: int | None) -> int:
-        steps = self.steps()
         if step is None:
-            if not steps:
+            latest = self._index.latest()
+            if latest is None:
                 raise CheckpointNotFoundError(
                     f"no committed checkpoint in {self.directory}", self.directory
                 )
-            return steps[-1]
+            return latest
         step = _step_of(step)
-        if step not in steps:
+        if not self._index.committed(step):
             raise CheckpointNotFoundError(
                 f"no committed checkpoint for step {step} in {self.directory}; "
-                f"committed steps: {steps}",
+                f"committed steps: {_brief(self.steps())}",
                 self._storage.join(step_name(step)),
             )
         return step
@@ -355,7 +678,8 @@ class CheckpointManager(Closing):
         self.wait()
         number = _step_of(step)
         name = step_name(number)
-        if not force and number in self.steps():
+        abandoned = [] if self._resumed_from is None else self._abandoned(self._resumed_from)
+        if not force and number not in abandoned and self._index.committed(number):
             raise CheckpointExistsError(
                 f"checkpoint {name} exists in {self.directory}; pass force=True to replace it",
                 self._storage.join(name),
@@ -371,13 +695,18 @@ class CheckpointManager(Closing):
                 "keep": self.policy.to_config(),
                 "save_trigger": self._trigger.state_dict() if self._trigger else None,
             },
+            "previous_step": self.latest_step(),
         }
+        if self._resumed_from is not None:
+            document["timeline"] = {"resumed_from": self._resumed_from, "abandoned": abandoned}
+            document["previous_step"] = self._resumed_from
+            self._resumed_from = None
         if not self._async:
-            self._commit(number, flat.arrays, document, force)
+            self._commit(number, flat.arrays, document, force, abandoned)
             return
         self._thread = threading.Thread(
             target=self._commit_in_background,
-            args=(number, flat.arrays, document, force),
+            args=(number, flat.arrays, document, force, abandoned),
             name=f"globalstep-save-{number}",
         )
         self._thread.start()
@@ -399,14 +728,89 @@ class CheckpointManager(Closing):
         self.save(clock, state, metrics=metrics)
         return True
 
-    def _commit(self, step: int, arrays: Any, document: dict[str, Any], force: bool) -> None:
-        commit(self._storage, step_name(step), arrays, document, force=force)
-        infos = self._scan()
-        infos[step] = CheckpointInfo(
+    def _abandoned(self, resumed_from: int) -> list[int]:
+        """The checkpoints newer than the one resumed from: the abandoned timeline's."""
+        return [s for s in self.steps() if s > resumed_from]
+
+    def _commit(
+        self,
+        step: int,
+        arrays: Any,
+        document: dict[str, Any],
+        force: bool,
+        abandoned: list[int],
+    ) -> None:
+        # The abandoned timeline goes first: a crash after this leaves the checkpoint
+        # resumed from as the newest, so a fresh process resumes on the new timeline.
+        for old in reversed(abandoned):
+            try:
+                remove_checkpoint(self._storage, step_name(old))
+            except CheckpointError as err:
+                raise CheckpointError(
+                    f"step {step} was not saved: the abandoned timeline's checkpoint "
+                    f"{step_name(old)} could not be deleted ({err}); a later restore would "
+                    "return to it. Make it deletable and save again.",
+                    self._storage.join(step_name(old)),
+                ) from err
+            self._index.changed(removed=old)
+            self._infos.pop(old, None)
+        try:
+            commit(self._storage, step_name(step), arrays, document, force=force)
+        except BaseException:
+            self._sweep_due = True  # leftovers of this attempt go at the next save
+            self._index.forget(step)
+            raise
+        self._index.changed(added=step)
+        self._infos[step] = CheckpointInfo(
             step, document["created_unix"], _metrics_from_json(document["metrics"])
         )
+        # The checkpoint is committed: nothing below may fail the save.
         self._apply(self.policy, dry_run=False)
-        remove_stale(self._storage)
+        if self._sweep_due or self._index.stale or not self._storage.atomic_rename:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Removes temporary directories left by killed saves; never fails a save."""
+        self._sweep_due = False
+        storage = self._storage
+        candidates = self._index.candidates()
+        names = list(self._index.stale)
+        if not storage.atomic_rename:  # written in place: a step without its marker is stale
+            names += [step_name(s) for s in candidates if not self._index.committed(s)]
+        left = []
+        for name in names:
+            if self._skip_entry(name):
+                left.append(name)
+                continue
+            try:
+                storage.remove_tree(storage.join(name))
+            except OSError as err:
+                left.append(name)
+                self._sweep_due = True
+                self._warn_once(
+                    f"sweep:{name}",
+                    f"the leftover {storage.join(name)} of an earlier save could not be "
+                    f"removed ({err}); it is tried again at the next save",
+                )
+        if names:
+            self._index.changed()
+        self._index.stale = [n for n in left if n.startswith(_STALE_PREFIXES)]
+
+    def _skip_entry(self, name: str) -> bool:
+        """Whether retention or the sweep must leave ``name`` alone (a link: never ours)."""
+        if self._storage.is_symlink(self._storage.join(name)):
+            self._warn_once(
+                f"link:{name}",
+                f"{self._storage.join(name)} is a symbolic link the writer did not create; "
+                "it is left alone (neither followed nor deleted). Remove it by hand.",
+            )
+            return True
+        return False
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, CheckpointWarning, stacklevel=4)
 
     def _commit_in_background(self, *args: Any) -> None:
         try:
@@ -429,36 +833,68 @@ class CheckpointManager(Closing):
 
     # ----------------------------------------------------------------- retention
 
-    def _scan(self) -> dict[int, CheckpointInfo]:
-        if self._infos is None:
-            infos = {}
-            for step in self.steps():
-                try:
-                    state = load_state(self._storage, step_name(step))
-                except CorruptCheckpointError:
-                    # Unreadable metadata: retention still counts it, by step alone.
-                    infos[step] = CheckpointInfo(step, 0.0, {})
-                    continue
-                infos[step] = CheckpointInfo(
-                    step,
-                    _number(state.get("created_unix")),
-                    _metrics_from_json(state.get("metrics")),
-                )
-            self._infos = infos
-        return self._infos
+    def _scan(self, policy: KeepPolicy) -> list[CheckpointInfo]:
+        """What retention knows of each committed checkpoint, oldest first.
+
+        Metadata is read once per checkpoint, and only for a policy that looks at
+        creation times or metrics; a checkpoint whose metadata cannot be read counts by
+        its step alone.
+        """
+        committed = self.steps()
+        known = set(committed)
+        for step in [s for s in self._infos if s not in known]:
+            del self._infos[step]
+        out = []
+        for step in committed:
+            info = self._infos.get(step)
+            if info is None:
+                if policy.needs_metadata:
+                    try:
+                        state = self._load(step)
+                    except CheckpointError:
+                        info = CheckpointInfo(step, 0.0, {})
+                    else:
+                        info = CheckpointInfo(
+                            step,
+                            _number(state.get("created_unix")),
+                            _metrics_from_json(state.get("metrics")),
+                        )
+                    self._infos[step] = info
+                else:
+                    info = CheckpointInfo(step, 0.0, {})
+            out.append(info)
+        return out
 
     def _apply(self, policy: KeepPolicy, *, dry_run: bool) -> list[int]:
-        infos = self._scan()
-        committed = set(self.steps())
-        for step in set(infos) - committed:
-            del infos[step]
-        keep = retained(policy, [i for s, i in infos.items() if s in committed])
-        doomed = sorted(set(infos) - set(keep))
-        if not dry_run:
-            for step in doomed:
-                remove_checkpoint(self._storage, step_name(step))
-                del infos[step]
-        return doomed
+        """Deletes what ``policy`` does not keep; returns the steps deleted (or doomed).
+
+        An entry that cannot be deleted is named once in a :class:`CheckpointWarning`
+        and tried again at the next save; it never fails the save.
+        """
+        infos = self._scan(policy)
+        keep = retained(policy, infos)
+        doomed = [i.step for i in infos if i.step not in keep]
+        if dry_run:
+            return doomed
+        deleted = []
+        for step in doomed:
+            name = step_name(step)
+            if self._skip_entry(name):
+                continue
+            try:
+                remove_checkpoint(self._storage, name)
+            except CheckpointError as err:
+                self._index.forget(step)
+                self._warn_once(
+                    f"delete:{name}",
+                    f"retention could not delete {name} ({err}); it is tried again at "
+                    "the next save",
+                )
+                continue
+            self._index.changed(removed=step)
+            self._infos.pop(step, None)
+            deleted.append(step)
+        return deleted
 
     def prune(self, policy: KeepPolicy | None = None, *, dry_run: bool = False) -> list[int]:
         """Deletes what ``policy`` (default: the manager's) does not keep; returns those steps.
@@ -475,15 +911,14 @@ class CheckpointManager(Closing):
         return self._apply(policy or self.policy, dry_run=dry_run)
 
     def _resume_trigger(self) -> None:
-        latest = self.latest_step()
-        if self._trigger is None or latest is None:
+        if self._trigger is None or self.latest_step() is None:
             return
         try:
-            saved = load_state(self._storage, step_name(latest)).get("manager", {})
+            saved = self.metadata().get("manager", {})
             state = saved.get("save_trigger") if isinstance(saved, dict) else None
             if state is not None:
                 self._trigger.load_state_dict(state)
-        except (CorruptCheckpointError, ConfigError):
+        except (CorruptCheckpointError, CheckpointNotFoundError, ConfigError):
             # Another trigger, or a damaged newest checkpoint that restore will report:
             # the trigger then starts afresh.
             return
@@ -540,28 +975,49 @@ class CheckpointManager(Closing):
             RestoreMismatchError: the checkpoint does not fit the template.
         """
         self.wait()
+
+        def action(number: int) -> tuple[Any, RestoreReport]:
+            return self._restore_one(number, template, partial)
+
         if step is not None or not skip_corrupt:
-            result = self._restore_one(self._resolve(step), template, partial)
+            chosen, result = self._read(step, action)
         else:
-            result = self._restore_newest_valid(template, partial)
+            chosen, result = self._restore_newest_valid(action)
+        if not self._read_only and not self._closed:
+            latest = self.latest_step()
+            # Resuming from an older step starts a new timeline: the first save abandons
+            # the newer checkpoints, so that no later restore returns to them.
+            self._resumed_from = chosen if latest is not None and chosen < latest else None
         return result if partial else result[0]
 
-    def _restore_newest_valid(self, template: Any, partial: bool) -> tuple[Any, RestoreReport]:
-        steps = self.steps()
-        if not steps:
-            self._resolve(None)
-        first: CorruptCheckpointError | None = None
-        for candidate in reversed(steps):
-            try:
-                return self._restore_one(candidate, template, partial)
-            except CorruptCheckpointError as err:
-                first = first or err
-        assert first is not None
-        raise first
+    def _restore_newest_valid(
+        self, action: Callable[[int], tuple[Any, RestoreReport]]
+    ) -> tuple[int, tuple[Any, RestoreReport]]:
+        corrupt: dict[int, CorruptCheckpointError] = {}
+        for _ in range(_READ_ATTEMPTS):
+            candidates = [s for s in self.steps() if s not in corrupt]
+            if not candidates:
+                if corrupt:
+                    raise corrupt[max(corrupt)]
+                raise CheckpointNotFoundError(
+                    f"no committed checkpoint in {self.directory}", self.directory
+                )
+            for candidate in reversed(candidates):
+                try:
+                    return candidate, self._checked(candidate, action)
+                except _VanishedError:
+                    break  # pruned under us: list again, newest first
+                except CorruptCheckpointError as err:
+                    corrupt[candidate] = err
+        raise CheckpointError(
+            f"every checkpoint of {self.directory} chosen in {_READ_ATTEMPTS} tries was "
+            "deleted while being read; is a writer pruning faster than it saves?",
+            self.directory,
+        )
 
     def _restore_one(self, step: int, template: Any, partial: bool) -> tuple[Any, RestoreReport]:
         name = step_name(step)
-        state = load_state(self._storage, name)
+        state = self._load(step)
         structure = state["tree"]
         # Check the fit first, so that a misfit touches nothing in the template.
         unflatten(structure, placeholders(structure), template, partial=partial, apply=False)
@@ -597,3 +1053,86 @@ class CheckpointManager(Closing):
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"
+
+
+class CheckpointFollower(Iterator[CheckpointReader]):
+    """The iterator of :meth:`CheckpointManager.follow`: each new checkpoint, opened, once.
+
+    Attributes:
+        missed: the steps it knew of (listed, or named as a checkpoint's predecessor) that
+            were pruned before it could open them, in the order found.
+        last_step: the step of the checkpoint yielded last, or None.
+    """
+
+    def __init__(
+        self,
+        manager: CheckpointManager,
+        after: int | None,
+        timeout_seconds: float | None,
+        poll_seconds: float,
+    ) -> None:
+        self._manager = manager
+        self._timeout = timeout_seconds
+        self._poll = poll_seconds
+        self._start_at_newest = after is None
+        self.last_step: int | None = after
+        self.missed: list[int] = []
+
+    def _miss(self, step: int, why: str) -> None:
+        if step in self.missed:
+            return
+        self.missed.append(step)
+        warnings.warn(
+            f"checkpoint step {step} of {self._manager.directory} was {why} before it could "
+            "be read; it is skipped",
+            CheckpointWarning,
+            stacklevel=3,
+        )
+
+    def _next_pending(self) -> CheckpointReader | None:
+        manager = self._manager
+        if self._start_at_newest:
+            latest = manager.latest_step()
+            if latest is None:
+                return None
+            self._start_at_newest = False
+            self.last_step = latest - 1
+        floor = -1 if self.last_step is None else self.last_step
+        for step in [s for s in manager.steps() if s > floor]:
+
+            def action(number: int) -> CheckpointReader:
+                state = manager._load(number)
+                return CheckpointReader(manager._storage, step_name(number), number, state)
+
+            try:
+                reader = manager._checked(step, action)
+            except _VanishedError:
+                self._miss(step, "pruned")
+                self.last_step = step
+                continue
+            previous = reader.state.get("previous_step")
+            if (
+                isinstance(previous, int)
+                and not isinstance(previous, bool)
+                and previous > floor
+                and previous < step
+                and self.last_step is not None
+                and previous not in self.missed
+            ):
+                self._miss(previous, "committed and pruned")
+            self.last_step = step
+            return reader
+        return None
+
+    def __next__(self) -> CheckpointReader:
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            reader = self._next_pending()
+            if reader is not None:
+                return reader
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StopIteration
+            pause = self._poll
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)

@@ -70,6 +70,11 @@ class KeepPolicy(ABC):
     def to_config(self) -> dict[str, Any]:
         """Returns a JSON-ready description, read back by :func:`policy_from_config`."""
 
+    @property
+    def needs_metadata(self) -> bool:
+        """Whether the policy reads creation times or metrics (else steps are enough)."""
+        return True
+
 
 @dataclass(frozen=True)
 class KeepLatest(KeepPolicy):
@@ -82,6 +87,10 @@ class KeepLatest(KeepPolicy):
 
     def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
         return {i.step: f"latest {self.n}" for i in infos[-self.n :]}
+
+    @property
+    def needs_metadata(self) -> bool:
+        return False
 
     def to_config(self) -> dict[str, Any]:
         return {"policy": "latest", "n": self.n}
@@ -98,6 +107,10 @@ class KeepEveryNSteps(KeepPolicy):
 
     def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
         return {i.step: f"every {self.n} steps" for i in infos if i.step % self.n == 0}
+
+    @property
+    def needs_metadata(self) -> bool:
+        return False
 
     def to_config(self) -> dict[str, Any]:
         return {"policy": "every_n_steps", "n": self.n}
@@ -191,6 +204,10 @@ class KeepAny(KeepPolicy):
             for step, reason in policy.keep(infos).items():
                 kept.setdefault(step, []).append(reason)
         return {step: ", ".join(reasons) for step, reasons in kept.items()}
+
+    @property
+    def needs_metadata(self) -> bool:
+        return any(p.needs_metadata for p in self.policies)
 
     def to_config(self) -> dict[str, Any]:
         return {"policy": "any", "policies": [p.to_config() for p in self.policies]}

@@ -20,6 +20,7 @@ import ctypes
 import errno
 import json
 import os
+import secrets
 import shutil
 import socket
 import time
@@ -77,6 +78,24 @@ class Storage(ABC):
     @abstractmethod
     def size(self, path: str) -> int:
         """Returns the size of the file at ``path`` in bytes."""
+
+    def is_symlink(self, path: str) -> bool:
+        """Returns True when ``path`` is a symbolic link (never on object stores)."""
+        return False
+
+    @abstractmethod
+    def is_dir(self, path: str) -> bool:
+        """Returns True when ``path`` is a directory (following a link)."""
+
+    def stamp(self) -> tuple[Any, int] | None:
+        """Returns a token that changes whenever an entry of the root is added, removed or
+        renamed, and when that last happened (ns since the epoch), or None where the
+        storage has no such token (a listing then cannot be reused).
+
+        File system clocks tick coarsely, so two changes within one tick can give the same
+        token: a listing is only safe to reuse once the root has been quiet for a while.
+        """
+        return None
 
     @abstractmethod
     def open_writer(self, path: str) -> Writer:
@@ -190,6 +209,20 @@ class LocalStorage(Storage):
     def size(self, path: str) -> int:
         return os.stat(path).st_size
 
+    def is_symlink(self, path: str) -> bool:
+        return os.path.islink(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def stamp(self) -> tuple[Any, int] | None:
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None
+        token = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink)
+        return token, max(st.st_mtime_ns, st.st_ctime_ns)
+
     def open_writer(self, path: str) -> Writer:
         return _FdWriter(path)
 
@@ -214,9 +247,10 @@ class LocalStorage(Storage):
         return True
 
     def remove_tree(self, path: str) -> None:
-        if os.path.isdir(path):
+        # A link is removed itself, never followed out of the run directory.
+        if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
-        elif os.path.exists(path):
+        elif os.path.lexists(path):
             os.remove(path)
 
     def fsync_dir(self, path: str) -> None:
@@ -269,6 +303,29 @@ class FsspecStorage(Storage):
     def size(self, path: str) -> int:
         return int(self.fs.size(path))
 
+    def is_dir(self, path: str) -> bool:
+        return bool(self.fs.isdir(path))
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Creates ``path`` holding ``data`` unless it exists; returns False where it did.
+
+        Atomic where the file system supports exclusive creation (mode ``"xb"``: local
+        files, ``memory://``); elsewhere a check followed by a write, which two writers
+        starting within the same moment can both pass.
+        """
+        try:
+            handle = self.fs.open(path, "xb")
+        except FileExistsError:
+            return False
+        except (ValueError, NotImplementedError, TypeError):
+            if self.fs.exists(path):
+                return False
+            self.write_bytes(path, data)
+            return True
+        with handle:
+            handle.write(data)
+        return True
+
     def open_writer(self, path: str) -> Writer:
         return _FsspecWriter(self.fs.open(path, "wb"))
 
@@ -295,10 +352,13 @@ def open_storage(directory: str | os.PathLike[str]) -> Storage:
     text = os.fspath(directory)
     if not text:
         raise ConfigError("directory", "must be a non-empty path", directory)
-    if "://" in text and not text.startswith("file://"):
+    for scheme in ("file://", "local://"):
+        if text.startswith(scheme):
+            # fsspec's local file system is this one: the local storage's flock and
+            # atomic rename serve it better than fsspec's copy of the file operations.
+            return LocalStorage(os.path.abspath(text[len(scheme) :]))
+    if "://" in text:
         return FsspecStorage(text)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
     return LocalStorage(os.path.abspath(text))
 
 
@@ -321,9 +381,15 @@ def _describe(holder: Any) -> str:
 class DirectoryLock:
     """One writer per checkpoint directory; the lock file names its holder.
 
-    Locally an ``flock`` on ``<dir>/.lock`` is held while the writer lives, so the kernel
-    frees it when the holder dies (a stale lock is then taken over). On fsspec storage the
-    lock file alone decides; a lock held by a dead process of this host is taken over.
+    Locally (paths, ``file://`` and ``local://`` URLs) an ``flock`` on ``<dir>/.lock`` is
+    held while the writer lives, so the kernel frees it when the holder dies (a stale lock
+    is then taken over). On fsspec storage the lock file alone decides: it is created
+    exclusively where the store can (``memory://``, and any store whose ``open(path,
+    "xb")`` is atomic), so exactly one of two writers starting together gets it; on stores
+    without exclusive creation two writers starting within the same moment can both pass
+    the check, and only the lock file's content (read back after writing) tells the later
+    one. A lock held by a dead process of this host is taken over. Each writer releases
+    only a lock file that still names it.
 
     Attributes:
         took_over: the holder of a stale lock this lock replaced, or None.
@@ -333,7 +399,7 @@ class DirectoryLock:
         self._storage = storage
         self._path = storage.join(LOCK_FILE)
         self._fd: int | None = None
-        self._held_remote = False
+        self._held_remote: bytes | None = None
         self.took_over: str | None = None
 
     def _me(self) -> bytes:
@@ -341,6 +407,7 @@ class DirectoryLock:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "token": secrets.token_hex(8),
         }
         return json.dumps(holder).encode()
 
@@ -350,17 +417,33 @@ class DirectoryLock:
         except (UnicodeDecodeError, ValueError):
             return data.decode(errors="replace")
 
+    def _locked(self, holder: Any) -> LockError:
+        return LockError(
+            f"{self._storage.root} is locked by another writer ({_describe(holder)}); "
+            "one writer per directory, or open it with read_only=True",
+            self._path,
+            holder,
+        )
+
     def acquire(self) -> None:
         """Takes the lock.
 
         Raises:
             LockError: another live writer holds it; the message names the holder.
+            CheckpointError: the lock cannot be written (a full disk, a file where the
+                directory should be, no permission); the message says what to change.
         """
-        self._storage.makedirs(self._storage.root)
-        if isinstance(self._storage, LocalStorage):
-            self._acquire_local()
-        else:
-            self._acquire_remote()
+        root = self._storage.root
+        try:
+            self._storage.makedirs(root)
+            if isinstance(self._storage, LocalStorage):
+                self._acquire_local()
+            else:
+                self._acquire_remote()
+        except CheckpointError:
+            raise
+        except OSError as err:
+            raise CheckpointError(_lock_failure(root, err), self._path) from err
 
     def _acquire_local(self) -> None:
         import fcntl
@@ -371,12 +454,7 @@ class DirectoryLock:
         except BlockingIOError:
             holder = self._read_holder(os.pread(fd, 4096, 0))
             os.close(fd)
-            raise LockError(
-                f"{self._storage.root} is locked by another writer ({_describe(holder)}); "
-                "one writer per directory, or open it with read_only=True",
-                self._path,
-                holder,
-            ) from None
+            raise self._locked(holder) from None
         try:
             previous = os.pread(fd, 4096, 0)
             os.ftruncate(fd, 0)
@@ -390,8 +468,22 @@ class DirectoryLock:
         self._fd = fd
 
     def _acquire_remote(self) -> None:
-        if self._storage.exists(self._path):
-            holder = self._read_holder(self._storage.read_bytes(self._path))
+        storage = self._storage
+        assert isinstance(storage, FsspecStorage)
+        me = self._me()
+        for _ in range(3):
+            if storage.create_exclusive(self._path, me):
+                # On stores without exclusive creation another writer may have written
+                # after us: the file's content decides.
+                if storage.read_bytes(self._path) != me:
+                    raise self._locked(self._read_holder(storage.read_bytes(self._path)))
+                self._held_remote = me
+                return
+            try:
+                data = storage.read_bytes(self._path)
+            except FileNotFoundError:
+                continue  # released between our attempt and the read: try again
+            holder = self._read_holder(data)
             stale = (
                 isinstance(holder, dict)
                 and holder.get("host") == socket.gethostname()
@@ -399,29 +491,51 @@ class DirectoryLock:
                 and not _pid_alive(holder["pid"])
             )
             if not stale:
-                raise LockError(
-                    f"{self._storage.root} is locked by another writer ({_describe(holder)}); "
-                    "one writer per directory, or open it with read_only=True",
-                    self._path,
-                    holder,
-                )
+                raise self._locked(holder)
+            with contextlib.suppress(FileNotFoundError):
+                if storage.read_bytes(self._path) == data:  # nobody took it over meanwhile
+                    storage.remove_file(self._path)
             self.took_over = _describe(holder)
-            self._storage.remove_file(self._path)
-        self._storage.write_bytes(self._path, self._me())
-        self._held_remote = True
+        raise self._locked(self._read_holder(storage.read_bytes(self._path)))
 
     def release(self) -> None:
-        """Frees the lock; releasing twice, or a lock never taken, is harmless."""
+        """Frees the lock; releasing twice, or a lock never taken, is harmless.
+
+        A lock file that no longer names this writer (taken over as stale) is left alone.
+        """
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
                 os.ftruncate(fd, 0)
             finally:
                 os.close(fd)
-        elif self._held_remote:
-            # Only once: a second release must not delete the next holder's lock file.
-            self._held_remote = False
-            self._storage.remove_file(self._path)
+        elif self._held_remote is not None:
+            mine, self._held_remote = self._held_remote, None
+            try:
+                current = self._storage.read_bytes(self._path)
+            except FileNotFoundError:
+                return
+            except OSError:
+                current = mine  # unreadable: as before this check, the holder removes it
+            if current == mine:
+                self._storage.remove_file(self._path)
+
+
+def _lock_failure(root: str, err: OSError) -> str:
+    """Says why taking the lock of ``root`` failed, and what to change."""
+    if err.errno == errno.ENOSPC:
+        return (
+            f"no space left on the device of {root} to take the writer's lock; free space "
+            "there (old checkpoints: `globalstep ckpt prune --keep N`) and start again"
+        )
+    if err.errno in (errno.ENOTDIR, errno.EEXIST):
+        return f"{root} is not a directory ({err.strerror}); give a checkpoint directory"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"cannot write the writer's lock in {root} ({err.strerror}); give a directory "
+            "you can write, or open it with read_only=True"
+        )
+    return f"taking the writer's lock in {root} failed: {err}"
 
 
 @contextlib.contextmanager
