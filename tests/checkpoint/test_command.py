@@ -1,5 +1,7 @@
 """Tests for globalstep.checkpoint.command: `globalstep ckpt ...`."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -107,7 +109,7 @@ def test_prune_dry_run_then_prune(run, capsys):
 
 def test_prune_refuses_keep_zero(run, capsys):
     """prune --keep 0 is refused, naming the option."""
-    assert main(["ckpt", "prune", str(run), "--keep", "0"]) == 1
+    assert main(["ckpt", "prune", str(run), "--keep", "0"]) == 2
     assert "`--keep` must be >= 1" in capsys.readouterr().err
 
 
@@ -184,3 +186,75 @@ def test_prune_keeps_the_writers_best(tmp_path, capsys):
             manager.save(step, {"v": step}, metrics={"loss": loss})
     assert main(["ckpt", "prune", str(tmp_path), "--keep", "1"]) == 0
     assert capsys.readouterr().out.splitlines() == ["deleted steps [10, 30]", "kept steps [20, 40]"]
+
+
+@pytest.fixture
+def places(tmp_path):
+    """A file, a missing path, a directory of other files and an empty directory."""
+    (tmp_path / "README.md").write_text("# hi")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("")
+    (tmp_path / "empty").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("action", ["ls", "show", "verify", "prune"])
+@pytest.mark.parametrize(
+    ("where", "status", "message"),
+    [
+        ("README.md", 2, "DIRECTORY .*README.md is not a directory; give the checkpoint directory"),
+        ("missing/x", 2, "DIRECTORY .*missing/x does not exist; give the run's checkpoint"),
+        ("src", 1, "DIRECTORY .*src is not a checkpoint directory: it holds no step-\\* "),
+    ],
+)
+def test_bad_directories_give_one_line(places, capsys, action, where, status, message):
+    """Each ckpt action turns a bad DIRECTORY into one line and exit status 2 or 1."""
+    extra = ["--keep", "1"] if action == "prune" else []
+    assert main(["ckpt", action, str(places / where), *extra]) == status
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1
+    assert re.match(f"globalstep ckpt {action}: error: {message}", lines[0])
+
+
+@pytest.mark.parametrize("action", ["ls", "show", "verify", "prune"])
+def test_commands_never_create_a_missing_directory(places, action):
+    """No ckpt action, prune included, creates a directory that does not exist."""
+    extra = ["--keep", "1"] if action == "prune" else []
+    main(["ckpt", action, str(places / "missing" / "x"), *extra])
+    assert not (places / "missing").exists()
+
+
+@pytest.mark.parametrize("action", ["ls", "show", "verify"])
+def test_read_only_commands_create_no_file(run, action):
+    """ls, show and verify leave the directory's entries as they were."""
+    before = sorted(p.name for p in run.rglob("*"))
+    main(["ckpt", action, str(run)])
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_unreadable_directory_is_one_line(places, capsys, monkeypatch):
+    """A directory that cannot be listed gives one line and exit status 1."""
+    import globalstep.checkpoint.command as command
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(command.os, "listdir", denied)
+    assert main(["ckpt", "ls", str(places / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "cannot be read (Permission denied); give a directory you may read" in err
+
+
+def test_missing_fsspec_directory_is_a_usage_error(capsys):
+    """A memory:// URL with nothing there is reported as missing."""
+    assert main(["ckpt", "ls", "memory://globalstep-tests/nothing-here"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_empty_directory_is_not_a_failure_for_ls(places, capsys):
+    """ls of an empty directory says it has no checkpoint, exit 0."""
+    assert main(["ckpt", "ls", str(places / "empty")]) == 0
+    assert capsys.readouterr().out.strip().startswith("no committed checkpoint in ")

@@ -10,7 +10,12 @@ Example:
 """
 
 from globalstep.checkpoint.lazy import CheckpointReader
-from globalstep.checkpoint.manager import CheckpointManager, CheckpointSummary
+from globalstep.checkpoint.manager import (
+    CheckpointFollower,
+    CheckpointManager,
+    CheckpointSummary,
+    CheckpointWarning,
+)
 from globalstep.checkpoint.policy import (
     CheckpointInfo,
     KeepAny,
@@ -23,10 +28,12 @@ from globalstep.checkpoint.policy import (
 from globalstep.checkpoint.tree import RestoreReport
 
 __all__ = [
+    "CheckpointFollower",
     "CheckpointInfo",
     "CheckpointManager",
     "CheckpointReader",
     "CheckpointSummary",
+    "CheckpointWarning",
     "KeepAny",
     "KeepBest",
     "KeepEveryNHours",

@@ -59,7 +59,7 @@ from globalstep.checkpoint.policy import (
     policy_from_config,
     retained,
 )
-from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage
+from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage, wrap_os_errors
 from globalstep.checkpoint.tree import (
     RestoreReport,
     flatten,
@@ -155,7 +155,9 @@ class _Index:
             if not reuse:
                 steps = []
                 stale = []
-                for name in self._storage.listdir(self._storage.root):
+                with wrap_os_errors("listing the checkpoints", self._storage.root):
+                    names = self._storage.listdir(self._storage.root)
+                for name in names:
                     # Cheaper than a regex over 10,000 names: step- and at least 12 digits.
                     digits = name[5:]
                     if name.startswith("step-") and digits.isdigit() and digits.isascii():
