@@ -114,6 +114,10 @@ def step_name(step: int) -> str:
     return f"step-{step:012d}"
 
 
+_EMPTY_LISTINGS = 3
+"""How often an empty listing is taken again before it is believed: a directory listed
+while a writer renames in it (tmpfs on Linux 6.x) can come back without entries that were
+there all along."""
 _QUIET_NS = 100_000_000
 """How long a directory must be unchanged before a listing of it is trusted (0.1 s)."""
 
@@ -189,13 +193,20 @@ class _Index:
 
     def steps(self) -> list[int]:
         """Returns the committed steps, oldest first."""
-        return [s for s in self.candidates() if self.committed(s)]
+        for _ in range(_EMPTY_LISTINGS):
+            steps = [s for s in self.candidates() if self.committed(s)]
+            if steps:
+                return steps
+            self._stamp = None
+        return []
 
     def latest(self) -> int | None:
         """Returns the newest committed step, checking markers from the newest down."""
-        for step in reversed(self.candidates()):
-            if self.committed(step):
-                return step
+        for _ in range(_EMPTY_LISTINGS):
+            for step in reversed(self.candidates()):
+                if self.committed(step):
+                    return step
+            self._stamp = None
         return None
 
     def forget(self, step: int) -> None:
@@ -414,11 +425,14 @@ class CheckpointManager(Closing):
         """
         out = {}
         for step in self._index.candidates():
+            if self._index.committed(step):
+                continue
             path = self._storage.join(step_name(step))
-            if not self._storage.is_dir(path):
-                out[step] = "not a directory"
-            elif not self._index.committed(step):
+            if self._storage.is_dir(path):
                 out[step] = f"no {COMMIT_FILE} marker: not committed, readers ignore it"
+            elif self._storage.is_symlink(path) or self._storage.exists(path):
+                out[step] = "not a directory"
+            # else: pruned since the listing, so not there any more
         return out
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
@@ -742,9 +756,11 @@ class CheckpointManager(Closing):
         force: bool,
         abandoned: list[int],
     ) -> None:
-        # The abandoned timeline goes first: a crash after this leaves the checkpoint
-        # resumed from as the newest, so a fresh process resumes on the new timeline.
-        for old in reversed(abandoned):
+        # The abandoned timeline goes before the new checkpoint is committed.
+        # Oldest first, so that until the last deletion the old timeline's newest is the
+        # newest checkpoint (a crash resumes there, as if the rollback had not started),
+        # and after it the checkpoint resumed from is: never a mix of the two.
+        for old in abandoned:
             try:
                 remove_checkpoint(self._storage, step_name(old))
             except CheckpointError as err:
