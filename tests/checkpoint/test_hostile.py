@@ -146,15 +146,15 @@ def test_unreadable_old_metadata_never_fails_a_save(tmp_path):
 def test_a_deletion_that_fails_warns_once_and_is_retried(tmp_path, monkeypatch):
     """Retention that cannot delete warns once, the save succeeds, and a later save retries."""
     run = _saved(tmp_path / "run", [1])
-    real = manager_module.remove_checkpoint
+    real = CheckpointManager._delete
     failing = {"on": True}
 
-    def remove(storage, name):
+    def remove(manager, name):
         if failing["on"]:
             raise CheckpointError(f"deleting {name} failed: [Errno 13] Permission denied")
-        real(storage, name)
+        real(manager, name)
 
-    monkeypatch.setattr(manager_module, "remove_checkpoint", remove)
+    monkeypatch.setattr(CheckpointManager, "_delete", remove)
     with CheckpointManager(run, max_to_keep=1) as manager:
         with pytest.warns(CheckpointWarning, match="could not delete step-000000000001"):
             manager.save(2, {"w": np.zeros(3)})

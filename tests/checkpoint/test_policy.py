@@ -1,6 +1,8 @@
 """Tests for globalstep.checkpoint.policy."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from globalstep import ConfigError
 from globalstep.checkpoint.policy import (
@@ -12,6 +14,7 @@ from globalstep.checkpoint.policy import (
     KeepLatest,
     policy_from_config,
     retained,
+    unkept_steps,
 )
 
 
@@ -148,3 +151,22 @@ def test_checkpoint_saved_last_is_kept_below_the_newest():
     later = [CheckpointInfo(4, 10.0, {}), CheckpointInfo(2, 99.0, {}), CheckpointInfo(1, 0.0, {})]
     kept = retained(KeepLatest(1), later)
     assert kept == {4: "newest, latest 1", 2: "saved last"}
+
+
+@given(
+    steps=st.lists(st.integers(0, 500), unique=True, max_size=40).map(sorted),
+    latest=st.integers(1, 5),
+    every=st.lists(st.integers(1, 50), max_size=2),
+)
+def test_unkept_steps_agrees_with_retained(steps, latest, every):
+    """The step-only fast path deletes exactly what retained() does not keep."""
+    policy = KeepAny((KeepLatest(latest), *(KeepEveryNSteps(n) for n in every)))
+    infos = [CheckpointInfo(s, 0.0, {}) for s in steps]
+    kept = retained(policy, infos)
+    assert unkept_steps(policy, steps) == [s for s in steps if s not in kept]
+
+
+def test_unkept_steps_declines_policies_that_read_metadata():
+    """Policies reading metrics or times, or keeping all, are left to retained()."""
+    assert unkept_steps(KeepAny((KeepLatest(1), KeepBest("loss"))), [1, 2]) is None
+    assert unkept_steps(KeepAny(()), [1, 2]) is None

@@ -30,6 +30,7 @@ import errno
 import math
 import numbers
 import os
+import secrets
 import threading
 import time
 import warnings
@@ -58,6 +59,7 @@ from globalstep.checkpoint.policy import (
     KeepPolicy,
     policy_from_config,
     retained,
+    unkept_steps,
 )
 from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage, wrap_os_errors
 from globalstep.checkpoint.tree import (
@@ -194,7 +196,8 @@ class _Index:
     def steps(self) -> list[int]:
         """Returns the committed steps, oldest first."""
         for _ in range(_EMPTY_LISTINGS):
-            steps = [s for s in self.candidates() if self.committed(s)]
+            known = self._committed
+            steps = [s for s in self.candidates() if s in known or self.committed(s)]
             if steps:
                 return steps
             self._stamp = None
@@ -391,6 +394,7 @@ class CheckpointManager(Closing):
         self._warned: set[str] = set()
         self._sweep_due = True
         self._resumed_from: int | None = None
+        self._last_saved: int | None = None
         self._index = _Index(self._storage, writer=not read_only)
         self._lock: DirectoryLock | None = None
         if not read_only:
@@ -762,7 +766,7 @@ class CheckpointManager(Closing):
         # and after it the checkpoint resumed from is: never a mix of the two.
         for old in abandoned:
             try:
-                remove_checkpoint(self._storage, step_name(old))
+                self._delete(step_name(old))
             except CheckpointError as err:
                 raise CheckpointError(
                     f"step {step} was not saved: the abandoned timeline's checkpoint "
@@ -779,6 +783,7 @@ class CheckpointManager(Closing):
             self._index.forget(step)
             raise
         self._index.changed(added=step)
+        self._last_saved = step
         self._infos[step] = CheckpointInfo(
             step, document["created_unix"], _metrics_from_json(document["metrics"])
         )
@@ -786,6 +791,22 @@ class CheckpointManager(Closing):
         self._apply(self.policy, dry_run=False)
         if self._sweep_due or self._index.stale or not self._storage.atomic_rename:
             self._sweep()
+
+    def _delete(self, name: str) -> None:
+        """Deletes a committed checkpoint so that no reader ever sees half of it.
+
+        Locally it is renamed aside first (atomic), then removed; unlike a commit this
+        needs no fsync: after a crash the checkpoint is either whole or swept as stale.
+        Elsewhere the marker goes first, so that what is left is not committed.
+        """
+        if not self._storage.atomic_rename:
+            remove_checkpoint(self._storage, name)
+            return
+        final = self._storage.join(name)
+        with wrap_os_errors(f"deleting {name}", final):
+            trash = self._storage.join(f".trash-{name}-{secrets.token_hex(4)}")
+            self._storage.rename(final, trash)
+            self._storage.remove_tree(trash)
 
     def _sweep(self) -> None:
         """Removes temporary directories left by killed saves; never fails a save."""
@@ -863,10 +884,11 @@ class CheckpointManager(Closing):
         for step in [s for s in self._infos if s not in known]:
             del self._infos[step]
         out = []
+        needs_metadata = policy.needs_metadata
         for step in committed:
             info = self._infos.get(step)
             if info is None:
-                if policy.needs_metadata:
+                if needs_metadata:
                     try:
                         state = self._load(step)
                     except CheckpointError:
@@ -889,9 +911,11 @@ class CheckpointManager(Closing):
         An entry that cannot be deleted is named once in a :class:`CheckpointWarning`
         and tried again at the next save; it never fails the save.
         """
-        infos = self._scan(policy)
-        keep = retained(policy, infos)
-        doomed = [i.step for i in infos if i.step not in keep]
+        doomed = unkept_steps(policy, self.steps(), self._last_saved)
+        if doomed is None:
+            infos = self._scan(policy)
+            keep = retained(policy, infos)
+            doomed = [i.step for i in infos if i.step not in keep]
         if dry_run:
             return doomed
         deleted = []
@@ -900,7 +924,7 @@ class CheckpointManager(Closing):
             if self._skip_entry(name):
                 continue
             try:
-                remove_checkpoint(self._storage, name)
+                self._delete(name)
             except CheckpointError as err:
                 self._index.forget(step)
                 self._warn_once(

@@ -32,6 +32,7 @@ __all__ = [
     "KeepPolicy",
     "policy_from_config",
     "retained",
+    "unkept_steps",
 ]
 
 
@@ -266,3 +267,49 @@ def retained(policy: KeepPolicy, infos: Sequence[CheckpointInfo]) -> dict[int, s
             always(last_saved, "saved last")
         always(newest, "newest")
     return kept
+
+
+def _step_rules(policy: KeepPolicy) -> tuple[int, list[int]] | None:
+    """(latest n, every-n-steps moduli) of a policy of step-only rules, else None."""
+    if isinstance(policy, KeepLatest):
+        return policy.n, []
+    if isinstance(policy, KeepEveryNSteps):
+        return 0, [policy.n]
+    if isinstance(policy, KeepAny) and policy.policies:
+        latest, every = 0, list[int]()
+        for part in policy.policies:
+            rules = _step_rules(part)
+            if rules is None:
+                return None
+            latest, every = max(latest, rules[0]), every + rules[1]
+        return latest, every
+    return None
+
+
+def unkept_steps(
+    policy: KeepPolicy, steps: Sequence[int], last_saved: int | None = None
+) -> list[int] | None:
+    """What :func:`retained` would not keep, for policies that look at steps alone.
+
+    A fast path for directories of thousands of checkpoints: only the steps older than the
+    newest ``n`` are looked at, and no :class:`CheckpointInfo` is built.
+
+    Args:
+        policy: the retention policy.
+        steps: the committed steps, sorted.
+        last_saved: the step saved last, kept like the newest.
+
+    Returns:
+        The steps not kept, oldest first; None where the policy reads creation times or
+        metrics, or keeps everything (use :func:`retained`).
+
+    Example:
+        >>> unkept_steps(KeepAny((KeepLatest(2), KeepEveryNSteps(10))), [5, 10, 15, 20, 25])
+        [5, 15]
+    """
+    rules = _step_rules(policy)
+    if rules is None:
+        return None
+    latest, every = rules
+    older = steps[: max(0, len(steps) - max(latest, 1))]
+    return [s for s in older if s != last_saved and not any(s % n == 0 for n in every)]
