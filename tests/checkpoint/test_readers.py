@@ -227,3 +227,53 @@ def test_fsspec_locks_started_together_exclude_each_other():
         assert len(held) == 1
         held[0].release()
         assert not storage.exists(storage.join(".lock"))
+
+
+def test_summaries_come_from_the_writers_index_while_files_are_unchanged(ckpt_dir, monkeypatch):
+    """ckpt ls's summaries read the index, not each state.json, while the files match it."""
+    import globalstep.checkpoint.manager as manager_module
+
+    with CheckpointManager(ckpt_dir, max_to_keep=None) as manager:
+        for step in (1, 2):
+            manager.save(step, {"w": np.zeros(2)}, metrics={"loss": step / 10})
+
+    def refuse(storage, name):
+        raise AssertionError(f"{name} was read despite the index")
+
+    with CheckpointManager(ckpt_dir, read_only=True) as reader:
+        monkeypatch.setattr(manager_module, "load_state", refuse)
+        summaries = reader.summaries()
+    assert [(s.step, s.metrics, s.size_bytes > 0) for s in summaries] == [
+        (1, {"loss": 0.1}, True),
+        (2, {"loss": 0.2}, True),
+    ]
+
+
+def test_a_rewritten_state_json_is_read_not_taken_from_the_index(ckpt_dir):
+    """A state.json changed after the writer indexed it is read, and found corrupt."""
+    _run(ckpt_dir, [1, 2])
+    (ckpt_dir / _name(2) / "state.json").write_text("{}")
+    with CheckpointManager(ckpt_dir, read_only=True) as reader:
+        summaries = reader.summaries()
+    assert summaries[0].error is None
+    assert "step-000000000002" in summaries[1].error
+
+
+def test_a_torn_index_line_is_skipped(ckpt_dir):
+    """A half-written last line of the index is ignored; the others still serve."""
+    _run(ckpt_dir, [1, 2])
+    with open(ckpt_dir / ".summaries.jsonl", "ab") as f:
+        f.write(b'{"step": 3, "ids": [')
+    with CheckpointManager(ckpt_dir, read_only=True) as reader:
+        assert sorted(reader._summary_hints()) == [1, 2]
+        assert [s.step for s in reader.summaries()] == [1, 2]
+
+
+def test_the_index_is_compacted_to_committed_checkpoints(ckpt_dir):
+    """Entries of pruned checkpoints are dropped once the index has grown enough."""
+    with CheckpointManager(ckpt_dir, max_to_keep=2) as manager:
+        for step in range(1, 200):
+            manager.save(step, {"w": np.zeros(1)})
+        lines = (ckpt_dir / ".summaries.jsonl").read_bytes().count(b"\n")
+        assert lines <= 2 * 2 + 64 + 1
+        assert sorted(manager._summary_hints())[-2:] == [198, 199]

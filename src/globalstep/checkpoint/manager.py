@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import errno
+import json
 import math
 import numbers
 import os
@@ -42,7 +43,9 @@ import numpy as np
 
 from globalstep._closing import Closing
 from globalstep.checkpoint.format import (
+    ARRAYS_FILE,
     COMMIT_FILE,
+    STATE_FILE,
     commit,
     load_state,
     read_arrays,
@@ -91,6 +94,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 _STALE_PREFIXES = (".tmp-", ".trash-")
+SUMMARY_INDEX = ".summaries.jsonl"
+"""The writer's index of checkpoint summaries, a hint for ``globalstep ckpt ls``."""
 _READ_ATTEMPTS = 20
 """How often a reader moves on to the newest checkpoint when the one it chose is pruned."""
 
@@ -395,6 +400,7 @@ class CheckpointManager(Closing):
         self._sweep_due = True
         self._resumed_from: int | None = None
         self._last_saved: int | None = None
+        self._index_lines: int | None = None
         self._index = _Index(self._storage, writer=not read_only)
         self._lock: DirectoryLock | None = None
         if not read_only:
@@ -465,8 +471,13 @@ class CheckpointManager(Closing):
         Args:
             policy: the policy whose reasons ``kept_because`` gives; default the manager's.
         """
+        hints = self._summary_hints()
         states: dict[int, dict[str, Any] | str] = {}
         for step in self.steps():
+            hint = hints.get(step)
+            if hint is not None and hint.get("ids") == self._file_ids(step):
+                states[step] = hint["state"]  # the files are those the writer described
+                continue
             try:
                 states[step] = self._checked(step, self._load)
             except _VanishedError:
@@ -507,6 +518,74 @@ class CheckpointManager(Closing):
                 )
             )
         return out
+
+    def _file_ids(self, step: int) -> list[Any]:
+        name = step_name(step)
+        return [
+            self._storage.file_id(self._storage.join(name, COMMIT_FILE)),
+            self._storage.file_id(self._storage.join(name, STATE_FILE)),
+        ]
+
+    def _summary_hints(self) -> dict[int, dict[str, Any]]:
+        """The writer's summary index: step -> what ``summaries`` needs, with the identity
+        (inode, size, mtime) of the files it was taken from. Only a hint: an entry is used
+        only while both files are still those, and a torn or foreign line is skipped."""
+        try:
+            data = self._storage.read_bytes(self._storage.join(SUMMARY_INDEX))
+        except OSError:
+            return {}
+        hints = {}
+        for line in data.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("step"), int)
+                and isinstance(entry.get("state"), dict)
+                and entry.get("ids", [None])[0] is not None
+            ):
+                hints[entry["step"]] = entry
+        return hints
+
+    def _record_summary(self, step: int, document: dict[str, Any]) -> None:
+        """Appends the new checkpoint's summary to the index ``ckpt ls`` reads (a hint)."""
+        ids = self._file_ids(step)
+        if ids[0] is None:
+            return  # this storage cannot tell a file's identity: no index
+        arrays = self._storage.file_id(self._storage.join(step_name(step), ARRAYS_FILE))
+        entry = {
+            "step": step,
+            "ids": ids,
+            "state": {
+                "created_unix": document["created_unix"],
+                "metrics": document["metrics"],
+                "clocks": document["clocks"],
+                "files": {ARRAYS_FILE: {"size": arrays[1] if arrays else 0}},
+            },
+        }
+        path = self._storage.join(SUMMARY_INDEX)
+        try:
+            if self._index_lines is None:
+                try:
+                    self._index_lines = self._storage.read_bytes(path).count(b"\n")
+                except FileNotFoundError:
+                    self._index_lines = 0
+            if self._index_lines > 2 * len(self._index.candidates()) + 64:
+                self._compact_summaries()
+            self._storage.append_line(path, json.dumps(entry).encode() + b"\n")
+            self._index_lines = (self._index_lines or 0) + 1
+        except OSError as err:
+            self._warn_once("index", f"the summary index {path} is not kept up ({err})")
+
+    def _compact_summaries(self) -> None:
+        """Rewrites the index with the entries of committed checkpoints only."""
+        hints = self._summary_hints()
+        live = [hints[s] for s in self.steps() if s in hints]
+        data = b"".join(json.dumps(entry).encode() + b"\n" for entry in live)
+        self._storage.replace_file(self._storage.join(SUMMARY_INDEX), data)
+        self._index_lines = len(live)
 
     def open(self, step: int | None = None) -> CheckpointReader:
         """Opens a checkpoint lazily: arrays are memory-mapped and read when indexed.
@@ -784,6 +863,7 @@ class CheckpointManager(Closing):
             raise
         self._index.changed(added=step)
         self._last_saved = step
+        self._record_summary(step, document)
         self._infos[step] = CheckpointInfo(
             step, document["created_unix"], _metrics_from_json(document["metrics"])
         )

@@ -301,12 +301,14 @@ def unkept_steps(
 
     Returns:
         The steps not kept, oldest first; None where the policy reads creation times or
-        metrics, or keeps everything (use :func:`retained`).
+        metrics (use :func:`retained`).
 
     Example:
         >>> unkept_steps(KeepAny((KeepLatest(2), KeepEveryNSteps(10))), [5, 10, 15, 20, 25])
         [5, 15]
     """
+    if isinstance(policy, KeepAny) and not policy.policies:
+        return []  # keeps everything
     rules = _step_rules(policy)
     if rules is None:
         return None

@@ -83,6 +83,15 @@ class Storage(ABC):
         """Returns True when ``path`` is a symbolic link (never on object stores)."""
         return False
 
+    def file_id(self, path: str) -> list[int] | None:
+        """Returns what changes when the file at ``path`` is replaced or rewritten (inode,
+        size, mtime), or None where the storage cannot say or the file is missing."""
+        return None
+
+    def append_line(self, path: str, line: bytes) -> None:
+        """Appends ``line`` to a small log file (created if missing; not fsynced)."""
+        raise OSError(errno.EOPNOTSUPP, "appending is not supported here", path)
+
     @abstractmethod
     def is_dir(self, path: str) -> bool:
         """Returns True when ``path`` is a directory (following a link)."""
@@ -211,6 +220,20 @@ class LocalStorage(Storage):
 
     def is_symlink(self, path: str) -> bool:
         return os.path.islink(path)
+
+    def file_id(self, path: str) -> list[int] | None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+    def append_line(self, path: str, line: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     def is_dir(self, path: str) -> bool:
         return os.path.isdir(path)
