@@ -223,3 +223,34 @@ def test_remove_tree_never_follows_a_link(tmp_path):
     LocalStorage(str(tmp_path)).remove_tree(str(tmp_path / "link"))
     assert not (tmp_path / "link").exists()
     assert (target / "f").exists()
+
+
+def _damage(path, kind):
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "dangling link":
+        os.symlink(path.parent / "nowhere", path)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "garbage":
+        path.write_bytes(b"\x00garbage\xff")
+
+
+@pytest.mark.parametrize("file", ["COMMITTED", "state.json", "arrays.safetensors"])
+@pytest.mark.parametrize("kind", ["missing", "directory", "dangling link", "empty", "garbage"])
+def test_every_damaged_entry_is_corrupt_and_skipped(tmp_path, file, kind):
+    """Each file of a checkpoint, missing or replaced, is a named corruption skip_corrupt skips."""
+    run = _saved(tmp_path / "run", [1, 2])
+    _damage(run / _name(2) / file, kind)
+    with CheckpointManager(run, read_only=True) as manager:
+        if file == "COMMITTED" and kind in ("missing", "dangling link"):
+            assert manager.steps() == [1]  # no marker: not a checkpoint, and said so
+            assert 2 in manager.incomplete()
+        else:
+            with pytest.raises(CorruptCheckpointError, match="step-000000000002"):
+                manager.restore(step=2)
+        assert manager.restore(skip_corrupt=True)["w"][0] == 1.0

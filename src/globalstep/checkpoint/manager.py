@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import math
@@ -226,15 +227,17 @@ class _Index:
     def changed(self, added: int | None = None, removed: int | None = None) -> None:
         """Records the writer's own change, so that it needs no new listing."""
         with self._guard:
+            # New lists, never changed in place: another thread may be iterating the old.
             if removed is not None:
                 self._committed.discard(removed)
                 if removed in self._steps:
-                    self._steps.remove(removed)
+                    self._steps = [s for s in self._steps if s != removed]
             if added is not None:
                 self._committed.add(added)
                 if added not in self._steps:
-                    self._steps.append(added)
-                    self._steps.sort()
+                    steps = list(self._steps)
+                    bisect.insort(steps, added)
+                    self._steps = steps
             if self._stamp is not None and self._writer:
                 stamp = self._storage.stamp()
                 self._stamp = None if stamp is None else stamp[0]
