@@ -188,8 +188,10 @@ def main() -> None:
         read_speed = verify_speed(base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"\nload: {os.getloadavg()}; python start-up + import: "
-          f"{spread(results[('startup', 0)], 1e3, 'ms')}")
+    print(
+        f"\nload: {os.getloadavg()}; python start-up + import: "
+        f"{spread(results[('startup', 0)], 1e3, 'ms')}"
+    )
     rows = [
         ("`ckpt ls` (process)", "ls new", 1e3, "ms"),
         ("`latest_step()` first call", "latest cold new", 1e3, "ms"),
