@@ -8,7 +8,8 @@ changes them), it measures:
 - ``latest_step()`` on a read-only manager: its first call (a listing) and later calls on
   a quiet directory (median of 1,000);
 - a save's own bookkeeping with ``max_to_keep=N`` (so each save also deletes the oldest):
-  the time of ``save()`` minus the time inside the commit of its files, median of 30;
+  the time of ``save()`` minus the commit of its files and minus the deletion, median of
+  30; and the deletion itself (a rename and the removal of three files);
 - ``ckpt verify`` over all N (per checkpoint), and, on one 256 MiB checkpoint, verify's
   read speed beside reading the same file into memory (both from the page cache).
 
@@ -85,21 +86,29 @@ def latest_step(directory: str, src: str) -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
-def bookkeeping(directory: str, count: int, saves: int = 30) -> float:
-    """Median of save() minus its commit, with max_to_keep=count (one deletion per save)."""
+def bookkeeping(directory: str, count: int, saves: int = 30) -> tuple[float, float]:
+    """Medians of save() minus its commit and its deletion, and of the deletion alone,
+    with max_to_keep=count (so each save deletes the oldest checkpoint)."""
     import globalstep.checkpoint.manager as manager_module
     from globalstep.checkpoint import CheckpointManager
 
     real_commit = manager_module.commit
-    inside: list[float] = []
+    real_delete = CheckpointManager._delete
+    inside: dict[str, float] = {}
 
     def timed_commit(*args: Any, **kwargs: Any) -> None:
         began = time.perf_counter()
         real_commit(*args, **kwargs)
-        inside.append(time.perf_counter() - began)
+        inside["commit"] = time.perf_counter() - began
+
+    def timed_delete(self: Any, name: str) -> None:
+        began = time.perf_counter()
+        real_delete(self, name)
+        inside["delete"] = inside.get("delete", 0.0) + time.perf_counter() - began
 
     manager_module.commit = timed_commit  # type: ignore[assignment]
-    own = []
+    CheckpointManager._delete = timed_delete  # type: ignore[method-assign]
+    own, deletion = [], []
     try:
         with CheckpointManager(directory, max_to_keep=count) as manager:
             start = (manager.latest_step() or 0) + 1
@@ -108,10 +117,13 @@ def bookkeeping(directory: str, count: int, saves: int = 30) -> float:
                 inside.clear()
                 began = time.perf_counter()
                 manager.save(step, {"w": np.full(2, float(step))})
-                own.append(time.perf_counter() - began - inside[0])
+                total = time.perf_counter() - began
+                own.append(total - inside["commit"] - inside.get("delete", 0.0))
+                deletion.append(inside.get("delete", 0.0))
     finally:
         manager_module.commit = real_commit
-    return statistics.median(own)
+        CheckpointManager._delete = real_delete  # type: ignore[method-assign]
+    return statistics.median(own), statistics.median(deletion)
 
 
 def verify_speed(base: str) -> tuple[float, float]:
@@ -174,9 +186,9 @@ def main() -> None:
                     results.setdefault((f"latest cold {label}", count), []).append(cold)
                     results.setdefault((f"latest warm {label}", count), []).append(warm)
                 sys.path.insert(0, SRC)
-                results.setdefault(("bookkeeping", count), []).append(
-                    bookkeeping(dirs[count], count)
-                )
+                own, deletion = bookkeeping(dirs[count], count)
+                results.setdefault(("bookkeeping", count), []).append(own)
+                results.setdefault(("deletion", count), []).append(deletion)
                 time.sleep(0.2)
                 began = time.perf_counter()
                 verify = [sys.executable, "-m", "globalstep", "ckpt", "verify", dirs[count]]
@@ -196,7 +208,8 @@ def main() -> None:
         ("`ckpt ls` (process)", "ls new", 1e3, "ms"),
         ("`latest_step()` first call", "latest cold new", 1e3, "ms"),
         ("`latest_step()` later calls", "latest warm new", 1e6, "µs"),
-        ("save bookkeeping (keep N)", "bookkeeping", 1e3, "ms"),
+        ("save bookkeeping, deletion aside", "bookkeeping", 1e3, "ms"),
+        ("deleting the oldest (I/O)", "deletion", 1e3, "ms"),
         ("`ckpt verify` per checkpoint", "verify", 1e3, "ms"),
     ]
     if args.baseline:

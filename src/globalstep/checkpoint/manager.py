@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import json
 import math
@@ -537,12 +538,16 @@ class CheckpointManager(Closing):
             data = self._storage.read_bytes(self._storage.join(SUMMARY_INDEX))
         except OSError:
             return {}
+        lines = data.splitlines()
+        try:  # one parse for the whole file; line by line only where a line is torn
+            entries = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:
+            entries = []
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    entries.append(json.loads(line))
         hints = {}
-        for line in data.splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
+        for entry in entries:
             if (
                 isinstance(entry, dict)
                 and isinstance(entry.get("step"), int)
