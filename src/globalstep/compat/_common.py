@@ -21,14 +21,23 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep.errors import ConfigError
-from globalstep.schedules._base import Schedule, Steps, Values, check_number
+from globalstep.clock import MAX_STEP
+from globalstep.errors import ConfigError, StepError
+from globalstep.schedules._base import (
+    MEMO_BITS,
+    MEMO_MASK,
+    Schedule,
+    Steps,
+    Values,
+    check_number,
+    memo_fill,
+)
 
-__all__ = ["F32Ops", "Formula", "PeerSchedule", "check_positive_steps"]
+__all__ = ["F32Ops", "Formula", "PeerSchedule", "check_positive_steps", "step_array"]
 
 
 def _libm(fn: Callable[..., float]) -> Callable[..., float]:
@@ -171,6 +180,24 @@ class Formula(Schedule):
         return self.fn(steps)
 
 
+def step_array(step: Any) -> Any:
+    """A scalar step as a one-element array in the dtype TensorFlow converts it to: a
+    Python float as float32, a Python int as int64, a NumPy scalar in its own dtype.
+
+    Raises:
+        StepError: ``step`` is not a real number (a bool, a string, None, ...).
+    """
+    if isinstance(step, bool) or not isinstance(step, int | float | np.integer | np.floating):
+        raise StepError(f"`step` must be a number; got step={step!r}.", step)
+    if isinstance(step, np.integer | np.floating):
+        return np.asarray([step])
+    if isinstance(step, float):
+        return np.asarray([step], dtype=np.float32)
+    if not -(2**63) <= step <= MAX_STEP:
+        raise StepError(f"`step` must fit in int64; got step={step!r}.", step)
+    return np.asarray([step], dtype=np.int64)
+
+
 def check_positive_steps(parameter: str, value: Any) -> None:
     """Raises ConfigError unless ``value`` is a finite number > 0."""
     check_number(parameter, value)
@@ -183,9 +210,24 @@ class PeerSchedule(ABC):
 
     Called with a step (an int >= 0) it returns the value as a Python float (exactly the
     peer's float32 value); ``values(steps)`` is the vectorised form, bit for bit the same.
+
+    The scalar call of an int step in ``[0, 2**63)`` is answered from a memo of
+    ``values()`` over the aligned block of 1024 steps around it (see
+    :func:`globalstep.schedules._base.memo_fill`): after the first call in a block it costs
+    a dict and a list lookup, and it equals ``values()`` by construction. Every other step
+    (a float, a negative int, a NumPy scalar) goes to :meth:`_call_other`, never to the memo.
+
+    A subclass gets the memo with nothing to do, as long as it keeps ``__call__`` and its
+    ``values(steps)`` is a pure function of each step (no state, no randomness drawn per
+    call). A subclass that overrides ``__call__`` should answer int steps as this one does
+    and hand the rest to ``super().__call__``. Set ``_any_step = True`` where the peer
+    takes float and negative steps (TensorFlow, Keras): they are then computed by
+    :meth:`_formula` on a one-element array, in the step's own dtype (a Python float as
+    float32, as TensorFlow converts it), instead of being refused.
     """
 
     _fields: tuple[str, ...] = ()
+    _any_step: ClassVar[bool] = False
 
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
@@ -200,11 +242,35 @@ class PeerSchedule(ABC):
         """The peer's values at ``steps`` (int64, checked), before flush-to-zero."""
 
     def __call__(self, step: int) -> float:
-        """Returns the value at ``step``, an int >= 0."""
+        """Returns the value at ``step``, an int >= 0 (any real number where ``_any_step``)."""
+        if type(step) is int and 0 <= step <= MAX_STEP:
+            try:
+                return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]  # type: ignore[no-any-return]
+            except KeyError:
+                return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
+        return self._call_other(step)
+
+    def _call_other(self, step: Any) -> float:
+        """The value at a step the memo does not hold: refused unless ``_any_step``."""
+        if self._any_step:
+            value: float = self._values_any(step_array(step)).reshape(-1)[0].item()
+            return value
         return self._schedule(step)
+
+    def _values_any(self, steps: Any) -> Values:
+        """The values at an array of any real steps (ints of any sign, floats)."""
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            out = self._flushed(steps.reshape(-1))
+        return np.asarray(out, dtype=self._ops.dtype).reshape(steps.shape)
 
     def values(self, steps: Any) -> Values:
         """Returns the values at every step of ``steps``, in the peer's dtype."""
+        if self._any_step:
+            array = np.asarray(steps)
+            if array.dtype.kind not in "iuf" or (array.dtype.kind == "f" and array.size == 0):
+                return self._schedule.values(steps)
+            if array.dtype.kind == "f" or (array.size and array.min() < 0):
+                return self._values_any(array)
         return self._schedule.values(steps)
 
     def get_config(self) -> dict[str, Any]:
