@@ -37,7 +37,19 @@ from globalstep.schedules._base import (
     memo_fill,
 )
 
-__all__ = ["F32Ops", "Formula", "PeerSchedule", "check_positive_steps", "step_array"]
+__all__ = [
+    "CompatDifferenceWarning",
+    "F32Ops",
+    "Formula",
+    "PeerSchedule",
+    "check_positive_steps",
+    "step_array",
+]
+
+
+class CompatDifferenceWarning(UserWarning):
+    """A compat schedule deliberately differs from its peer here (the docstring says how):
+    warned at construction, so that a migration never changes numbers silently."""
 
 
 def _libm(fn: Callable[..., float]) -> Callable[..., float]:
