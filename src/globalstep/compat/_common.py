@@ -52,25 +52,26 @@ class CompatDifferenceWarning(UserWarning):
     warned at construction, so that a migration never changes numbers silently."""
 
 
-def _libm(fn: Callable[..., float]) -> Callable[..., float]:
-    """``fn`` from the C library (as Eigen's and XLA's float64 kernels call it), or inf/NaN."""
+def _libm(fn: Callable[..., float], ufunc: np.ufunc) -> Callable[..., float]:
+    """``fn`` from the C library (as Eigen's and XLA's float64 kernels call it); where
+    Python's ``math`` raises instead of returning C's inf or NaN (pow(0, -1), log(0),
+    cos(inf), an overflow), NumPy's scalar ``ufunc``, which returns C's IEEE value."""
 
     def safe(*args: float) -> float:
         try:
             return fn(*args)
-        except OverflowError:
-            return math.inf
-        except ValueError:
-            return math.nan
+        except (OverflowError, ValueError):
+            with np.errstate(all="ignore"):
+                return float(ufunc(*(np.float64(a) for a in args)))
 
     return safe
 
 
 _FLOAT64: dict[np.ufunc, np.ufunc] = {
-    np.power: np.frompyfunc(_libm(math.pow), 2, 1),
-    np.exp: np.frompyfunc(_libm(math.exp), 1, 1),
-    np.log: np.frompyfunc(_libm(math.log), 1, 1),
-    np.cos: np.frompyfunc(_libm(math.cos), 1, 1),
+    np.power: np.frompyfunc(_libm(math.pow, np.power), 2, 1),
+    np.exp: np.frompyfunc(_libm(math.exp, np.exp), 1, 1),
+    np.log: np.frompyfunc(_libm(math.log, np.log), 1, 1),
+    np.cos: np.frompyfunc(_libm(math.cos, np.cos), 1, 1),
 }
 
 
