@@ -107,6 +107,62 @@ def _libm_float32() -> dict[np.ufunc, np.ufunc]:
     return _FLOAT32
 
 
+_NUMPY_IS_LIBM: dict[tuple[np.ufunc, str], bool] = {}
+
+
+def _probe(ufunc: np.ufunc, dtype: np.dtype[Any]) -> list[Any]:
+    """Arguments over the ranges schedules use (and past them) to compare kernels on."""
+    rng = np.random.default_rng(20261130)
+    n = 4096
+    if ufunc is np.power:
+        base = np.concatenate([rng.uniform(0.0, 2.0, n), rng.uniform(-2.0, 0.0, 64), [0.0, 1.0]])
+        exponent = np.concatenate(
+            [
+                rng.uniform(-60.0, 2000.0, n // 2),
+                np.floor(rng.uniform(0, 50, n // 2)),
+                rng.uniform(0, 3, 66),
+            ]
+        )
+        return [base.astype(dtype), exponent.astype(dtype)]
+    if ufunc is np.exp:
+        return [rng.uniform(-110.0, 110.0, n).astype(dtype)]
+    if ufunc is np.log:
+        return [np.exp(rng.uniform(-80.0, 80.0, n)).astype(dtype)]
+    return [
+        np.concatenate([rng.uniform(-4.0, 4.0, n), rng.uniform(-1e5, 1e5, n // 4)]).astype(dtype)
+    ]
+
+
+def numpy_is_libm(ufunc: np.ufunc, dtype: Any, libm: np.ufunc) -> bool:
+    """Whether NumPy's own ``ufunc`` kernel in ``dtype`` gives the C library's bits (it
+    calls it, rather than a SIMD approximation), checked once per process on a probe of
+    thousands of arguments: where it does, a whole array is computed at NumPy's speed."""
+    dtype = np.dtype(dtype)
+    key = (ufunc, dtype.name)
+    if key not in _NUMPY_IS_LIBM:
+        args = _probe(ufunc, dtype)
+        with np.errstate(all="ignore"):
+            ours = np.asarray(ufunc(*args), dtype=dtype)
+            theirs = np.asarray(libm(*args), dtype=dtype)
+        _NUMPY_IS_LIBM[key] = ours.tobytes() == theirs.tobytes() or bool(
+            np.array_equal(ours, theirs, equal_nan=True)
+            and np.array_equal(np.signbit(ours), np.signbit(theirs))
+        )
+    return _NUMPY_IS_LIBM[key]
+
+
+def _numpy_call(fn: np.ufunc, args: list[Any]) -> Any:
+    """``fn(*args)`` in NumPy's loop that calls the C library. For power the exponent is
+    made a real array first: with a scalar (or broadcast) exponent of 0.5, 2 or -1 NumPy
+    takes sqrt, a square or a reciprocal instead of pow, which differ in the last bit."""
+    if fn is not np.power:
+        return np.asarray(fn(*args))
+    base, exponent = np.broadcast_arrays(*args)
+    shape = base.shape
+    out = fn(np.atleast_1d(base), np.atleast_1d(np.array(exponent)))
+    return np.asarray(out).reshape(shape)
+
+
 class F32Ops:
     """Scalar casts and transcendental functions in a peer's dtype.
 
@@ -145,11 +201,17 @@ class F32Ops:
 
     def _round(self, fn: np.ufunc, *args: Any) -> Any:
         if self.dtype == np.float64:
-            # NumPy's SIMD float64 kernels differ from the C library's in the last bit.
+            # NumPy's SIMD float64 kernels (AVX-512) differ from the C library's in the last
+            # bit; where NumPy calls the C library instead, its array loop is used.
+            if numpy_is_libm(fn, np.float64, _FLOAT64[fn]):
+                return _numpy_call(fn, [np.asarray(a, dtype=np.float64) for a in args])
             return np.asarray(_FLOAT64[fn](*args), dtype=np.float64)
         if fn in self._libm32:
             narrow = [np.asarray(a, dtype=np.float32) for a in args]
-            return self.flush(np.asarray(self._libm32[fn](*narrow), dtype=np.float32))
+            libm = self._libm32[fn]
+            if numpy_is_libm(fn, np.float32, libm):
+                return self.flush(_numpy_call(fn, narrow))
+            return self.flush(np.asarray(libm(*narrow), dtype=np.float32))
         wide = [np.asarray(a, dtype=np.float64) for a in args]
         return self.flush(np.asarray(fn(*wide)).astype(self.dtype))
 
