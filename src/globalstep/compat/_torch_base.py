@@ -157,6 +157,7 @@ class TorchSchedule(Schedule):
     # Per instance, set in __post_init__ (ClassVar only to keep them out of the fields).
     _table: ClassVar[array.array[float]]  # the rates of steps 0 .. len - 1, torch's recursion
     _lock: ClassVar[threading.Lock]
+    _done: ClassVar[bool]  # every length, here and in the parts, is in steps
 
     # field -> minimum, for the lengths that take durations ("30ep"); set by subclasses.
     _lengths: ClassVar[Mapping[str, int]] = {}
@@ -176,7 +177,8 @@ class TorchSchedule(Schedule):
         self._setup_lengths()
         object.__setattr__(self, "_table", array.array("d"))
         object.__setattr__(self, "_lock", threading.Lock())
-        if self.resolved:
+        object.__setattr__(self, "_done", self.resolved)
+        if self._done:
             self._prepare()
             try:  # torch's constructor takes the first step: its errors surface here too
                 self._at(0)
@@ -307,10 +309,18 @@ class TorchSchedule(Schedule):
 
     def _ready(self) -> int:
         """Returns the interval in steps; raises ConversionError while a length is a duration."""
-        if self._pending:
-            self._len(next(iter(self._pending)))
+        if not self._done:
+            self._unresolved()
         every: int = self._n["interval"]
         return every
+
+    def _unresolved(self) -> None:
+        """Raises the ConversionError of the first length still a duration (parts included)."""
+        if self._pending:
+            self._len(next(iter(self._pending)))
+        for part in self.parts():
+            if isinstance(part, TorchSchedule):
+                part._unresolved()
 
     def _compute(self, steps: Steps) -> Values:
         every = self._ready()
@@ -360,6 +370,29 @@ class TorchSchedule(Schedule):
         if array.size == 0:
             return np.zeros(array.shape, dtype=np.float64)
         return super().values(array)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns ``{}``: the rate is a function of the step, which the clock carries.
+
+        Torch keeps a scheduler's position (``last_epoch``) in the scheduler; here the clock
+        holds it, so saving a schedule beside its clock in a checkpoint tree (as torch users
+        save ``{"scheduler": ...}``) and restoring both gives the same rate and momentum.
+        """
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Accepts what :meth:`state_dict` returned (nothing to restore).
+
+        Raises:
+            ConfigError: ``state`` is not the empty mapping ``state_dict()`` returns.
+        """
+        if not isinstance(state, Mapping) or state:
+            raise ConfigError(
+                "state",
+                f"must be the empty mapping {type(self).__name__}.state_dict() returns",
+                state,
+                "Restore the clock: it carries the schedule's position.",
+            )
 
     # -- configuration ------------------------------------------------------------------
     def parts(self) -> tuple[Schedule, ...]:
