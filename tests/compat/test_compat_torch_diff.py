@@ -473,3 +473,35 @@ def test_zz_report(capsys):
     assert not MISMATCHES, MISMATCHES[:5]
     with capsys.disabled():
         print("\ncompat.torch differential:", dict(sorted(TOTALS.items())), "mismatches: 0")
+
+
+LONG = [
+    (
+        "CosineAnnealingLR",
+        lambda o: lr_scheduler.CosineAnnealingLR(o, 997, 1e-5),
+        lambda: gt.CosineAnnealingLR(0.1, 997, 1e-5),
+    ),
+    (
+        "ExponentialLR",
+        lambda o: lr_scheduler.ExponentialLR(o, 0.99999),
+        lambda: gt.ExponentialLR(0.1, 0.99999),
+    ),
+    (
+        "PolynomialLR",
+        lambda o: lr_scheduler.PolynomialLR(o, 40_000, 1.7),
+        lambda: gt.PolynomialLR(0.1, 40_000, 1.7),
+    ),
+    (
+        "LinearLR",
+        lambda o: lr_scheduler.LinearLR(o, 0.01, 1.0, 40_000),
+        lambda: gt.LinearLR(0.1, 0.01, 1.0, 40_000),
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "make", "ours"), LONG, ids=[c[0] for c in LONG])
+def test_long_runs_bit_for_bit(name, make, ours):
+    """50,000 steps of torch's recursion (its rounding accumulated) equal compat bit for bit,
+    past every boundary (T_max, total_iters) and through several cosine periods."""
+    run_pair(name + " (50k steps)", make, ours, 50_000, lr=0.1)

@@ -162,3 +162,23 @@ def test_momentum_follows_the_interval():
     expected = [per_step.momentum(k) for k in (0, 0, 1, 3)]
     assert [s.momentum(k) for k in (0, 2, 3, 9)] == expected
     assert expected[2] != expected[0]
+
+
+def test_readme_epoch_row_runs_and_keeps_torch_numbers():
+    """The README's migration row for a per-epoch StepLR runs verbatim and equals torch
+    stepped once per epoch."""
+    import re
+    from pathlib import Path
+
+    import globalstep
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if "once per epoch" in line)
+    code = re.findall(r"`([^`]*)`", row.split("|")[2])[0]
+    clock = Clock(steps_per_epoch=N)
+    schedule = eval(code, {"globalstep": globalstep, "clock": clock})
+    used = []
+    for _ in range(EPOCHS * N):
+        used.append(schedule(clock.step))
+        clock.tick()
+    assert used == torch_per_epoch(lambda sch, o: sch.StepLR(o, 30, 0.1))
