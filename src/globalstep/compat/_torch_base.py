@@ -338,7 +338,7 @@ class TorchSchedule(Schedule):
                 out[~inside] = [self._at(k) for k in steps[~inside].tolist()]
             return out
         at = self._at
-        return np.array([at(k) for k in steps.tolist()], dtype=np.float64)
+        return [at(k) for k in steps.tolist()]  # a list: values() makes it an array
 
     def momentum(self, step: int) -> float | None:
         """Returns the momentum (SGD) or beta1 (Adam, AdamW) update number ``step`` uses, as
