@@ -164,6 +164,8 @@ class TorchSchedule(Schedule):
     _sequences: ClassVar[frozenset[str]] = frozenset()  # lengths that are lists
     _floats: ClassVar[frozenset[str]] = frozenset()  # lengths torch also takes as floats
     _recursive: ClassVar[bool] = True  # False: torch computes it in closed form
+    _absolute: ClassVar[bool] = False  # True: it sets the rate outright (not a factor)
+    _rate_base: ClassVar[bool] = True  # its base_lr is the optimizer's rate
     _zero_hint: ClassVar[str] = ""  # what to change where torch divides by zero
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

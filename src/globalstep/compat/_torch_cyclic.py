@@ -74,6 +74,7 @@ class CosineAnnealingWarmRestarts(TorchSchedule):
     _lengths: ClassVar[dict[str, int]] = {"T_0": 1}
     _t0: ClassVar[int]  # per instance: T_0 in steps
     _recursive: ClassVar[bool] = False
+    _absolute: ClassVar[bool] = True
 
     def _check(self) -> None:
         check_rate("base_lr", self.base_lr)
@@ -176,6 +177,7 @@ class OneCycleLR(TorchSchedule):
 
     _lengths: ClassVar[dict[str, int]] = {"total_steps": 1}
     _recursive: ClassVar[bool] = False
+    _absolute: ClassVar[bool] = True
     # Per instance: (end step, start rate, end rate, start momentum, end momentum) per phase.
     _phases: ClassVar[list[tuple[float, float, float, float, float]]]
     _total: ClassVar[int]
@@ -320,6 +322,8 @@ class CyclicLR(TorchSchedule):
     _lengths: ClassVar[dict[str, int]] = {"step_size_up": 1, "step_size_down": 0}
     _floats: ClassVar[frozenset[str]] = frozenset({"step_size_up", "step_size_down"})
     _recursive: ClassVar[bool] = False
+    _absolute: ClassVar[bool] = True
+    _rate_base: ClassVar[bool] = False
     _size: ClassVar[float]  # per instance: the cycle's length, its rising share, its scale
     _ratio: ClassVar[float]
     _scale: ClassVar[Any]  # a function of the cycle or of the step
