@@ -306,7 +306,12 @@ def swa_lr(draw: Any) -> tuple[Any, ...]:
 
 def _part(draw: Any, lr: float) -> tuple[Any, Any]:
     """A (torch factory, compat schedule) pair for a part of a composition."""
-    kind = draw(st.sampled_from(["step", "exp", "const", "linear", "cos", "poly", "multi", "swa"]))
+    kind = draw(
+        st.sampled_from(
+            ["step", "exp", "const", "linear", "cos", "poly", "multi", "swa"]
+            + ["lambda", "mult", "restarts", "cycle", "cyclic"]
+        )
+    )
     size, gamma, factor = draw(lengths), draw(gammas), draw(factors)
     if kind == "step":
         return (lambda o: lr_scheduler.StepLR(o, size, gamma)), gt.StepLR(lr, size, gamma)
@@ -327,6 +332,28 @@ def _part(draw: Any, lr: float) -> tuple[Any, Any]:
     if kind == "multi":
         ms = draw(st.lists(st.integers(0, 40), max_size=3))
         return (lambda o: lr_scheduler.MultiStepLR(o, ms, gamma)), gt.MultiStepLR(lr, ms, gamma)
+    if kind == "lambda":
+        fn = _seed_lambda(size)
+        return (lambda o: lr_scheduler.LambdaLR(o, fn)), gt.LambdaLR(lr, fn)
+    if kind == "mult":
+        fn = _seed_lambda(size)
+        return (lambda o: lr_scheduler.MultiplicativeLR(o, fn)), gt.MultiplicativeLR(lr, fn)
+    if kind == "restarts":
+        return (
+            (lambda o: lr_scheduler.CosineAnnealingWarmRestarts(o, size, 2)),
+            gt.CosineAnnealingWarmRestarts(lr, size, 2),
+        )
+    if kind == "cycle":
+        total = 300
+        return (
+            (lambda o: lr_scheduler.OneCycleLR(o, 0.5, total_steps=total)),
+            gt.OneCycleLR(0.5, total_steps=total),
+        )
+    if kind == "cyclic":
+        return (
+            (lambda o: lr_scheduler.CyclicLR(o, 0.01, 0.5, size)),
+            gt.CyclicLR(0.01, 0.5, size),
+        )
     from torch.optim.swa_utils import SWALR
 
     return (lambda o: SWALR(o, 0.05, size)), gt.SWALR(lr, 0.05, size)

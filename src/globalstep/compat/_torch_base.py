@@ -245,8 +245,9 @@ class TorchSchedule(Schedule):
         return float(rate)
 
     def _first(self, lr: float) -> float:
-        """The rate the constructor's initial step sets (torch: usually ``lr`` unchanged)."""
-        return lr
+        """The rate the constructor's initial step sets: ``lr`` unchanged for most, the closed
+        form at 0 for the schedulers torch computes in closed form."""
+        return lr if self._recursive else self._closed(0)
 
     def _next(self, lr: float, k: int) -> float:
         """The rate ``step()`` number ``k`` >= 1 sets from the current rate ``lr``."""

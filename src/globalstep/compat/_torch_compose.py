@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from globalstep.compat._torch_base import TorchSchedule
+from globalstep.compat._torch_cyclic import CyclicLR, OneCycleLR
 from globalstep.compat._torch_plateau import ReduceLROnPlateau
 from globalstep.errors import ConfigError
 from globalstep.schedules._base import Schedule
@@ -65,6 +66,64 @@ def _check_parts(name: str, schedulers: Any, composite_ok: bool) -> tuple[TorchS
     return parts
 
 
+def _rate_based(part: TorchSchedule) -> bool:
+    return "base_lr" in part.__dataclass_fields__ and part._rate_base
+
+
+def _as_constructed(
+    parts: tuple[TorchSchedule, ...],
+) -> tuple[tuple[TorchSchedule, ...], tuple[float | None, ...], float | None]:
+    """The parts as torch computes them once all are constructed on one optimizer.
+
+    Torch constructs the parts one after the other on the same param group, and some write
+    into it: ``OneCycleLR`` sets ``group["initial_lr"]`` (the base every scheduler
+    constructed after it reads) and ``max_lr``/``min_lr``/momentum bounds (which every
+    ``OneCycleLR`` reads back at each step, so the last one constructed wins); ``CyclicLR``
+    sets the rate, and its first step still uses the ``initial_lr`` an earlier part set.
+
+    Returns:
+        (the parts with those values substituted, each part's first rate where it is not its
+        own ``_first`` (else None), the group's ``initial_lr`` after all constructions).
+    """
+    group: dict[str, Any] = {}
+    for part in parts:
+        if isinstance(part, OneCycleLR):
+            group.update(
+                max_lr=part.max_lr,
+                div_factor=part.div_factor,
+                final_div_factor=part.final_div_factor,
+            )
+        if isinstance(part, OneCycleLR | CyclicLR) and part.cycle_momentum:
+            group.update(base_momentum=part.base_momentum, max_momentum=part.max_momentum)
+    initial: float | None = None
+    out: list[TorchSchedule] = []
+    firsts: list[float | None] = []
+    for part in parts:
+        first: float | None = None
+        if isinstance(part, OneCycleLR):
+            initial = part.max_lr / part.div_factor
+            changes = {k: v for k, v in group.items() if getattr(part, k) != v}
+            if changes and not part.cycle_momentum:
+                changes.pop("base_momentum", None)
+                changes.pop("max_momentum", None)
+            if changes:
+                part = dataclasses.replace(part, **changes)
+        elif isinstance(part, CyclicLR):
+            if initial is None:
+                initial = part.base_lr
+            else:  # its first step runs before it records its own base_lr
+                first = initial + (part.max_lr - initial) * 0.0
+        elif _rate_based(part):
+            if initial is None:
+                initial = part._base_lr
+            elif part._base_lr != initial:
+                rebased: dict[str, Any] = {"base_lr": initial}
+                part = dataclasses.replace(part, **rebased)
+        out.append(part)
+        firsts.append(first)
+    return tuple(out), tuple(firsts), initial
+
+
 def _last_momentum(parts: Sequence[TorchSchedule], k: int) -> float | None:
     for part in reversed(parts):
         if part.has_momentum:
@@ -89,9 +148,17 @@ class ChainedScheduler(TorchSchedule):
 
     schedulers: Sequence[TorchSchedule]
 
+    _parts: ClassVar[tuple[TorchSchedule, ...]]  # per instance: as torch computes them
+    _firsts: ClassVar[tuple[float | None, ...]]
+
     def _check(self) -> None:
         parts = _check_parts("ChainedScheduler", self.schedulers, composite_ok=True)
         object.__setattr__(self, "schedulers", parts)
+
+    def _prepare(self) -> None:
+        parts, firsts, _ = _as_constructed(tuple(self.schedulers))
+        object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_firsts", firsts)
 
     def parts(self) -> tuple[Schedule, ...]:
         """The chained schedulers."""
@@ -99,28 +166,30 @@ class ChainedScheduler(TorchSchedule):
 
     @property
     def _base_lr(self) -> float:
-        return self.schedulers[0]._base_lr
+        """The optimizer's rate: the parts' shared base_lr."""
+        parts = self.schedulers
+        return next((p._base_lr for p in parts if _rate_based(p)), parts[0]._base_lr)
 
     def _first(self, lr: float) -> float:
-        for part in self.schedulers:
-            lr = part._first(lr)
+        for part, first in zip(self._parts, self._firsts, strict=True):
+            lr = part._first(lr) if first is None else first
         return lr
 
     def _next(self, lr: float, k: int) -> float:
-        for part in self.schedulers:
+        for part in self._parts:
             lr = part._next(lr, k)
         return lr
 
     def _closed(self, k: int) -> float:
         # Past the kept steps: the parts' closed forms, multiplied as factors of the base.
         lr = self._base_lr
-        for part in self.schedulers:
+        for part in self._parts:
             base = part._base_lr
             lr = part._closed(k) if part._absolute or base == 0 else (lr * (part._closed(k) / base))
         return lr
 
     def _momentum(self, k: int) -> float | None:
-        return _last_momentum(self.schedulers, k)
+        return _last_momentum(self._parts, k)
 
     @property
     def has_momentum(self) -> bool:
@@ -147,6 +216,8 @@ class SequentialLR(TorchSchedule):
     _lengths: ClassVar[dict[str, int]] = {"milestones": 0}
     _sequences: ClassVar[frozenset[str]] = frozenset({"milestones"})
     _ms: ClassVar[tuple[int, ...]]  # per instance: the milestones in steps
+    _parts: ClassVar[tuple[TorchSchedule, ...]]  # per instance: as torch computes them
+    _start: ClassVar[float]  # the rate torch resets to: group["initial_lr"]
 
     def _check(self) -> None:
         parts = _check_parts("SequentialLR", self.schedulers, composite_ok=False)
@@ -170,6 +241,9 @@ class SequentialLR(TorchSchedule):
                 self.milestones,
             )
         object.__setattr__(self, "_ms", ms)
+        parts, _, initial = _as_constructed(tuple(self.schedulers))
+        object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_start", self._base_lr if initial is None else initial)
 
     def parts(self) -> tuple[Schedule, ...]:
         """The schedulers, in order."""
@@ -180,7 +254,8 @@ class SequentialLR(TorchSchedule):
         return self.schedulers[0]._base_lr
 
     def _first(self, lr: float) -> float:
-        return self.schedulers[bisect.bisect_right(self._ms, 0)]._first(self._base_lr)
+        # torch resets the rate to group["initial_lr"], as the constructors left it.
+        return self._parts[bisect.bisect_right(self._ms, 0)]._first(self._start)
 
     def _where(self, k: int) -> tuple[int, int]:
         """(the active part, its own step count) at step ``k``."""
@@ -189,16 +264,16 @@ class SequentialLR(TorchSchedule):
 
     def _next(self, lr: float, k: int) -> float:
         index, local = self._where(k)
-        part = self.schedulers[index]
+        part = self._parts[index]
         return part._restart(lr) if index and local == 0 else part._next(lr, local)
 
     def _closed(self, k: int) -> float:
         index, local = self._where(k)
-        return self.schedulers[index]._closed(local)
+        return self._parts[index]._closed(local)
 
     def _momentum(self, k: int) -> float | None:
         index, local = self._where(k)
-        parts = self.schedulers
+        parts = self._parts
         if parts[index].has_momentum:
             return parts[index]._momentum(local)
         for j in range(index - 1, -1, -1):  # the last part that wrote it, at its last step
