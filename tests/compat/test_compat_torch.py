@@ -621,3 +621,21 @@ def test_per_group_lists_are_one_schedule_per_group():
             scheduler.step()
         for group, schedule in zip(optimizer.param_groups, ours, strict=True):
             assert (group["lr"], group["momentum"]) == (schedule(k), schedule.momentum(k))
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        gt.OneCycleLR(1.0, total_steps="3ep", cycle_momentum=False, three_phase=True),
+        gt.CyclicLR(0.1, 1.0, step_size_up=2.5, step_size_down=None, mode="exp_range"),
+        gt.CosineAnnealingWarmRestarts(0.1, T_0=4, T_mult=2, interval="epoch"),
+        gt.SWALR(0.1, 0.05, anneal_epochs="2ep"),
+        gt.ChainedScheduler([gt.ConstantLR(0.1), gt.MultiStepLR(0.1, ["2ep", 9])]),
+        gt.ReduceLROnPlateau(0.1, mode="max", patience=2),
+    ],
+    ids=lambda s: type(s).__name__,
+)
+def test_config_round_trip_of_new_schedulers(schedule):
+    """to_config() of every new scheduler (durations included) survives JSON and rebuilds it."""
+    config = json.loads(json.dumps(schedule.to_config()))
+    assert gt.TorchSchedule.from_config(config) == schedule

@@ -308,8 +308,21 @@ def _part(draw: Any, lr: float) -> tuple[Any, Any]:
     """A (torch factory, compat schedule) pair for a part of a composition."""
     kind = draw(
         st.sampled_from(
-            ["step", "exp", "const", "linear", "cos", "poly", "multi", "swa"]
-            + ["lambda", "mult", "restarts", "cycle", "cyclic"]
+            [
+                "step",
+                "exp",
+                "const",
+                "linear",
+                "cos",
+                "poly",
+                "multi",
+                "swa",
+                "lambda",
+                "mult",
+                "restarts",
+                "cycle",
+                "cyclic",
+            ]
         )
     )
     size, gamma, factor = draw(lengths), draw(gammas), draw(factors)

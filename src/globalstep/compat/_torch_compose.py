@@ -136,7 +136,9 @@ class ChainedScheduler(TorchSchedule):
     """Several schedulers stepped on one optimizer: each step applies every part's update,
     in order, to the rate the previous part left (PyTorch's chaining: the factors multiply).
 
-    Every part's ``base_lr`` is the optimizer's rate, so the parts must agree on it.
+    Every part's ``base_lr`` is the optimizer's rate, so the parts must agree on it. What
+    torch's constructors write into the shared param group is replayed too: a part after a
+    ``OneCycleLR`` takes ``max_lr / div_factor`` as its base, as in torch.
 
     Example:
         >>> from globalstep.compat.torch import ConstantLR, ExponentialLR
@@ -201,6 +203,9 @@ class ChainedScheduler(TorchSchedule):
 class SequentialLR(TorchSchedule):
     """Runs ``schedulers[i]`` from ``milestones[i - 1]`` on, each restarted at its milestone
     (from its closed form at 0, as torch's ``_update_lr(0)``), then stepped on from there.
+
+    The first scheduler starts from ``group["initial_lr"]`` as torch resets it, which a
+    ``OneCycleLR`` anywhere in the list has set to its ``max_lr / div_factor``.
 
     Example:
         >>> from globalstep.compat.torch import ExponentialLR, LinearLR

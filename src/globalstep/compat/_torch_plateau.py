@@ -19,6 +19,7 @@ from globalstep.compat._torch_base import (
     check_choice,
     check_rate,
     check_real,
+    check_scalar,
     registry,
 )
 from globalstep.errors import ConfigError
@@ -73,7 +74,7 @@ class ReduceLROnPlateau:
             raise ConfigError("factor", "must be < 1.0 (torch raises ValueError too)", factor)
         check_choice("mode", mode, ("min", "max"))
         check_choice("threshold_mode", threshold_mode, ("rel", "abs"))
-        check_rate("min_lr", min_lr)
+        check_scalar("min_lr", min_lr)
         for name, value in (("patience", patience), ("cooldown", cooldown)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(name, "must be an int", value)
