@@ -20,13 +20,23 @@ Both keep a per-epoch scheduler's numbers when it is read at ``clock.step``.
 Composition: ``ChainedScheduler`` multiplies its parts' factors step by step, as several
 schedulers stepped on one optimizer do; ``SequentialLR`` hands over at milestones.
 
-Where compat differs from torch: a list of per-group values (``max_lr=[...]``) is refused
-(one schedule drives one param group; build one per group); lengths must be ints (or
-durations), where torch takes ``step_size=2.5`` and decays at multiples of 5; and inputs on
-which torch divides by zero raise at construction where torch does, and at the step where
-torch does otherwise (``StepZeroDivisionError``, a ``ZeroDivisionError``). Lambda-based
-schedulers (``LambdaLR``, ``MultiplicativeLR``, ``CyclicLR(scale_fn=...)``) hold Python
-callables: they work everywhere but ``to_config()`` raises, as a config cannot hold code.
+Where compat differs from torch (every accepted input gives torch's numbers; these inputs
+are refused instead, each with a test that shows why): a list of per-group values
+(``max_lr=[...]``: one schedule drives one param group, build one per group); a negative
+rate (torch's optimizers refuse it); a fractional length (``step_size=2.5``: torch's
+stepping decays at multiples of 5, its closed form at multiples of 2.5); ``total_iters=0``
+for ``LinearLR``/``PolynomialLR`` and negative or fractional milestones (torch's stepping and
+its closed form disagree); a zero length torch divides by (refused at construction with
+``ConfigZeroDivisionError``, a ``ZeroDivisionError``, where torch fails at the first step that
+divides); a negative ``div_factor``, a non-finite factor, an unknown ``scale_mode``, unsorted
+``SequentialLR`` milestones or a composition inside ``SequentialLR`` (torch misbehaves
+silently or raises later). Where torch divides by zero only at a later step (``ConstantLR``
+with ``factor=0``, ``PolynomialLR`` with ``power < 0``), that step raises
+``StepZeroDivisionError`` here too. Past 2**22 steps the rates are torch's closed form, which
+differs from its stepping by that stepping's accumulated rounding (about ``k * 2**-53``).
+Lambda-based schedulers (``LambdaLR``, ``MultiplicativeLR``, ``CyclicLR(scale_fn=...)``) hold
+Python callables: they work everywhere, but ``to_config()`` raises, as a config cannot hold
+code.
 
 No PyTorch is needed: the numbers are Python floats (float64), as PyTorch computes them.
 
