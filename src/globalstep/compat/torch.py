@@ -1,152 +1,193 @@
-"""``torch.optim.lr_scheduler``'s schedules as pure functions of the step.
+"""``torch.optim.lr_scheduler``'s schedulers (and ``swa_utils.SWALR``) as functions of the step.
 
-Each class here is named and parameterised like its PyTorch namesake, with the optimizer
-replaced by ``base_lr`` (the optimizer's initial ``lr``; ``OneCycleLR`` keeps ``max_lr``,
-as it ignores the optimizer's rate). ``schedule(k)`` equals ``scheduler.get_last_lr()[0]``
-after ``k`` calls of ``scheduler.step()``: the rate update number ``k`` uses (the step, as
-defined in :mod:`globalstep.clock`). PyTorch updates most rates recursively, multiplying the
-previous rate by a factor; these closed forms agree with it to a relative 1e-12, and keep
-PyTorch's observable quirks: ``CosineAnnealingLR`` past ``T_max`` follows the cosine back up
-(period ``2 * T_max``), and ``OneCycleLR`` accepts step ``total_steps`` (its last valid step)
-and fails after it.
+Each class is named and parameterised like its PyTorch namesake, with the optimizer replaced
+by ``base_lr`` (the optimizer's ``lr``; ``OneCycleLR`` keeps ``max_lr`` and ``CyclicLR`` its
+``base_lr``/``max_lr``, as they set the rate themselves). ``schedule(k)`` equals
+``scheduler.get_last_lr()[0]`` after ``k`` calls of ``scheduler.step()``, the rate update
+number ``k`` uses (the step, as defined in :mod:`globalstep.clock`), bit for bit: PyTorch's
+recursive updates are replayed in its order of operations (see
+:mod:`globalstep.compat._torch_base`), so its quirks are kept too (``CosineAnnealingLR`` past
+``T_max`` follows the cosine back up; ``OneCycleLR`` accepts step ``total_steps`` and fails
+after it). :meth:`~TorchSchedule.momentum` gives the momentum (or Adam's beta1) where torch
+cycles it (``OneCycleLR``, ``CyclicLR``), None elsewhere.
 
-No PyTorch is needed: the numbers are computed in float64, as PyTorch computes them.
+Units: lengths (``step_size``, ``milestones``, ``T_max``, ``total_iters``, ``T_0``,
+``total_steps``, ``step_size_up``, ``anneal_epochs``) take durations such as ``"30ep"``,
+turned into steps by ``schedule.resolve(clock)``; ``interval="epoch"`` (or an int of steps)
+makes the scheduler advance once per epoch, as a torch scheduler stepped once per epoch.
+Both keep a per-epoch scheduler's numbers when it is read at ``clock.step``.
+
+Composition: ``ChainedScheduler`` multiplies its parts' factors step by step, as several
+schedulers stepped on one optimizer do; ``SequentialLR`` hands over at milestones.
+
+Where compat differs from torch (every accepted input gives torch's numbers; these inputs
+are refused instead, each with a test that shows why): a list of per-group values
+(``max_lr=[...]``: one schedule drives one param group, build one per group); a negative
+rate (torch's optimizers refuse it); a fractional length (``step_size=2.5``: torch's
+stepping decays at multiples of 5, its closed form at multiples of 2.5); ``total_iters=0``
+for ``LinearLR``/``PolynomialLR`` and negative or fractional milestones (torch's stepping and
+its closed form disagree); a zero length torch divides by (refused at construction with
+``ConfigZeroDivisionError``, a ``ZeroDivisionError``, where torch fails at the first step that
+divides); a negative ``div_factor``, a non-finite factor, an unknown ``scale_mode``, unsorted
+``SequentialLR`` milestones or a composition inside ``SequentialLR`` (torch misbehaves
+silently or raises later). Where torch divides by zero only at a later step (``ConstantLR``
+with ``factor=0``, ``PolynomialLR`` with ``power < 0``), that step raises
+``StepZeroDivisionError`` here too. Past 2**22 steps the rates are torch's closed form, which
+differs from its stepping by that stepping's accumulated rounding (about ``k * 2**-53``).
+Lambda-based schedulers (``LambdaLR``, ``MultiplicativeLR``, ``CyclicLR(scale_fn=...)``) hold
+Python callables: they work everywhere, but ``to_config()`` raises, as a config cannot hold
+code.
+
+No PyTorch is needed: the numbers are Python floats (float64), as PyTorch computes them.
 
 Example:
     >>> sched = StepLR(base_lr=0.1, step_size=30, gamma=0.1)
     >>> [sched(k) for k in (0, 29, 30, 60)]
     [0.1, 0.1, 0.010000000000000002, 0.0010000000000000002]
+    >>> per_epoch = StepLR(base_lr=0.1, step_size="30ep", gamma=0.1)
+    >>> per_epoch.resolve(steps_per_epoch=100)(3000)
+    0.010000000000000002
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-import numpy as np
-import numpy.typing as npt
-
-from globalstep.errors import ConfigError, StepError
-from globalstep.schedules._base import check_steps
+from globalstep.compat._torch_base import (
+    CACHE_STEPS,
+    ConfigTypeError,
+    ConfigZeroDivisionError,
+    StepZeroDivisionError,
+    TorchSchedule,
+    check_rate,
+    check_real,
+)
+from globalstep.compat._torch_compose import ChainedScheduler, SequentialLR
+from globalstep.compat._torch_cyclic import (
+    SWALR,
+    CosineAnnealingWarmRestarts,
+    CyclicLR,
+    OneCycleLR,
+)
+from globalstep.compat._torch_plateau import ReduceLROnPlateau
+from globalstep.errors import ConfigError
 
 __all__ = [
+    "CACHE_STEPS",
+    "SWALR",
+    "ChainedScheduler",
+    "ConfigTypeError",
+    "ConfigZeroDivisionError",
     "ConstantLR",
     "CosineAnnealingLR",
     "CosineAnnealingWarmRestarts",
+    "CyclicLR",
     "ExponentialLR",
+    "LambdaLR",
     "LinearLR",
     "MultiStepLR",
+    "MultiplicativeLR",
     "OneCycleLR",
     "PolynomialLR",
+    "ReduceLROnPlateau",
     "SequentialLR",
     "StepLR",
+    "StepZeroDivisionError",
     "TorchSchedule",
 ]
 
 
-def _check_step(step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, int | np.integer):
-        raise StepError(f"`step` must be an int; got step={step!r}.", step)
-    if step < 0:
-        raise StepError(f"`step` must be >= 0; got step={step!r}.", step)
-    return int(step)
+def _power(base: float, exponent: int) -> float:
+    """``base ** exponent`` for a closed form, inf (not OverflowError) past the float range."""
+    try:
+        return base**exponent
+    except OverflowError:
+        return math.copysign(math.inf, base) if exponent % 2 else math.inf
 
 
-def _number(
-    name: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(name, "must be a finite number", value)
-    if low is not None and (value <= low if low_open else value < low):
-        raise ConfigError(name, f"must be {'>' if low_open else '>='} {low}", value)
-    if high is not None and value > high:
-        raise ConfigError(name, f"must be <= {high}", value)
+def _check_lambda(cls: type, value: Any) -> None:
+    if isinstance(value, list | tuple):
+        raise ConfigError(
+            "lr_lambda",
+            "must be one callable: a compat schedule drives one param group",
+            value,
+            "Build one schedule per param group.",
+        )
+    if not callable(value):
+        raise ConfigTypeError(
+            "lr_lambda",
+            "must be a function of the step (torch raises TypeError too)",
+            value,
+            f"Pass a callable, e.g. {cls.__name__}(base_lr, lambda step: 0.95 ** step).",
+        )
 
 
-def _count(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, "must be an int", value)
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}", value)
+@dataclasses.dataclass(frozen=True)
+class LambdaLR(TorchSchedule):
+    """``base_lr * lr_lambda(step)``.
+
+    ``lr_lambda`` is a Python callable: the schedule works like any other, but
+    ``to_config()`` raises, as a config cannot hold code.
+
+    Example:
+        >>> LambdaLR(base_lr=0.5, lr_lambda=lambda k: 1 / (k + 1)).values([0, 1, 3]).tolist()
+        [0.5, 0.25, 0.125]
+    """
+
+    base_lr: float
+    lr_lambda: Callable[[int], float]
+
+    _recursive: ClassVar[bool] = False
+    _absolute: ClassVar[bool] = True
+
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        _check_lambda(type(self), self.lr_lambda)
+
+    def _closed(self, k: int) -> float:
+        return self.base_lr * self.lr_lambda(k)
 
 
-class TorchSchedule(ABC):
-    """The shared surface: call with a step, ``values()`` for many, and a JSON config."""
+@dataclasses.dataclass(frozen=True)
+class MultiplicativeLR(TorchSchedule):
+    """``base_lr * lr_lambda(1) * ... * lr_lambda(step)``, multiplied in that order.
 
-    _registry: ClassVar[dict[str, type[TorchSchedule]]] = {}
+    ``lr_lambda`` is a Python callable: ``to_config()`` raises. Past 2**22 steps each call
+    multiplies on from the last kept rate (exact, but linear in the distance).
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        TorchSchedule._registry[cls.__name__] = cls
+    Example:
+        >>> MultiplicativeLR(base_lr=1.0, lr_lambda=lambda k: 0.5).values([0, 1, 3]).tolist()
+        [1.0, 0.5, 0.125]
+    """
 
-    def __call__(self, step: int) -> float:
-        """Returns the rate update number ``step`` uses."""
-        return self._value(_check_step(step))
+    base_lr: float
+    lr_lambda: Callable[[int], float]
 
-    @abstractmethod
-    def _value(self, step: int) -> float:
-        """The rate at ``step``, an int >= 0 already checked."""
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        _check_lambda(type(self), self.lr_lambda)
 
-    def values(
-        self, steps: Iterable[int] | npt.NDArray[np.integer[Any]]
-    ) -> npt.NDArray[np.float64]:
-        """Returns the rate at each of ``steps``, equal element by element to ``__call__``,
-        in the shape of ``steps``.
+    def _next(self, lr: float, k: int) -> float:
+        return lr * self.lr_lambda(k)
 
-        Raises:
-            StepError: a step is negative, or the steps are not ints.
-        """
-        array = np.asarray(steps)
-        if array.size == 0:
-            return np.zeros(array.shape, dtype=np.float64)
-        array = check_steps(array)
-        rates = [self._value(int(s)) for s in array.ravel()]
-        return np.array(rates, dtype=np.float64).reshape(array.shape)
+    def _restart(self, lr: float) -> float:
+        return lr * self.lr_lambda(0)
 
-    def to_config(self) -> dict[str, Any]:
-        """Returns a JSON-ready config that :meth:`from_config` turns back into this schedule."""
-        fields: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if isinstance(value, tuple) and value and isinstance(value[0], TorchSchedule):
-                value = [v.to_config() for v in value]
-            elif isinstance(value, tuple):
-                value = list(value)
-            fields[f.name] = value
-        return {"class": type(self).__name__, "config": fields}
-
-    @staticmethod
-    def from_config(config: Mapping[str, Any]) -> TorchSchedule:
-        """Builds a schedule from :meth:`to_config`'s output.
-
-        Raises:
-            ConfigError: the class is not one of this module's.
-        """
-        name = config.get("class") if isinstance(config, Mapping) else None
-        cls = TorchSchedule._registry.get(name) if isinstance(name, str) else None
-        if cls is None:
-            raise ConfigError(
-                "config['class']", f"must be one of {sorted(TorchSchedule._registry)}", name
-            )
-        fields = dict(config.get("config", {}))
-        if cls is SequentialLR:
-            fields["schedulers"] = [TorchSchedule.from_config(c) for c in fields["schedulers"]]
-        return cls(**fields)
+    def _closed(self, k: int) -> float:
+        lr = self._at(CACHE_STEPS - 1)
+        for j in range(CACHE_STEPS, k + 1):
+            lr = lr * self.lr_lambda(j)
+        return lr
 
 
 @dataclasses.dataclass(frozen=True)
 class StepLR(TorchSchedule):
-    """``base_lr * gamma ** (step // step_size)``.
+    """``base_lr * gamma ** (step // step_size)``, multiplied by ``gamma`` at each multiple.
 
     Example:
         >>> StepLR(base_lr=1.0, step_size=2, gamma=0.5).values([0, 1, 2, 4]).tolist()
@@ -154,16 +195,24 @@ class StepLR(TorchSchedule):
     """
 
     base_lr: float
-    step_size: int
+    step_size: int | str
     gamma: float = 0.1
 
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _count("step_size", self.step_size, 1)
-        _number("gamma", self.gamma)
+    _lengths: ClassVar[dict[str, int]] = {"step_size": 1}
+    _size: ClassVar[int]  # per instance: step_size in steps
 
-    def _value(self, step: int) -> float:
-        return self.base_lr * self.gamma ** (step // self.step_size)
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("gamma", self.gamma)
+
+    def _prepare(self) -> None:
+        object.__setattr__(self, "_size", self._n["step_size"])
+
+    def _next(self, lr: float, k: int) -> float:
+        return lr if k % self._size else lr * self.gamma
+
+    def _closed(self, k: int) -> float:
+        return self.base_lr * _power(self.gamma, k // self._size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,48 +225,41 @@ class MultiStepLR(TorchSchedule):
     """
 
     base_lr: float
-    milestones: Sequence[int]
+    milestones: Sequence[int | str]
     gamma: float = 0.1
 
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        if not isinstance(self.milestones, Sequence) or isinstance(self.milestones, str):
-            raise ConfigError("milestones", "must be a sequence of ints", self.milestones)
-        for m in self.milestones:
-            _count("milestones", m, 0)
-        _number("gamma", self.gamma)
+    _lengths: ClassVar[dict[str, int]] = {"milestones": 0}
+    _sequences: ClassVar[frozenset[str]] = frozenset({"milestones"})
+    _counts: ClassVar[Counter[int]]  # per instance: how often each milestone repeats
+    _sorted: ClassVar[tuple[int, ...]]
 
-    @functools.cached_property
-    def _sorted_milestones(self) -> tuple[int, ...]:
-        return tuple(sorted(self.milestones))
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("gamma", self.gamma)
 
-    def _value(self, step: int) -> float:
-        return self.base_lr * self.gamma ** bisect.bisect_right(self._sorted_milestones, step)
+    def _prepare(self) -> None:
+        milestones = self._n["milestones"]
+        object.__setattr__(self, "_counts", Counter(milestones))
+        object.__setattr__(self, "_sorted", tuple(sorted(milestones)))
 
+    def _first(self, lr: float) -> float:
+        return self._next(lr, 0)
 
-@dataclasses.dataclass(frozen=True)
-class ExponentialLR(TorchSchedule):
-    """``base_lr * gamma ** step``.
+    def _next(self, lr: float, k: int) -> float:
+        count = self._counts.get(k)
+        return lr if count is None else lr * self.gamma**count
 
-    Example:
-        >>> ExponentialLR(base_lr=1.0, gamma=0.5)(3)
-        0.125
-    """
-
-    base_lr: float
-    gamma: float
-
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _number("gamma", self.gamma)
-
-    def _value(self, step: int) -> float:
-        return self.base_lr * self.gamma**step
+    def _closed(self, k: int) -> float:
+        return self.base_lr * _power(self.gamma, bisect.bisect_right(self._sorted, k))
 
 
 @dataclasses.dataclass(frozen=True)
 class ConstantLR(TorchSchedule):
-    """``base_lr * factor`` before ``total_iters``, then ``base_lr``.
+    """``base_lr * factor`` before ``total_iters``, then ``base_lr * factor * (1 / factor)``.
+
+    With ``factor=0`` torch divides by zero at step ``total_iters``; so does this schedule
+    (``StepZeroDivisionError``). ``total_iters=0`` keeps ``base_lr * factor`` for ever, as
+    torch's stepping does.
 
     Example:
         >>> ConstantLR(base_lr=0.3, factor=0.5, total_iters=2).values([0, 1, 2]).tolist()
@@ -226,15 +268,31 @@ class ConstantLR(TorchSchedule):
 
     base_lr: float
     factor: float = 1.0 / 3
-    total_iters: int = 5
+    total_iters: int | str = 5
 
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _number("factor", self.factor, low=0, high=1)
-        _count("total_iters", self.total_iters, 0)
+    _lengths: ClassVar[dict[str, int]] = {"total_iters": 0}
+    _total: ClassVar[int]  # per instance: total_iters in steps
+    _zero_hint: ClassVar[str] = "Use factor > 0."
 
-    def _value(self, step: int) -> float:
-        return self.base_lr * (self.factor if step < self.total_iters else 1.0)
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("factor", self.factor)
+        if not 0 <= self.factor <= 1:
+            raise ConfigError("factor", "must be between 0 and 1 (torch raises too)", self.factor)
+
+    def _prepare(self) -> None:
+        object.__setattr__(self, "_total", self._n["total_iters"])
+
+    def _first(self, lr: float) -> float:
+        return lr * self.factor
+
+    def _next(self, lr: float, k: int) -> float:
+        return lr * (1.0 / self.factor) if k == self._total else lr
+
+    def _closed(self, k: int) -> float:
+        if self._total == 0:
+            return float(self.base_lr * self.factor)
+        return float(self.base_lr * (self.factor + (k >= self._total) * (1 - self.factor)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,23 +307,69 @@ class LinearLR(TorchSchedule):
     base_lr: float
     start_factor: float = 1.0 / 3
     end_factor: float = 1.0
-    total_iters: int = 5
+    total_iters: int | str = 5
 
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _number("start_factor", self.start_factor, low=0, high=1, low_open=True)
-        _number("end_factor", self.end_factor, low=0, high=1)
-        _count("total_iters", self.total_iters, 1)
+    _lengths: ClassVar[dict[str, int]] = {"total_iters": 1}
+    _total: ClassVar[int]  # per instance: total_iters in steps
 
-    def _value(self, step: int) -> float:
-        done = min(self.total_iters, step)
-        span = self.end_factor - self.start_factor
-        return self.base_lr * (self.start_factor + span * done / self.total_iters)
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("start_factor", self.start_factor)
+        if not 0 < self.start_factor <= 1:
+            raise ConfigError(
+                "start_factor", "must be > 0 and <= 1 (torch raises too)", self.start_factor
+            )
+        check_real("end_factor", self.end_factor)
+        if not 0 <= self.end_factor <= 1:
+            raise ConfigError(
+                "end_factor", "must be between 0 and 1 (torch raises too)", self.end_factor
+            )
+
+    def _prepare(self) -> None:
+        object.__setattr__(self, "_total", self._n["total_iters"])
+
+    def _first(self, lr: float) -> float:
+        return lr * self.start_factor
+
+    def _next(self, lr: float, k: int) -> float:
+        if k > self._total:
+            return lr
+        s, e = self.start_factor, self.end_factor
+        return lr * (1.0 + (e - s) / (self._total * s + (k - 1) * (e - s)))
+
+    def _closed(self, k: int) -> float:
+        s, e, total = self.start_factor, self.end_factor, self._total
+        return self.base_lr * (s + (e - s) * min(total, k) / total)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExponentialLR(TorchSchedule):
+    """``base_lr * gamma ** step``, multiplied by ``gamma`` at each step.
+
+    Example:
+        >>> ExponentialLR(base_lr=1.0, gamma=0.5)(3)
+        0.125
+    """
+
+    base_lr: float
+    gamma: float
+
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("gamma", self.gamma)
+
+    def _next(self, lr: float, k: int) -> float:
+        return lr * self.gamma
+
+    def _closed(self, k: int) -> float:
+        return self.base_lr * _power(self.gamma, k)
 
 
 @dataclasses.dataclass(frozen=True)
 class PolynomialLR(TorchSchedule):
     """``base_lr * (1 - min(step, total_iters) / total_iters) ** power``.
+
+    A negative ``power`` divides by zero at step ``total_iters``, in torch and here.
 
     Example:
         >>> PolynomialLR(base_lr=1.0, total_iters=4, power=2.0).values([0, 2, 4, 6]).tolist()
@@ -273,17 +377,31 @@ class PolynomialLR(TorchSchedule):
     """
 
     base_lr: float
-    total_iters: int = 5
+    total_iters: int | str = 5
     power: float = 1.0
 
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _count("total_iters", self.total_iters, 1)
-        _number("power", self.power)
+    _lengths: ClassVar[dict[str, int]] = {"total_iters": 1}
+    _total: ClassVar[int]  # per instance: total_iters in steps
+    _zero_hint: ClassVar[str] = "Use power >= 0."
 
-    def _value(self, step: int) -> float:
-        remaining = 1.0 - min(self.total_iters, step) / self.total_iters
-        return self.base_lr * float(remaining**self.power)
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("power", self.power)
+
+    def _prepare(self) -> None:
+        object.__setattr__(self, "_total", self._n["total_iters"])
+
+    def _next(self, lr: float, k: int) -> float:
+        total = self._total
+        if k > total:
+            return lr
+        rate: float = lr * ((1.0 - k / total) / (1.0 - (k - 1) / total)) ** self.power
+        return rate
+
+    def _closed(self, k: int) -> float:
+        total = self._total
+        rate: float = self.base_lr * (1.0 - min(total, k) / total) ** self.power
+        return rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,8 +412,8 @@ class CosineAnnealingLR(TorchSchedule):
 
         \eta_k = \eta_{min} + (\eta_{base} - \eta_{min}) \frac{1 + \cos(\pi k / T_{max})}{2}
 
-    for every ``k``: PyTorch's recursive update keeps following the cosine past ``T_max``,
-    so the rate rises again and the schedule has period ``2 * T_max``.
+    for every ``k`` (torch's recursion keeps following the cosine past ``T_max``, so the
+    rate rises again: period ``2 * T_max``), computed as torch's recursion computes it.
 
     Example:
         >>> s = CosineAnnealingLR(base_lr=1.0, T_max=2)
@@ -304,185 +422,27 @@ class CosineAnnealingLR(TorchSchedule):
     """
 
     base_lr: float
-    T_max: int
+    T_max: int | str
     eta_min: float = 0.0
 
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _count("T_max", self.T_max, 1)
-        _number("eta_min", self.eta_min, low=0)
+    _lengths: ClassVar[dict[str, int]] = {"T_max": 1}
+    _tmax: ClassVar[int]  # per instance: T_max in steps
 
-    def _value(self, step: int) -> float:
-        cosine = 1.0 + math.cos(math.pi * step / self.T_max)
-        return self.eta_min + (self.base_lr - self.eta_min) * cosine / 2
+    def _check(self) -> None:
+        check_rate("base_lr", self.base_lr)
+        check_real("eta_min", self.eta_min)
 
+    def _prepare(self) -> None:
+        object.__setattr__(self, "_tmax", self._n["T_max"])
 
-@dataclasses.dataclass(frozen=True)
-class CosineAnnealingWarmRestarts(TorchSchedule):
-    """SGDR: cosine cycles of ``T_0``, ``T_0 * T_mult``, ... steps, each restarting at ``base_lr``.
+    def _next(self, lr: float, k: int) -> float:
+        t, eta = self._tmax, self.eta_min
+        if (k - 1 - t) % (2 * t) == 0:
+            return lr + (self.base_lr - eta) * (1 - math.cos(math.pi / t)) / 2
+        return (1 + math.cos(math.pi * k / t)) / (1 + math.cos(math.pi * (k - 1) / t)) * (
+            lr - eta
+        ) + eta
 
-    Example:
-        >>> s = CosineAnnealingWarmRestarts(base_lr=1.0, T_0=2, T_mult=2)
-        >>> s.values([0, 1, 2, 4, 6]).round(12).tolist()
-        [1.0, 0.5, 1.0, 0.5, 1.0]
-    """
-
-    base_lr: float
-    T_0: int
-    T_mult: int = 1
-    eta_min: float = 0.0
-
-    def __post_init__(self) -> None:
-        _number("base_lr", self.base_lr, low=0)
-        _count("T_0", self.T_0, 1)
-        _count("T_mult", self.T_mult, 1)
-        _number("eta_min", self.eta_min, low=0)
-
-    def _cycle(self, step: int) -> tuple[int, int]:
-        """Returns (steps into the current cycle, the cycle's length)."""
-        if self.T_mult == 1:
-            return step % self.T_0, self.T_0
-        start, length = 0, self.T_0
-        # Cycle lengths grow geometrically, so this runs O(log(step)) times.
-        while step >= start + length:
-            start += length
-            length *= self.T_mult
-        return step - start, length
-
-    def _value(self, step: int) -> float:
-        t_cur, t_i = self._cycle(step)
-        cosine = 1.0 + math.cos(math.pi * t_cur / t_i)
-        return self.eta_min + (self.base_lr - self.eta_min) * cosine / 2
-
-
-@dataclasses.dataclass(frozen=True)
-class OneCycleLR(TorchSchedule):
-    """The 1cycle policy: up from ``max_lr / div_factor`` to ``max_lr``, then down to the floor.
-
-    Valid steps are 0 to ``total_steps`` inclusive, as in PyTorch, whose scheduler raises
-    on the step after that; so does this schedule.
-
-    Example:
-        >>> s = OneCycleLR(max_lr=1.0, total_steps=10, anneal_strategy="linear")
-        >>> s.values([0, 2]).round(6).tolist()
-        [0.04, 1.0]
-        >>> s(11)  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        globalstep.errors.StepError: `step` must be <= total_steps=10 ...; got step=11.
-    """
-
-    max_lr: float
-    total_steps: int | None = None
-    epochs: int | None = None
-    steps_per_epoch: int | None = None
-    pct_start: float = 0.3
-    anneal_strategy: str = "cos"
-    div_factor: float = 25.0
-    final_div_factor: float = 1e4
-    three_phase: bool = False
-
-    def __post_init__(self) -> None:
-        _number("max_lr", self.max_lr, low=0)
-        if self.total_steps is None:
-            if self.epochs is None or self.steps_per_epoch is None:
-                raise ConfigError(
-                    "total_steps",
-                    "must be given, or else both epochs and steps_per_epoch",
-                    self.total_steps,
-                )
-            _count("epochs", self.epochs, 1)
-            _count("steps_per_epoch", self.steps_per_epoch, 1)
-        else:
-            _count("total_steps", self.total_steps, 1)
-        _number("pct_start", self.pct_start, low=0, high=1)
-        if self.anneal_strategy not in ("cos", "linear"):
-            raise ConfigError("anneal_strategy", "must be 'cos' or 'linear'", self.anneal_strategy)
-        _number("div_factor", self.div_factor, low=0, low_open=True)
-        _number("final_div_factor", self.final_div_factor, low=0, low_open=True)
-        if not isinstance(self.three_phase, bool):
-            raise ConfigError("three_phase", "must be a bool", self.three_phase)
-
-    @property
-    def steps_total(self) -> int:
-        """The cycle's length: ``total_steps``, or ``epochs * steps_per_epoch``."""
-        if self.total_steps is not None:
-            return self.total_steps
-        assert self.epochs is not None  # __post_init__ checked both
-        assert self.steps_per_epoch is not None
-        return self.epochs * self.steps_per_epoch
-
-    def _phases(self) -> list[tuple[float, float, float]]:
-        """Returns (end step, start rate, end rate) per phase, as PyTorch lays them out."""
-        total = self.steps_total
-        initial = self.max_lr / self.div_factor
-        floor = initial / self.final_div_factor
-        if self.three_phase:
-            return [
-                (float(self.pct_start * total) - 1, initial, self.max_lr),
-                (float(2 * self.pct_start * total) - 2, self.max_lr, initial),
-                (total - 1, initial, floor),
-            ]
-        return [
-            (float(self.pct_start * total) - 1, initial, self.max_lr),
-            (total - 1, self.max_lr, floor),
-        ]
-
-    def _value(self, step: int) -> float:
-        if step > self.steps_total:
-            raise StepError(
-                f"`step` must be <= total_steps={self.steps_total} (OneCycleLR's last valid "
-                f"step); got step={step}.",
-                step,
-            )
-        phases = self._phases()
-        # The first phase that ends at or after ``step``; the last one runs to total_steps.
-        index = next((i for i, p in enumerate(phases[:-1]) if step <= p[0]), len(phases) - 1)
-        start_step = phases[index - 1][0] if index else 0.0
-        end_step, start_lr, end_lr = phases[index]
-        pct = (step - start_step) / (end_step - start_step)
-        if self.anneal_strategy == "cos":
-            return end_lr + (start_lr - end_lr) / 2.0 * (math.cos(math.pi * pct) + 1)
-        return (end_lr - start_lr) * pct + start_lr
-
-
-@dataclasses.dataclass(frozen=True)
-class SequentialLR(TorchSchedule):
-    """Runs ``schedulers[i]`` from ``milestones[i - 1]`` on, each restarted at its milestone.
-
-    Example:
-        >>> warm = LinearLR(base_lr=1.0, start_factor=0.5, total_iters=2)
-        >>> decay = ExponentialLR(base_lr=1.0, gamma=0.5)
-        >>> SequentialLR((warm, decay), milestones=(2,)).values([0, 1, 2, 3]).tolist()
-        [0.5, 0.75, 1.0, 0.5]
-    """
-
-    schedulers: Sequence[TorchSchedule]
-    milestones: Sequence[int]
-
-    def __post_init__(self) -> None:
-        schedulers = tuple(self.schedulers) if isinstance(self.schedulers, Sequence) else None
-        if not schedulers or not all(isinstance(s, TorchSchedule) for s in schedulers):
-            raise ConfigError(
-                "schedulers",
-                "must be a non-empty sequence of compat.torch schedules",
-                self.schedulers,
-            )
-        milestones = tuple(self.milestones) if isinstance(self.milestones, Sequence) else None
-        if milestones is None or len(milestones) != len(schedulers) - 1:
-            raise ConfigError(
-                "milestones",
-                f"must hold len(schedulers) - 1 = {len(schedulers) - 1} steps",
-                self.milestones,
-            )
-        for m in milestones:
-            _count("milestones", m, 1)
-        if list(milestones) != sorted(set(milestones)):
-            raise ConfigError("milestones", "must be strictly increasing", self.milestones)
-        object.__setattr__(self, "schedulers", schedulers)
-        object.__setattr__(self, "milestones", milestones)
-
-    def _value(self, step: int) -> float:
-        index = bisect.bisect_right(self.milestones, step)
-        offset = self.milestones[index - 1] if index else 0
-        return self.schedulers[index](step - offset)
+    def _closed(self, k: int) -> float:
+        eta = self.eta_min
+        return eta + (self.base_lr - eta) * (1 + math.cos(math.pi * k / self._tmax)) / 2

@@ -1,0 +1,451 @@
+"""What every :mod:`globalstep.compat.torch` scheduler shares: torch's own recursion, replayed.
+
+PyTorch updates most rates recursively: ``scheduler.step()`` reads the optimizer's current
+rate and multiplies it by a factor (``get_lr``), so the rate after ``k`` steps carries the
+rounding of every step before it. Each scheduler here states the same recursion in three
+methods, copied operation for operation from ``torch.optim.lr_scheduler`` (PyTorch 2.x):
+
+``_first(lr)``
+    the rate the constructor's initial step sets, from the optimizer's rate ``lr``;
+``_next(lr, k)``
+    the rate ``step()`` number ``k`` sets from the current rate ``lr`` (``get_lr``);
+``_restart(lr)``
+    the rate ``SequentialLR`` sets when this scheduler takes over at its milestone.
+
+The rates of steps ``0 .. 2**22 - 1`` are computed once, in order, and kept (8 bytes a step,
+allocated only as far as asked), so they equal a real scheduler's ``get_last_lr()[0]`` bit
+for bit. Past ``2**22`` steps a scheduler falls back to torch's closed form
+(``_get_closed_form_lr``, what ``step(epoch)`` uses), which differs from torch's recursion by
+that recursion's accumulated rounding, about ``k * 2**-53`` relative. Schedulers that torch
+computes in closed form (``LambdaLR``, ``OneCycleLR``, ``CyclicLR``,
+``CosineAnnealingWarmRestarts``) need no table.
+
+A step is the number of optimizer updates applied (see :mod:`globalstep.clock`); with
+``interval=N`` (or ``"epoch"``) the scheduler advances once every ``N`` updates, as a torch
+scheduler stepped once per epoch does.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import numpy as np
+
+from globalstep.errors import ConfigError, StepError
+from globalstep.schedules._base import Schedule, Steps, Values, _length_duration, check_step
+from globalstep.units import Duration, Unit
+
+__all__ = [
+    "CACHE_STEPS",
+    "ConfigTypeError",
+    "ConfigZeroDivisionError",
+    "StepZeroDivisionError",
+    "TorchSchedule",
+    "check_choice",
+    "check_flag",
+    "check_rate",
+    "check_real",
+    "check_scalar",
+    "registry",
+]
+
+CACHE_STEPS = 1 << 22
+"""Steps whose rates are kept, bit for bit torch's recursion; closed forms past them."""
+
+_REGISTRY: dict[str, type[Any]] = {}
+
+
+def registry() -> dict[str, type[Any]]:
+    """Every compat torch class by its name (what ``to_config()`` records)."""
+    return _REGISTRY
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A parameter of a kind torch refuses with ``TypeError`` (a lambda that is not callable)."""
+
+
+class ConfigZeroDivisionError(ConfigError, ZeroDivisionError):
+    """A parameter torch divides by zero at construction, refused here with what to change."""
+
+
+class StepZeroDivisionError(StepError, ZeroDivisionError):
+    """A step at which torch's scheduler divides by zero with these parameters."""
+
+
+def check_real(parameter: str, value: Any, *, finite: bool = True) -> None:
+    """Raises ConfigError unless ``value`` is a real number (finite unless told otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(parameter, "must be a real number", value)
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise ConfigError(parameter, "must be a finite number", value)
+
+
+def check_scalar(parameter: str, value: Any, *, finite: bool = True) -> None:
+    """As :func:`check_real`, but a list (torch's one value per param group) gets a hint."""
+    if isinstance(value, list | tuple):
+        raise ConfigError(
+            parameter,
+            "must be one number: a compat schedule drives one param group",
+            value,
+            "Build one schedule per param group (integrations.torch.attach takes one per group).",
+        )
+    check_real(parameter, value, finite=finite)
+
+
+def check_rate(parameter: str, value: Any) -> None:
+    """As :func:`check_scalar`, and >= 0: torch's optimizers refuse a negative rate."""
+    check_scalar(parameter, value)
+    if value < 0:
+        raise ConfigError(
+            parameter, "must be >= 0 (torch's optimizers raise ValueError for a negative lr)", value
+        )
+
+
+def check_choice(parameter: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raises ConfigError unless ``value`` is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(parameter, f"must be one of {', '.join(map(repr, choices))}", value)
+
+
+def check_flag(parameter: str, value: Any) -> None:
+    """Raises ConfigError unless ``value`` is a bool."""
+    if not isinstance(value, bool):
+        raise ConfigError(parameter, "must be a bool", value)
+
+
+def _duration(cls: type, field: str, value: Any, minimum: int) -> Duration:
+    """``value`` as a duration, with torch's division by a zero length named."""
+    if minimum >= 1 and (
+        (isinstance(value, int | np.integer) and not isinstance(value, bool) and value == 0)
+        or (isinstance(value, str) and value.strip() in ("0", "0st", "0ep", "0ba"))
+    ):
+        raise ConfigZeroDivisionError(
+            field,
+            f"must be >= {minimum}",
+            value,
+            f"torch.optim.lr_scheduler.{cls.__name__} divides by it (ZeroDivisionError).",
+        )
+    duration = _length_duration(field, value, minimum)
+    if duration.unit is not Unit.STEPS and duration.value == 0 and minimum >= 1:
+        raise ConfigError(field, f"must be >= {minimum} steps", value)
+    return duration
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchSchedule(Schedule):
+    """A ``torch.optim.lr_scheduler`` scheduler as a function of the step.
+
+    ``schedule(step)`` is ``scheduler.get_last_lr()[0]`` after ``step // interval`` calls
+    of ``scheduler.step()``; :meth:`momentum` is the momentum (SGD) or beta1 (Adam) the
+    scheduler writes into the param group, or None where it writes none.
+
+    Args:
+        interval: optimizer updates per ``scheduler.step()``: ``1`` (per batch, the
+            default), an int, a duration such as ``"1ep"``, or ``"epoch"`` (Lightning's
+            ``interval="epoch"``, the same as ``"1ep"``). Durations are turned into steps
+            by :meth:`resolve` (a clock's ``steps_per_epoch``).
+    """
+
+    interval: int | str = dataclasses.field(default=1, kw_only=True)
+
+    # Per instance, set in __post_init__ (ClassVar only to keep them out of the fields).
+    _table: ClassVar[array.array[float]]  # the rates of steps 0 .. len - 1, torch's recursion
+    _lock: ClassVar[threading.Lock]
+    _done: ClassVar[bool]  # every length, here and in the parts, is in steps
+
+    # field -> minimum, for the lengths that take durations ("30ep"); set by subclasses.
+    _lengths: ClassVar[Mapping[str, int]] = {}
+    _sequences: ClassVar[frozenset[str]] = frozenset()  # lengths that are lists
+    _floats: ClassVar[frozenset[str]] = frozenset()  # lengths torch also takes as floats
+    _recursive: ClassVar[bool] = True  # False: torch computes it in closed form
+    _absolute: ClassVar[bool] = False  # True: it sets the rate outright (not a factor)
+    _rate_base: ClassVar[bool] = True  # its base_lr is the optimizer's rate
+    _zero_hint: ClassVar[str] = ""  # what to change where torch divides by zero
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _REGISTRY[cls.__name__] = cls
+
+    # -- construction ------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        self._check()
+        self._setup()
+        self._setup_lengths()
+        object.__setattr__(self, "_table", array.array("d"))
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_done", self.resolved)
+        if self._done:
+            self._prepare()
+            try:  # torch's constructor takes the first step: its errors surface here too
+                self._at(0)
+            except StepZeroDivisionError:
+                raise ConfigZeroDivisionError(
+                    "arguments",
+                    f"make torch's {type(self).__name__} divide by zero in its constructor",
+                    {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                    self._zero_hint,
+                ) from None
+
+    def _check(self) -> None:
+        """Validates the fields (subclasses); never rewrites them."""
+
+    def _prepare(self) -> None:
+        """Precomputes what the formula needs once every length is in steps (subclasses)."""
+
+    def _setup_lengths(self) -> None:
+        n: dict[str, Any] = self._n
+        pending: dict[str, Any] = self._pending
+        cls = type(self)
+        interval = self.interval
+        if isinstance(interval, str) and interval.strip() in ("step", "epoch"):
+            if interval.strip() == "step":
+                n["interval"] = 1
+            else:
+                pending["interval"] = Duration(Fraction(1), Unit.EPOCHS)
+        else:
+            self._store(n, pending, "interval", _duration(cls, "interval", interval, 1))
+        for field, minimum in self._lengths.items():
+            value = getattr(self, field)
+            if value is None:
+                n[field] = None
+            elif field in self._floats and isinstance(value, float):
+                check_real(field, value)
+                if value <= 0:
+                    raise ConfigError(field, "must be > 0", value)
+                n[field] = value
+            elif field in self._sequences:
+                if not isinstance(value, Sequence) or isinstance(value, str):
+                    raise ConfigError(field, "must be a list of ints or durations", value)
+                durations = tuple(_duration(cls, field, v, minimum) for v in value)
+                if all(d.unit is Unit.STEPS for d in durations):
+                    n[field] = tuple(int(d.value) for d in durations)
+                else:
+                    pending[field] = durations
+            else:
+                self._store(n, pending, field, _duration(cls, field, value, minimum))
+
+    @staticmethod
+    def _store(n: dict[str, Any], pending: dict[str, Any], field: str, d: Duration) -> None:
+        if d.unit is Unit.STEPS:
+            n[field] = int(d.value)
+        else:
+            pending[field] = d
+
+    # -- torch's recursion (subclasses) ------------------------------------------------
+    @property
+    def _base_lr(self) -> float:
+        """The optimizer's initial rate (``group["initial_lr"]``)."""
+        rate: float = getattr(self, "base_lr")  # noqa: B009 (not every subclass has one)
+        return float(rate)
+
+    def _first(self, lr: float) -> float:
+        """The rate the constructor's initial step sets: ``lr`` unchanged for most, the closed
+        form at 0 for the schedulers torch computes in closed form."""
+        return lr if self._recursive else self._closed(0)
+
+    def _next(self, lr: float, k: int) -> float:
+        """The rate ``step()`` number ``k`` >= 1 sets from the current rate ``lr``."""
+        return self._closed(k)
+
+    def _restart(self, lr: float) -> float:
+        """The rate at this scheduler's milestone in a ``SequentialLR`` (``_update_lr(0)``)."""
+        return self._closed(0)
+
+    def _closed(self, k: int) -> float:
+        """Torch's closed form at scheduler step ``k`` (used past :data:`CACHE_STEPS`)."""
+        raise NotImplementedError
+
+    def _momentum(self, k: int) -> float | None:
+        """The momentum (or beta1) at scheduler step ``k``; None where torch writes none."""
+        return None
+
+    # -- evaluation ----------------------------------------------------------------------
+    def _zero(self, k: int) -> StepZeroDivisionError:
+        name = type(self).__name__
+        return StepZeroDivisionError(
+            f"{name} divides by zero at step {k}, as torch.optim.lr_scheduler.{name} does "
+            f"with these arguments. {self._zero_hint}".rstrip(),
+            k,
+        )
+
+    def _at(self, k: int) -> float:
+        """The rate after ``k`` scheduler steps."""
+        if not self._recursive:
+            try:
+                return self._closed(k)
+            except ZeroDivisionError:
+                raise self._zero(k) from None
+        table: array.array[float] = self._table
+        if k < len(table):
+            return table[k]
+        if k < CACHE_STEPS:
+            self._extend(k)
+            return table[k]
+        try:
+            return self._closed(k)
+        except ZeroDivisionError:
+            raise self._zero(k) from None
+
+    def _extend(self, k: int) -> None:
+        table: array.array[float] = self._table
+        with self._lock:
+            j = len(table)
+            try:
+                if j == 0:
+                    lr = self._first(self._base_lr)
+                    table.append(lr)
+                    j = 1
+                lr = table[-1]
+                step = self._next
+                while j <= k:
+                    lr = step(lr, j)
+                    table.append(lr)
+                    j += 1
+            except ZeroDivisionError:
+                raise self._zero(j) from None
+
+    def _ready(self) -> int:
+        """Returns the interval in steps; raises ConversionError while a length is a duration."""
+        if not self._done:
+            self._unresolved()
+        every: int = self._n["interval"]
+        return every
+
+    def _unresolved(self) -> None:
+        """Raises the ConversionError of the first length still a duration (parts included)."""
+        if self._pending:
+            self._len(next(iter(self._pending)))
+        for part in self.parts():
+            if isinstance(part, TorchSchedule):
+                part._unresolved()
+
+    def _compute(self, steps: Steps) -> Values:
+        every = self._ready()
+        if every != 1:
+            steps = steps // every
+        if self._recursive and steps.size > 8:
+            top = int(steps.max())
+            if top >= len(self._table):
+                self._extend(min(top, CACHE_STEPS - 1))
+            table = np.frombuffer(self._table, dtype=np.float64)[: len(self._table)]
+            out = np.empty(steps.shape, dtype=np.float64)
+            inside = steps < len(table)
+            out[inside] = table[steps[inside]]
+            if not inside.all():
+                out[~inside] = [self._at(k) for k in steps[~inside].tolist()]
+            return out
+        at = self._at
+        return [at(k) for k in steps.tolist()]  # a list: values() makes it an array
+
+    def momentum(self, step: int) -> float | None:
+        """Returns the momentum (SGD) or beta1 (Adam, AdamW) update number ``step`` uses, as
+        torch writes it into ``param_group["momentum"]`` / ``param_group["betas"][0]``;
+        None for a scheduler that writes none (every one but ``OneCycleLR`` and ``CyclicLR``
+        with ``cycle_momentum=True``, and compositions of them).
+
+        Raises:
+            StepError: ``step`` is negative or not an int.
+            ConversionError: a length is a duration that was not resolved.
+        """
+        k = check_step(step)
+        return self._momentum(k // self._ready())
+
+    @property
+    def has_momentum(self) -> bool:
+        """True when :meth:`momentum` returns numbers (the scheduler cycles momentum)."""
+        return False
+
+    def values(self, steps: Any) -> Values:
+        """Returns the rate at every step of ``steps`` (ints >= 0), in their shape, each equal
+        to ``self(step)``.
+
+        Raises:
+            StepError: a step is negative, or the steps are not ints.
+            ConversionError: a length is a duration that was not resolved.
+        """
+        array = np.asarray(steps)
+        if array.size == 0:
+            return np.zeros(array.shape, dtype=np.float64)
+        return super().values(array)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Returns ``{}``: the rate is a function of the step, which the clock carries.
+
+        Torch keeps a scheduler's position (``last_epoch``) in the scheduler; here the clock
+        holds it, so saving a schedule beside its clock in a checkpoint tree (as torch users
+        save ``{"scheduler": ...}``) and restoring both gives the same rate and momentum.
+        """
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Accepts what :meth:`state_dict` returned (nothing to restore).
+
+        Raises:
+            ConfigError: ``state`` is not the empty mapping ``state_dict()`` returns.
+        """
+        if not isinstance(state, Mapping) or state:
+            raise ConfigError(
+                "state",
+                f"must be the empty mapping {type(self).__name__}.state_dict() returns",
+                state,
+                "Restore the clock: it carries the schedule's position.",
+            )
+
+    # -- configuration ------------------------------------------------------------------
+    def parts(self) -> tuple[Schedule, ...]:
+        """The schedulers this one is built from (for ``ChainedScheduler``/``SequentialLR``)."""
+        return ()
+
+    def to_config(self) -> dict[str, Any]:
+        """Returns a JSON-ready config that :meth:`from_config` turns back into this schedule.
+
+        Raises:
+            ConfigError: a field is a Python callable (``lr_lambda``, ``scale_fn``), which a
+                config cannot hold.
+        """
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if callable(value) and not isinstance(value, TorchSchedule):
+                raise ConfigError(
+                    f.name,
+                    "is a Python callable, which a config cannot hold",
+                    value,
+                    f"Keep the {type(self).__name__} in code (it still works everywhere "
+                    "else), or express the rate with a core schedule (globalstep.schedules).",
+                )
+            if isinstance(value, tuple | list) and value and isinstance(value[0], TorchSchedule):
+                value = [v.to_config() for v in value]
+            elif isinstance(value, tuple | list):
+                value = [v.item() if isinstance(v, np.generic) else v for v in value]
+            elif isinstance(value, np.generic):
+                value = value.item()
+            fields[f.name] = value
+        return {"class": type(self).__name__, "config": fields}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Any:
+        """Builds a schedule from :meth:`to_config`'s output.
+
+        Raises:
+            ConfigError: the class is not one of :mod:`globalstep.compat.torch`'s.
+        """
+        name = config.get("class") if isinstance(config, Mapping) else None
+        target = _REGISTRY.get(name) if isinstance(name, str) else None
+        if target is None:
+            raise ConfigError("config['class']", f"must be one of {sorted(_REGISTRY)}", name)
+        fields = dict(config.get("config", {}))
+        if "schedulers" in fields:
+            fields["schedulers"] = [TorchSchedule.from_config(c) for c in fields["schedulers"]]
+        return target(**fields)
+
+    def describe(self) -> str:
+        """Returns the class and its arguments (torch's schedulers have no one formula)."""
+        args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return f"torch.{type(self).__name__}({args})"
