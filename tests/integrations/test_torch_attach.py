@@ -353,3 +353,15 @@ def test_scheduler_of_another_optimizer_is_an_error():
     other = torch.optim.SGD([_param()], lr=0.1)
     with pytest.raises(ConfigError, match="built on this optimizer"):
         attach(opt, Clock(), scheduler=torch.optim.lr_scheduler.StepLR(other, 2))
+
+
+def test_schedule_survives_optimizer_load_state_dict(released):
+    """After optimizer.load_state_dict() (a restore) the hooks still set the rate."""
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0)
+    released.append(attach(opt, Clock(), compat.ExponentialLR(base_lr=1.0, gamma=0.5)))
+    _sgd_step(opt, [w])
+    opt.load_state_dict(opt.state_dict())
+    _sgd_step(opt, [w])
+    _sgd_step(opt, [w])
+    assert opt.param_groups[0]["lr"] == 0.25

@@ -186,11 +186,12 @@ class Attachment:
         self.optimizer = optimizer
         self.clock = clock
         self.scheduler = scheduler
+        # Groups by index: optimizer.load_state_dict() (a restore) replaces the group dicts.
         groups = optimizer.param_groups
-        self._lr = [(g, t) for g, t in zip(groups, lr, strict=True) if t is not None]
+        self._lr = [(i, t) for i, t in enumerate(lr) if t is not None]
         self._momentum = [
-            (g, t, "betas" if "betas" in g else "momentum")
-            for g, t in zip(groups, momentum, strict=True)
+            (i, t, "betas" if "betas" in groups[i] else "momentum")
+            for i, t in enumerate(momentum)
             if t is not None
         ]
         keys = ("lr", "momentum", "betas")
@@ -212,14 +213,17 @@ class Attachment:
 
     def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         step = self.clock._step
-        for group, table in self._lr:
+        groups = optimizer.param_groups
+        for i, table in self._lr:
+            group = groups[i]
             value = table(step)
             current = group["lr"]
             if isinstance(current, torch.Tensor):
                 current.fill_(value)
             else:
                 group["lr"] = value
-        for group, table, key in self._momentum:
+        for i, table, key in self._momentum:
+            group = groups[i]
             value = table(step)
             if key == "betas":
                 betas = group["betas"]
