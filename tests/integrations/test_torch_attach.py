@@ -365,3 +365,13 @@ def test_schedule_survives_optimizer_load_state_dict(released):
     _sgd_step(opt, [w])
     _sgd_step(opt, [w])
     assert opt.param_groups[0]["lr"] == 0.25
+
+
+def test_attachment_dies_with_its_optimizer():
+    """A dropped optimizer frees its clock for another optimizer."""
+    import gc
+
+    clock = Clock()
+    attach(torch.optim.SGD([_param()], lr=0.1), clock)
+    gc.collect()
+    attach(torch.optim.SGD([_param()], lr=0.1), clock).detach()

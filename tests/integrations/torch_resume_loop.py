@@ -23,12 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import globalstep  # +gs
 from globalstep.compat.torch import OneCycleLR  # +gs
-from globalstep.integrations.torch import (
-    OneCycleMomentum,
-    ResumableSampler,
-    RNGState,
-    attach,
-)  # +gs
+from globalstep.integrations import torch as gst  # +gs
 
 directory, total = sys.argv[1], int(sys.argv[2])
 kill_at, _, when = os.environ.get("GS_KILL_AT", "-1:before").partition(":")  # test
@@ -40,15 +35,15 @@ model = torch.nn.Sequential(
 )
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=8)
-sampler = ResumableSampler(data, seed=1)  # +gs  (the plain loop has shuffle=True)
+sampler = gst.ResumableSampler(data, seed=1)  # +gs  (the plain loop has shuffle=True)
 loader = DataLoader(
     data, batch_size=8, sampler=sampler, num_workers=2, persistent_workers=True
 )  # ~gs
 clock = globalstep.Clock()  # +gs
 schedule = OneCycleLR(max_lr=0.02, total_steps=total)  # +gs
-attach(opt, clock, schedule, momentum=OneCycleMomentum(schedule))  # +gs
+gst.attach(opt, clock, schedule, momentum=gst.OneCycleMomentum(schedule))  # +gs
 state = {"clock": clock, "model": model, "opt": opt, "scaler": scaler, "data": sampler}  # +gs
-state["rng"] = RNGState()  # +gs
+state["rng"] = gst.RNGState()  # +gs
 manager = globalstep.CheckpointManager(f"{directory}/ckpt", max_to_keep=2)  # +gs
 if manager.latest_step() is not None:  # +gs
     manager.restore(state)  # +gs

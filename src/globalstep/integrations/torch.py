@@ -167,9 +167,10 @@ class OneCycleMomentum:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-# Optimizers currently attached, so that one optimizer is not hooked twice and one clock is
-# not ticked by two optimizers.
-_ATTACHED: weakref.WeakKeyDictionary[Any, Attachment] = weakref.WeakKeyDictionary()
+# Attachments by id(optimizer), so that one optimizer is not hooked twice and one clock is
+# not ticked by two optimizers. An attachment lives as long as its optimizer's hooks (or the
+# caller) hold it, and it holds the optimizer, so an id here is never a reused one.
+_ATTACHED: weakref.WeakValueDictionary[int, Attachment] = weakref.WeakValueDictionary()
 
 
 class Attachment:
@@ -259,7 +260,7 @@ class Attachment:
         self._handles = []
         for group, saved in zip(self.optimizer.param_groups, self._saved, strict=False):
             group.update(saved)
-        _ATTACHED.pop(self.optimizer, None)
+        _ATTACHED.pop(id(self.optimizer), None)
 
 
 def _per_group(name: str, value: Any, n: int) -> list[Any]:
@@ -351,14 +352,14 @@ def attach(
         raise ConfigError("optimizer", "must be a torch.optim.Optimizer", optimizer)
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep.Clock", clock)
-    if optimizer in _ATTACHED:
+    if id(optimizer) in _ATTACHED:
         raise ConfigError(
             "optimizer",
             "is already attached",
             type(optimizer).__name__,
             hint="Call detach() on its attachment first.",
         )
-    for other in _ATTACHED.values():
+    for other in list(_ATTACHED.values()):
         if other.clock is clock:
             raise ConfigError(
                 "clock",
@@ -416,7 +417,7 @@ def attach(
         [_Table(m) if m is not None else None for m in moments],
         scheduler,
     )
-    _ATTACHED[optimizer] = attachment
+    _ATTACHED[id(optimizer)] = attachment
     return attachment
 
 
