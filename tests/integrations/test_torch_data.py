@@ -168,7 +168,7 @@ def test_batches_refuses_a_loader_with_another_sampler():
 def test_batches_refuses_a_loader_without_batch_size():
     """batches() refuses a loader built with batch_size=None."""
     s = ResumableSampler(4)
-    with pytest.raises(ConfigError, match="loader.batch_size"):
+    with pytest.raises(ConfigError, match=r"loader\.batch_size"):
         s.batches(DataLoader(list(range(4)), batch_size=None, sampler=s))
 
 

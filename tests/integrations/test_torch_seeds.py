@@ -1,5 +1,7 @@
 """The seeds' custom loops (../shared/seeds/) written in PyTorch with globalstep."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -73,7 +75,7 @@ def test_exponential_decay_rates_match_the_seed():
     used = _torch_rates()
     assert used[0] == 1.0
     assert all(abs(a - b) <= 2**-24 for a, b in zip(used, SEED_RATES, strict=True))
-    assert all(a > b for a, b in zip(used, used[1:]))
+    assert all(a > b for a, b in itertools.pairwise(used))
 
 
 def test_exponential_decay_rates_equal_installed_tensorflow():
