@@ -219,7 +219,7 @@ class Attachment:
             group = groups[i]
             value = table(step)
             current = group["lr"]
-            if isinstance(current, torch.Tensor):
+            if type(current) is not float and isinstance(current, torch.Tensor):
                 current.fill_(value)
             else:
                 group["lr"] = value
@@ -239,7 +239,7 @@ class Attachment:
         # A fused optimizer stepped by a GradScaler skips the update itself when the scaler
         # found inf or NaN gradients; the scaler then leaves ``found_inf`` on the optimizer.
         found_inf = getattr(optimizer, "found_inf", None)
-        if isinstance(found_inf, torch.Tensor) and bool(found_inf.item()):
+        if found_inf is not None and isinstance(found_inf, torch.Tensor) and found_inf.item():
             return
         self.clock.tick()
         if self.scheduler is not None:
