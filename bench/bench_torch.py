@@ -13,7 +13,8 @@ The same small model, data and SGD update run under five drivers, interleaved ro
 
 Two measures of globalstep's share per update: the time spent in its own code inside the
 loop, per update (the step hooks, timed by marker hooks registered around them, plus the
-triggers and the scalars, timed in place), as its median and mean over the updates; and the
+triggers and the scalars, timed in place, less the timer's own cost), as its median and
+mean over the updates in wall time, and its median in thread CPU time; and the
 whole loop's time minus the hand loop's (noisy on a loaded machine: the difference of two
 numbers of ~100 us or more).
 
@@ -32,6 +33,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -74,7 +76,18 @@ def run_hand(n: int) -> dict[str, float]:
     return {"total": time.perf_counter() - start}
 
 
-def run_globalstep(n: int, logdir: str) -> dict[str, float]:
+def _timer_cost(timer: Callable[[], int]) -> float:
+    """The median ns one ``timer() ... timer()`` span reads when nothing runs in it."""
+    spans = []
+    for _ in range(2001):
+        t0 = timer()
+        spans.append(timer() - t0)
+    return statistics.median(spans)
+
+
+def run_globalstep(
+    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns
+) -> dict[str, float]:
     model, opt, batches = _setup(n)
     clock = Clock()
     attachment = attach(opt, clock, CosineDecay(BASE_LR, n))
@@ -82,10 +95,10 @@ def run_globalstep(n: int, logdir: str) -> dict[str, float]:
     marks = {"t": 0, "hooks": 0}
 
     def open_mark(*_: object) -> None:
-        marks["t"] = time.perf_counter_ns()
+        marks["t"] = timer()
 
     def close_mark(*_: object) -> None:
-        marks["hooks"] += time.perf_counter_ns() - marks["t"]
+        marks["hooks"] += timer() - marks["t"]
 
     pre_handles = [opt.register_step_pre_hook(close_mark)]  # after attach's pre-hook
     post_handles = [opt.register_step_post_hook(close_mark)]  # after attach's post-hook
@@ -105,23 +118,24 @@ def run_globalstep(n: int, logdir: str) -> dict[str, float]:
         loss.backward()
         marks["hooks"] = 0
         opt.step()  # sets the rate of update clock.step, then ticks the clock
-        t0 = time.perf_counter_ns()
+        t0 = timer()
         writer.scalars({"loss": loss.detach(), "lr": opt.param_groups[0]["lr"]})
         if log.should_fire(clock):
             logs.append(clock.step)
         if save.should_fire(clock):
             logs.append(-clock.step)
-        spans.append(time.perf_counter_ns() - t0 + marks["hooks"])
+        spans.append(timer() - t0 + marks["hooks"])
     total = time.perf_counter() - start
     writer.close()
     for handle in [*pre_handles, *post_handles, pre_open, post_open]:
         handle.remove()
     attachment.detach()
     assert clock.step == n
+    cost = 3 * _timer_cost(timer)  # three spans per update: pre-hook, post-hook, inline
     return {
         "total": total,
-        "direct_median": statistics.median(spans) * 1e-9,
-        "direct_mean": statistics.fmean(spans) * 1e-9,
+        "direct_median": (statistics.median(spans) - cost) * 1e-9,
+        "direct_mean": (statistics.fmean(spans) - cost) * 1e-9,
     }
 
 
@@ -197,6 +211,7 @@ def main() -> None:
     per: dict[str, list[float]] = {"hand": [], "globalstep": [], "ignite": [], "lightning": []}
     direct: list[float] = []
     direct_mean: list[float] = []
+    cpu: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             per["hand"].append(run_hand(n)["total"] / n)
@@ -204,6 +219,11 @@ def main() -> None:
             per["globalstep"].append(gs["total"] / n)
             direct.append(gs["direct_median"])
             direct_mean.append(gs["direct_mean"])
+            cpu.append(
+                run_globalstep(n, os.path.join(tmp, f"cpu{r}"), time.thread_time_ns)[
+                    "direct_median"
+                ]
+            )
             if not args.no_peers:
                 per["ignite"].append(run_ignite(n)["total"] / n)
                 short, long_ = n // 4, n // 4 + n // 2
@@ -226,6 +246,7 @@ def main() -> None:
     print("globalstep share per update, timed in place (hooks + triggers + 2 scalars):")
     print(f"  median over updates: {us(direct)}")
     print(f"  mean over updates:   {us(direct_mean)}  (GIL waits on the writer thread included)")
+    print(f"  median, thread CPU time: {us(cpu)}  (preemption and GIL waits excluded)")
 
 
 if __name__ == "__main__":

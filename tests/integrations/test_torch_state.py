@@ -2,6 +2,7 @@
 
 import random
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -391,3 +392,47 @@ def test_clock_and_module_in_one_tree(tmp_path):
     fresh = Clock()
     _roundtrip(tmp_path, {"clock": clock, "m": _trained(0)}, {"clock": fresh, "m": _trained(1)})
     assert fresh.step == 3
+
+
+def test_no_torch_import_without_torch_objects():
+    """Saving a tree without torch objects does not import torch (checked in a fresh process)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tempfile, numpy as np, globalstep\n"
+        "with globalstep.CheckpointManager(tempfile.mkdtemp()) as m:\n"
+        "    m.save(1, {'clock': globalstep.Clock(), 'w': np.ones(2), 'n': [1, {'a': None}]})\n"
+        "    m.restore({'clock': globalstep.Clock(), 'w': np.zeros(2), 'n': [1, {'a': None}]})\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+def test_tensor_over_2_gib_round_trips_in_place(tmp_path):
+    """A uint8 tensor of 2 GiB + 64 bytes restores in place, every byte checked by chunks."""
+    meminfo = Path("/proc/meminfo")
+    available = 0
+    if meminfo.exists():
+        line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable"))
+        available = int(line.split()[1]) * 1024
+    if available < 8 * 2**30:
+        pytest.skip("needs 8 GiB of free memory (the tensor is 2 GiB)")
+    n = 2**31 + 64
+    big = torch.empty(n, dtype=torch.uint8)
+    chunk = 2**26
+    pattern = (torch.arange(chunk, dtype=torch.int64) % 251).to(torch.uint8)
+    for start in range(0, n, chunk):
+        piece = big[start : start + chunk]
+        piece.copy_(pattern[: piece.numel()])
+    with CheckpointManager(tmp_path / "ckpt") as manager:
+        manager.save(1, {"big": big}, force=True)
+        big.zero_()
+        pointer = big.data_ptr()
+        manager.restore({"big": big})
+    assert big.data_ptr() == pointer
+    for start in range(0, n, chunk):
+        piece = big[start : start + chunk]
+        assert torch.equal(piece, pattern[: piece.numel()]), start
