@@ -53,7 +53,7 @@ def _torch_rates():
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     clock = Clock(steps_per_epoch=12, batch_size=100)
     rate = compat_tf.exponential_decay(1.0, clock, 100000, 0.96)
-    attach(opt, clock, rate.schedule)
+    attach(opt, clock, rate)  # the decayed rate, as the seed builds it
     x, y = torch.randn(1200, 5), torch.randint(0, 2, (1200,))
     used = []
     for _ in range(2):

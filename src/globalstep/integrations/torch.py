@@ -281,6 +281,8 @@ def _check_schedule(name: str, fn: Any, clock: Clock) -> Any:
         return None
     if not callable(fn):
         raise ConfigError(name, "must be a schedule (a callable of the step) or None", fn)
+    if hasattr(fn, "global_step") and hasattr(fn, "schedule"):
+        fn = fn.schedule  # compat.tf's decayed rate (a callable of nothing): its schedule
     if getattr(fn, "resolved", True) is False and callable(getattr(fn, "resolve", None)):
         fn = fn.resolve(clock)  # durations such as "3ep" become steps with the clock's sizes
     return fn
@@ -318,8 +320,9 @@ def attach(
         optimizer: a ``torch.optim.Optimizer``.
         clock: the clock this optimizer advances; one clock per optimizer.
         schedule: None (the clock only ticks), a schedule (any callable of the step; a
-            globalstep schedule is read a block of steps at a time), or a list with one
-            schedule (or None, to leave that group alone) per param group.
+            globalstep schedule is read a block of steps at a time; a ``compat.tf`` decayed
+            rate gives its schedule), or a list with one schedule (or None, to leave that
+            group alone) per param group.
         multipliers: per param group factors for one shared ``schedule`` (e.g. a smaller
             rate for a backbone); default 1 for every group.
         momentum: a momentum (beta1) schedule, or one per group; by default the one
