@@ -15,6 +15,11 @@ from globalstep.errors import ConfigError  # noqa: E402
 from globalstep.integrations.torch import ResumableSampler, attach, skip_ahead  # noqa: E402
 
 
+# DataLoader workers are forked; where JAX was imported by an earlier test, JAX warns at the
+# fork. The workers never touch JAX, so that warning does not apply here.
+forks = pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
+
+
 class Recording(Dataset):
     """Items are their own index; the indices read are recorded (in this process)."""
 
@@ -48,6 +53,7 @@ def test_no_shuffle_keeps_dataset_order():
     assert list(ResumableSampler(4, shuffle=False)) == [0, 1, 2, 3]
 
 
+@forks
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_mid_epoch_gives_the_rest_of_the_epoch(workers):
     """A sampler restored at (epoch, position) yields what an unbroken run yields from there."""
@@ -92,6 +98,7 @@ def test_drop_last_ends_the_epoch():
     assert sampler.state_dict() == {"seed": 0, "epoch": 1, "position": 0}
 
 
+@forks
 def test_creating_the_iterator_leaves_global_rng():
     """Starting an epoch through batches() does not move torch's global generator."""
     data = Recording(8)
