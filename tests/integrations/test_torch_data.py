@@ -14,7 +14,6 @@ from globalstep.compat import torch as compat  # noqa: E402
 from globalstep.errors import ConfigError  # noqa: E402
 from globalstep.integrations.torch import ResumableSampler, attach, skip_ahead  # noqa: E402
 
-
 # DataLoader workers are forked; where JAX was imported by an earlier test, JAX warns at the
 # fork. The workers never touch JAX, so that warning does not apply here.
 forks = pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
