@@ -375,3 +375,22 @@ def test_attachment_dies_with_its_optimizer():
     attach(torch.optim.SGD([_param()], lr=0.1), clock)
     gc.collect()
     attach(torch.optim.SGD([_param()], lr=0.1), clock).detach()
+
+
+def test_schedule_without_momentum_leaves_momentum(released):
+    """A schedule whose has_momentum is False leaves the groups' momentum alone."""
+
+    class NoMomentum:
+        has_momentum = False
+
+        def __call__(self, step):
+            return 0.1
+
+        def momentum(self, step):
+            return None
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0, momentum=0.9)
+    released.append(attach(opt, Clock(), NoMomentum()))
+    _sgd_step(opt, [w])
+    assert (opt.param_groups[0]["lr"], opt.param_groups[0]["momentum"]) == (0.1, 0.9)

@@ -290,6 +290,8 @@ def _check_schedule(name: str, fn: Any, clock: Clock) -> Any:
 
 def _momentum_of(schedule: Any) -> Any:
     """The momentum schedule a learning-rate schedule carries, if it has one."""
+    if getattr(schedule, "has_momentum", True) is False:
+        return None  # compat.torch: momentum() is None for schedulers that cycle none
     own = getattr(schedule, "momentum", None)
     if callable(own):
         return own
