@@ -150,9 +150,17 @@ class Registry:
 
     def find(self, obj: Any) -> Adapter | None:
         """Returns the adapter for ``obj``, or None when no adapter takes its type."""
-        root = _root(type(obj).__module__)
+        cls = type(obj)
+        root = _root(cls.__module__)
         if root not in self._roots:
-            return None
+            # A user's subclass (``class Net(torch.nn.Module)`` in ``__main__``) belongs to
+            # the framework of its nearest registered base.
+            root = next(
+                (r for r in (_root(b.__module__) for b in cls.__mro__[1:]) if r in self._roots),
+                "",
+            )
+            if not root:
+                return None
         if root not in self._loaded and root in self._loaders:
             try:
                 self._load(root)

@@ -604,5 +604,7 @@ def placeholders(structure: Any) -> dict[str, np.ndarray[Any, Any]]:
         ):
             raise CorruptCheckpointError(f"state.json: bad shape for {key!r}")
         base = np.empty(1, decode_dtype(node.get("dtype")))
-        out[key] = np.lib.stride_tricks.as_strided(base, tuple(shape), (0,) * len(shape))
+        # np.ndarray, not as_strided: the latter goes through the array interface's type
+        # string, which cannot tell ml_dtypes' float8_e5m2 ('<f1') from other dtypes.
+        out[key] = np.ndarray(tuple(shape), base.dtype, base, strides=(0,) * len(shape))
     return out

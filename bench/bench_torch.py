@@ -1,0 +1,253 @@
+"""Per-update cost of globalstep's torch integration inside a real torch training loop.
+
+The same small model, data and SGD update run under five drivers, interleaved round-robin:
+
+* ``hand``: a plain loop with an inline cosine formula written into ``param_groups`` and a
+  counter, logging ``loss.item()`` every 100 updates;
+* ``globalstep``: ``attach(optimizer, clock, CosineDecay)`` (the rate set and the clock
+  ticked by the optimizer's step hooks), two triggers (``every(100)``, ``every(1000)``) and
+  two scalars per update through a JSONL ``SummaryWriter`` (the loss as a tensor);
+* ``ignite``: an ignite ``Engine`` with a handler every 100 iterations;
+* ``lightning``: a bare Lightning ``Trainer`` (no logger, progress bar, checkpointing or
+  model summary), its per-update cost taken from two run lengths so set-up is excluded.
+
+Two measures of globalstep's share per update: the time spent in its own code inside the
+loop, per update (the step hooks, timed by marker hooks registered around them, plus the
+triggers and the scalars, timed in place, less the timer's own cost), as its median and
+mean over the updates in wall time, and its median in thread CPU time; and the
+whole loop's time minus the hand loop's (noisy on a loaded machine: the difference of two
+numbers of ~100 us or more).
+
+Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import math
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from globalstep import Clock, SummaryWriter, every
+from globalstep.integrations.torch import attach
+from globalstep.schedules import CosineDecay
+
+BATCH, WIDTH, BASE_LR = 32, 32, 0.05
+
+
+def _setup(n: int, seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer, list]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 1)
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=BASE_LR, momentum=0.9)
+    data = [(torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)) for _ in range(64)]
+    return model, opt, [data[i % 64] for i in range(n)]
+
+
+def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def run_hand(n: int) -> dict[str, float]:
+    model, opt, batches = _setup(n)
+    step, logs = 0, []
+    start = time.perf_counter()
+    for x, y in batches:
+        lr = BASE_LR * 0.5 * (1 + math.cos(math.pi * min(step, n) / n))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad()
+        loss = _loss(model, x, y)
+        loss.backward()
+        opt.step()
+        step += 1  # noqa: SIM113 (the hand loop's own step counter is what is measured)
+        if step % 100 == 0:
+            logs.append((step, loss.item()))
+    return {"total": time.perf_counter() - start}
+
+
+def _timer_cost(timer: Callable[[], int]) -> float:
+    """The median ns one ``timer() ... timer()`` span reads when nothing runs in it."""
+    spans = []
+    for _ in range(2001):
+        t0 = timer()
+        spans.append(timer() - t0)
+    return statistics.median(spans)
+
+
+def run_globalstep(
+    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns
+) -> dict[str, float]:
+    model, opt, batches = _setup(n)
+    clock = Clock()
+    attachment = attach(opt, clock, CosineDecay(BASE_LR, n))
+    # Marker hooks around attach's own: the time between them is globalstep's hook work.
+    marks = {"t": 0, "hooks": 0}
+
+    def open_mark(*_: object) -> None:
+        marks["t"] = timer()
+
+    def close_mark(*_: object) -> None:
+        marks["hooks"] += timer() - marks["t"]
+
+    pre_handles = [opt.register_step_pre_hook(close_mark)]  # after attach's pre-hook
+    post_handles = [opt.register_step_post_hook(close_mark)]  # after attach's post-hook
+    # The opening marks go in front of attach's hooks in torch's ordered hook dicts.
+    pre_open = opt.register_step_pre_hook(open_mark)
+    post_open = opt.register_step_post_hook(open_mark)
+    opt._optimizer_step_pre_hooks.move_to_end(pre_open.id, last=False)
+    opt._optimizer_step_post_hooks.move_to_end(post_open.id, last=False)
+    writer = SummaryWriter(logdir, clock=clock, formats=("jsonl",), flush_seconds=60.0)
+    log, save = every(100), every(1000)
+    spans = []
+    logs = []
+    start = time.perf_counter()
+    for x, y in batches:
+        opt.zero_grad()
+        loss = _loss(model, x, y)
+        loss.backward()
+        marks["hooks"] = 0
+        opt.step()  # sets the rate of update clock.step, then ticks the clock
+        t0 = timer()
+        writer.scalars({"loss": loss.detach(), "lr": opt.param_groups[0]["lr"]})
+        if log.should_fire(clock):
+            logs.append(clock.step)
+        if save.should_fire(clock):
+            logs.append(-clock.step)
+        spans.append(timer() - t0 + marks["hooks"])
+    total = time.perf_counter() - start
+    writer.close()
+    for handle in [*pre_handles, *post_handles, pre_open, post_open]:
+        handle.remove()
+    attachment.detach()
+    assert clock.step == n
+    cost = 3 * _timer_cost(timer)  # three spans per update: pre-hook, post-hook, inline
+    return {
+        "total": total,
+        "direct_median": (statistics.median(spans) - cost) * 1e-9,
+        "direct_mean": (statistics.fmean(spans) - cost) * 1e-9,
+    }
+
+
+def run_ignite(n: int) -> dict[str, float]:
+    from ignite.engine import Engine, Events
+
+    model, opt, batches = _setup(n)
+    logs = []
+
+    def update(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        x, y = batch
+        opt.zero_grad()
+        loss = _loss(model, x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    engine = Engine(update)
+
+    @engine.on(Events.ITERATION_COMPLETED(every=100))
+    def _log(engine: Engine) -> None:
+        logs.append((engine.state.iteration, engine.state.output.item()))
+
+    start = time.perf_counter()
+    engine.run(batches, max_epochs=1)
+    return {"total": time.perf_counter() - start}
+
+
+def run_lightning(n: int) -> dict[str, float]:
+    import lightning
+
+    model, _, batches = _setup(n)
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = model
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
+            x, y = batch
+            return _loss(self.net, x, y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.net.parameters(), lr=BASE_LR, momentum=0.9)
+
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    trainer = lightning.Trainer(
+        max_steps=n,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+    )
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(Module(), loader)
+    return {"total": time.perf_counter() - start}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=2000)
+    parser.add_argument("--no-peers", action="store_true", help="skip ignite and Lightning")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    n = args.updates
+    per: dict[str, list[float]] = {"hand": [], "globalstep": [], "ignite": [], "lightning": []}
+    direct: list[float] = []
+    direct_mean: list[float] = []
+    cpu: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            per["hand"].append(run_hand(n)["total"] / n)
+            gs = run_globalstep(n, os.path.join(tmp, f"run{r}"))
+            per["globalstep"].append(gs["total"] / n)
+            direct.append(gs["direct_median"])
+            direct_mean.append(gs["direct_mean"])
+            cpu.append(
+                run_globalstep(n, os.path.join(tmp, f"cpu{r}"), time.thread_time_ns)[
+                    "direct_median"
+                ]
+            )
+            if not args.no_peers:
+                per["ignite"].append(run_ignite(n)["total"] / n)
+                short, long_ = n // 4, n // 4 + n // 2
+                a, b = run_lightning(short)["total"], run_lightning(long_)["total"]
+                per["lightning"].append((b - a) / (long_ - short))
+
+    def us(values: list[float]) -> str:
+        med = statistics.median(values) * 1e6
+        lo, hi = min(values) * 1e6, max(values) * 1e6
+        return f"{med:8.1f} us  [{lo:.1f} .. {hi:.1f}]"
+
+    print(f"load: {os.getloadavg()}, {args.rounds} rounds x {n} updates, torch threads 1")
+    print(f"{'driver':<12} {'per update (median [min .. max])':<36} {'minus hand (median)'}")
+    hand = per["hand"]
+    for name, values in per.items():
+        if not values:
+            continue
+        extra = statistics.median([v - h for v, h in zip(values, hand, strict=True)]) * 1e6
+        print(f"{name:<12} {us(values):<36} {extra:+8.1f} us")
+    print("globalstep share per update, timed in place (hooks + triggers + 2 scalars):")
+    print(f"  median over updates: {us(direct)}")
+    print(f"  mean over updates:   {us(direct_mean)}  (GIL waits on the writer thread included)")
+    print(f"  median, thread CPU time: {us(cpu)}  (preemption and GIL waits excluded)")
+
+
+if __name__ == "__main__":
+    main()

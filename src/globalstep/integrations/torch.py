@@ -1,0 +1,442 @@
+"""PyTorch: the step advanced by ``optimizer.step()`` itself, and torch state in checkpoints.
+
+:func:`attach` hooks an optimizer so that each update it really applies first writes the
+rate of update number ``clock.step`` (see :mod:`globalstep.clock`) into every param group,
+and then ticks the clock. An update that a ``GradScaler`` skips (inf or NaN gradients) never
+reaches the optimizer's ``step()``, so it neither ticks the clock nor moves the schedule;
+gradient accumulation ticks once per ``optimizer.step()``. Each optimizer gets its own clock
+(a GAN's generator and critic), and :meth:`Attachment.detach` undoes everything.
+
+Torch objects go into checkpoint trees as they are: tensors of every dtype, modules (also
+``torch.compile``'d or DDP-wrapped ones, whose ``_orig_mod.`` / ``module.`` prefixes are
+dropped both ways), optimizers, schedulers, ``GradScaler``, ``torch.Generator`` and the
+process RNG (:class:`RNGState`); see :mod:`globalstep.integrations._torch_state`. The data
+position lives in a :class:`ResumableSampler`, apart from the clock, because skipped updates
+consume batches without advancing the step; see :mod:`globalstep.integrations._torch_data`.
+
+This module imports torch; ``import globalstep`` does not import it.
+
+Example:
+    >>> import torch
+    >>> from globalstep import Clock
+    >>> from globalstep.compat.torch import StepLR
+    >>> model = torch.nn.Linear(2, 1)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    >>> clock = Clock()
+    >>> attachment = attach(opt, clock, StepLR(base_lr=0.1, step_size=2, gamma=0.5))
+    >>> rates = []
+    >>> for _ in range(4):
+    ...     model(torch.ones(1, 2)).sum().backward()
+    ...     opt.step()
+    ...     rates.append(opt.param_groups[0]["lr"])
+    >>> clock.step, rates
+    (4, [0.1, 0.1, 0.05, 0.05])
+    >>> attachment.detach()
+    >>> opt.param_groups[0]["lr"]
+    1.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from globalstep.clock import Clock
+from globalstep.errors import ConfigError, GlobalStepError, StepError
+from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
+from globalstep.integrations._torch_state import RNGState
+
+__all__ = [
+    "Attachment",
+    "OneCycleMomentum",
+    "RNGState",
+    "ResumableSampler",
+    "attach",
+    "skip_ahead",
+]
+
+_BLOCK = 256  # steps of a schedule computed at once with values(), then read by index
+
+
+class _Table:
+    """A schedule read at one step at a time, computed a block of steps at once.
+
+    ``values(steps)`` equals ``schedule(step)`` bit for bit (the schedule protocol), so
+    reading a block computed ahead gives the very numbers a call would, at a list index's
+    cost. A schedule without ``values`` is called directly.
+    """
+
+    __slots__ = ("_fn", "_start", "_stop", "_values", "_vector")
+
+    def __init__(self, fn: Callable[[int], float]) -> None:
+        self._fn = fn
+        self._vector = callable(getattr(fn, "values", None))
+        self._start = 0
+        self._stop = 0
+        self._values: list[float] = []
+
+    def __call__(self, step: int) -> float:
+        if self._start <= step < self._stop:
+            return self._values[step - self._start]
+        if not self._vector:
+            return float(self._fn(step))
+        size = _BLOCK
+        while True:
+            try:
+                block = self._fn.values(np.arange(step, step + size, dtype=np.int64))  # type: ignore[attr-defined]
+                break
+            except GlobalStepError:
+                if size == 1:
+                    raise
+                size //= 2  # e.g. OneCycleLR refuses steps past its end: a shorter block
+        self._values = [float(v) for v in np.asarray(block).reshape(-1)]
+        self._start, self._stop = step, step + len(self._values)
+        return self._values[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class OneCycleMomentum:
+    """The momentum PyTorch's ``OneCycleLR`` cycles, opposite to the rate, as a schedule.
+
+    ``OneCycleLR(cycle_momentum=True)`` moves momentum (``betas[0]`` for Adam-style
+    optimizers) from ``max_momentum`` down to ``base_momentum`` while the rate rises, and
+    back while it falls (a third phase holds it at ``max_momentum``). Pass it as
+    ``attach(..., momentum=OneCycleMomentum(schedule))``; :func:`attach` builds it itself
+    for a one-cycle schedule that carries ``base_momentum`` / ``max_momentum``.
+
+    Args:
+        schedule: the ``globalstep.compat.torch.OneCycleLR`` whose phases it follows.
+        base_momentum: the momentum at the rate's peak.
+        max_momentum: the momentum at the cycle's start and end.
+
+    Raises:
+        ConfigError: ``schedule`` is not a one-cycle schedule, or a momentum is not a
+            finite number in [0, 1].
+
+    Example:
+        >>> from globalstep.compat.torch import OneCycleLR
+        >>> m = OneCycleMomentum(OneCycleLR(max_lr=1.0, total_steps=10, anneal_strategy="linear"))
+        >>> [round(m(k), 6) for k in (0, 2, 9)]
+        [0.95, 0.85, 0.95]
+    """
+
+    schedule: Any
+    base_momentum: float = 0.85
+    max_momentum: float = 0.95
+
+    def __post_init__(self) -> None:
+        for name in ("steps_total", "pct_start", "three_phase", "anneal_strategy"):
+            if not hasattr(self.schedule, name):
+                raise ConfigError(
+                    "schedule",
+                    "must be a one-cycle schedule (globalstep.compat.torch.OneCycleLR)",
+                    self.schedule,
+                )
+        for name in ("base_momentum", "max_momentum"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ConfigError(name, "must be a number in [0, 1]", value)
+
+    def __call__(self, step: int) -> float:
+        """Returns the momentum update number ``step`` uses."""
+        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
+            raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
+        s = self.schedule
+        total, pct_start = s.steps_total, s.pct_start
+        top, low = self.max_momentum, self.base_momentum
+        phases = [(float(pct_start * total) - 1, top, low)]
+        if s.three_phase:
+            phases.append((float(2 * pct_start * total) - 2, low, top))
+            phases.append((total - 1, top, top))
+        else:
+            phases.append((total - 1, low, top))
+        start = 0.0
+        for i, (end, first, last) in enumerate(phases):
+            if step <= end or i == len(phases) - 1:
+                pct = (step - start) / (end - start)
+                if s.anneal_strategy == "cos":
+                    return float(last + (first - last) / 2.0 * (math.cos(math.pi * pct) + 1))
+                return float((last - first) * pct + first)
+            start = end
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+# Attachments by id(optimizer), so that one optimizer is not hooked twice and one clock is
+# not ticked by two optimizers. An attachment lives as long as its optimizer's hooks (or the
+# caller) hold it, and it holds the optimizer, so an id here is never a reused one.
+_ATTACHED: weakref.WeakValueDictionary[int, Attachment] = weakref.WeakValueDictionary()
+
+
+class Attachment:
+    """The hooks :func:`attach` put on one optimizer; :meth:`detach` removes them."""
+
+    def __init__(
+        self,
+        optimizer: Any,
+        clock: Clock,
+        lr: list[Callable[[int], float] | None],
+        momentum: list[Callable[[int], float] | None],
+        scheduler: Any,
+    ) -> None:
+        self.optimizer = optimizer
+        self.clock = clock
+        self.scheduler = scheduler
+        # Groups by index: optimizer.load_state_dict() (a restore) replaces the group dicts.
+        groups = optimizer.param_groups
+        self._lr = [(i, t) for i, t in enumerate(lr) if t is not None]
+        self._momentum = [
+            (i, t, "betas" if "betas" in groups[i] else "momentum")
+            for i, t in enumerate(momentum)
+            if t is not None
+        ]
+        keys = ("lr", "momentum", "betas")
+        self._saved = [{k: g[k] for k in keys if k in g} for g in groups]
+        self._last_step: int | None = None
+        self._handles = [
+            optimizer.register_step_pre_hook(self._before),
+            optimizer.register_step_post_hook(self._after),
+        ]
+
+    def __repr__(self) -> str:
+        state = "detached" if not self._handles else "attached"
+        return f"Attachment({type(self.optimizer).__name__}, {self.clock!r}, {state})"
+
+    @property
+    def attached(self) -> bool:
+        """True until :meth:`detach`."""
+        return bool(self._handles)
+
+    def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        step = self.clock._step
+        groups = optimizer.param_groups
+        for i, table in self._lr:
+            group = groups[i]
+            value = table(step)
+            current = group["lr"]
+            if type(current) is not float and isinstance(current, torch.Tensor):
+                current.fill_(value)
+            else:
+                group["lr"] = value
+        for i, table, key in self._momentum:
+            group = groups[i]
+            value = table(step)
+            if key == "betas":
+                betas = group["betas"]
+                if isinstance(betas[0], torch.Tensor):
+                    betas[0].fill_(value)
+                else:
+                    group["betas"] = (value, *betas[1:])
+            else:
+                group["momentum"] = value
+
+    def _after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        # A fused optimizer stepped by a GradScaler skips the update itself when the scaler
+        # found inf or NaN gradients; the scaler then leaves ``found_inf`` on the optimizer.
+        found_inf = getattr(optimizer, "found_inf", None)
+        if found_inf is not None and isinstance(found_inf, torch.Tensor) and found_inf.item():
+            return
+        self.clock.tick()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def detach(self) -> None:
+        """Removes the hooks and puts back each group's rate and momentum as they were.
+
+        Raises:
+            ConfigError: already detached.
+        """
+        if not self._handles:
+            raise ConfigError(
+                "attachment", "is already detached", self, hint="detach() once per attach()."
+            )
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        for group, saved in zip(self.optimizer.param_groups, self._saved, strict=False):
+            group.update(saved)
+        _ATTACHED.pop(id(self.optimizer), None)
+
+
+def _per_group(name: str, value: Any, n: int) -> list[Any]:
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != n:
+            raise ConfigError(
+                name,
+                f"must hold one entry per param group ({n})",
+                value,
+                hint="Pass one schedule, or a list as long as optimizer.param_groups.",
+            )
+        return list(value)
+    return [value] * n
+
+
+def _check_schedule(name: str, fn: Any, clock: Clock) -> Any:
+    if fn is None:
+        return None
+    if not callable(fn):
+        raise ConfigError(name, "must be a schedule (a callable of the step) or None", fn)
+    if hasattr(fn, "global_step") and hasattr(fn, "schedule"):
+        fn = fn.schedule  # compat.tf's decayed rate (a callable of nothing): its schedule
+    if getattr(fn, "resolved", True) is False and callable(getattr(fn, "resolve", None)):
+        fn = fn.resolve(clock)  # durations such as "3ep" become steps with the clock's sizes
+    return fn
+
+
+def _momentum_of(schedule: Any) -> Any:
+    """The momentum schedule a learning-rate schedule carries, if it has one."""
+    if getattr(schedule, "has_momentum", True) is False:
+        return None  # compat.torch: momentum() is None for schedulers that cycle none
+    own = getattr(schedule, "momentum", None)
+    if callable(own):
+        return own
+    if getattr(schedule, "cycle_momentum", False) and hasattr(schedule, "base_momentum"):
+        return OneCycleMomentum(schedule, schedule.base_momentum, schedule.max_momentum)
+    return None
+
+
+def attach(
+    optimizer: Any,
+    clock: Clock,
+    schedule: Any = None,
+    *,
+    multipliers: Sequence[float] | None = None,
+    momentum: Any = None,
+    scheduler: Any = None,
+) -> Attachment:
+    """Makes ``optimizer.step()`` set each group's rate from the clock, then tick the clock.
+
+    Before each update the optimizer really applies, every param group gets
+    ``schedule(clock.step) * multiplier`` as its ``lr`` (and ``momentum`` as its momentum,
+    or as ``betas[0]`` for Adam-style optimizers); after it, ``clock.tick()``. Skipped
+    updates (a ``GradScaler`` that found inf or NaN gradients does not call
+    ``optimizer.step()``) change nothing, so the clock, the schedule position and
+    ``optimizer.state[p]["step"]`` stay equal.
+
+    Args:
+        optimizer: a ``torch.optim.Optimizer``.
+        clock: the clock this optimizer advances; one clock per optimizer.
+        schedule: None (the clock only ticks), a schedule (any callable of the step; a
+            globalstep schedule is read a block of steps at a time; a ``compat.tf`` decayed
+            rate gives its schedule), or a list with one schedule (or None, to leave that
+            group alone) per param group.
+        multipliers: per param group factors for one shared ``schedule`` (e.g. a smaller
+            rate for a backbone); default 1 for every group.
+        momentum: a momentum (beta1) schedule, or one per group; by default the one
+            ``schedule`` carries, as a one-cycle schedule with ``cycle_momentum``.
+        scheduler: a torch ``LRScheduler`` you already have, adopted instead of
+            ``schedule``: it is stepped after each applied update and never after a
+            skipped one, so existing code keeps its scheduler.
+
+    Returns:
+        The :class:`Attachment`; ``detach()`` removes the hooks.
+
+    Raises:
+        ConfigError: the optimizer is already attached, the clock is already advanced by
+            another optimizer, a per-group list has the wrong length, a schedule is not
+            callable, or both ``schedule`` and ``scheduler`` are given.
+
+    Example:
+        >>> import torch
+        >>> from globalstep import Clock
+        >>> w = torch.nn.Parameter(torch.zeros(1))
+        >>> opt = torch.optim.SGD([w], lr=0.5)
+        >>> clock = Clock()
+        >>> a = attach(opt, clock)      # no schedule: the update ticks the clock
+        >>> w.grad = torch.ones(1)
+        >>> opt.step()
+        >>> clock.step
+        1
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ConfigError("optimizer", "must be a torch.optim.Optimizer", optimizer)
+    if not isinstance(clock, Clock):
+        raise ConfigError("clock", "must be a globalstep.Clock", clock)
+    if id(optimizer) in _ATTACHED:
+        raise ConfigError(
+            "optimizer",
+            "is already attached",
+            type(optimizer).__name__,
+            hint="Call detach() on its attachment first.",
+        )
+    for other in list(_ATTACHED.values()):
+        if other.clock is clock:
+            raise ConfigError(
+                "clock",
+                "is already advanced by another optimizer",
+                clock,
+                hint="Give each optimizer its own Clock (e.g. Clock('generator'), "
+                "Clock('critic')).",
+            )
+    n = len(optimizer.param_groups)
+    if scheduler is not None:
+        if schedule is not None or multipliers is not None or momentum is not None:
+            raise ConfigError(
+                "scheduler",
+                "must come alone: the adopted scheduler sets the rates itself",
+                type(scheduler).__name__,
+                hint="Pass either scheduler= or schedule=, not both.",
+            )
+        if (
+            not callable(getattr(scheduler, "step", None))
+            or getattr(scheduler, "optimizer", None) is not optimizer
+        ):
+            raise ConfigError(
+                "scheduler",
+                "must be a torch LRScheduler built on this optimizer",
+                type(scheduler).__name__,
+            )
+    schedules = [_check_schedule("schedule", s, clock) for s in _per_group("schedule", schedule, n)]
+    if multipliers is not None:
+        if schedule is None or isinstance(schedule, Sequence):
+            raise ConfigError(
+                "multipliers",
+                "needs one shared schedule",
+                multipliers,
+                hint="Pass schedule=<one schedule>, or a schedule per group without multipliers.",
+            )
+        factors = _per_group("multipliers", multipliers, n)
+        for f in factors:
+            if isinstance(f, bool) or not isinstance(f, int | float) or not math.isfinite(f):
+                raise ConfigError("multipliers", "must be finite numbers", multipliers)
+        schedules = [_Scaled(schedules[0], float(f)) for f in factors]
+    if momentum is None and schedule is not None and not isinstance(schedule, Sequence):
+        momentum = _momentum_of(schedules[0] if multipliers is None else schedule)
+    moments = [_check_schedule("momentum", m, clock) for m in _per_group("momentum", momentum, n)]
+    for group, m in zip(optimizer.param_groups, moments, strict=True):
+        if m is not None and "momentum" not in group and "betas" not in group:
+            raise ConfigError(
+                "momentum",
+                "needs param groups with 'momentum' or 'betas'",
+                type(optimizer).__name__,
+            )
+    attachment = Attachment(
+        optimizer,
+        clock,
+        [_Table(s) if s is not None else None for s in schedules],
+        [_Table(m) if m is not None else None for m in moments],
+        scheduler,
+    )
+    _ATTACHED[id(optimizer)] = attachment
+    return attachment
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scaled:
+    """``schedule(step) * factor``, still read a block at a time."""
+
+    schedule: Any
+    factor: float
+
+    def __call__(self, step: int) -> float:
+        return float(self.schedule(step)) * self.factor
+
+    def values(self, steps: Any) -> Any:
+        if not callable(getattr(self.schedule, "values", None)):
+            return np.array([self(int(s)) for s in np.asarray(steps).reshape(-1)])
+        return np.asarray(self.schedule.values(steps), dtype=np.float64) * self.factor

@@ -1,0 +1,396 @@
+"""Tests for globalstep.integrations.torch.attach: the step advanced by optimizer.step()."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from globalstep import Clock  # noqa: E402
+from globalstep.compat import torch as compat  # noqa: E402
+from globalstep.errors import ConfigError, StepError  # noqa: E402
+from globalstep.integrations.torch import OneCycleMomentum, attach  # noqa: E402
+from globalstep.schedules import ExponentialDecay  # noqa: E402
+
+
+def _param(n=1):
+    return torch.nn.Parameter(torch.zeros(n))
+
+
+def _sgd_step(opt, params):
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+
+
+@pytest.fixture
+def released():
+    """Detaches every attachment a test leaves attached."""
+    made = []
+    yield made
+    for a in made:
+        if a.attached:
+            a.detach()
+
+
+def test_update_k_uses_schedule_of_k(released):
+    """Update number k moves an SGD parameter by exactly schedule(k) with a unit gradient."""
+    w = _param()
+    opt = torch.optim.SGD([w], lr=99.0)
+    clock = Clock()
+    sched = compat.StepLR(base_lr=0.5, step_size=3, gamma=0.5)
+    released.append(attach(opt, clock, sched))
+    moves = []
+    for _ in range(7):
+        before = w.item()
+        _sgd_step(opt, [w])
+        moves.append(before - w.item())
+    assert moves == [sched(k) for k in range(7)]
+    assert clock.step == 7
+
+
+def test_skipped_scaler_update_does_not_tick(released):
+    """An update the GradScaler skips leaves the clock, the rate and the optimizer's step."""
+    w = _param(2)
+    opt = torch.optim.AdamW([w], lr=1.0)
+    clock = Clock()
+    sched = ExponentialDecay(0.1, decay_steps=1, rate=0.5)
+    released.append(attach(opt, clock, sched))
+    scaler = torch.amp.GradScaler("cpu")
+    rates = []
+    for i in range(6):
+        opt.zero_grad()
+        scaler.scale((w * 2.0).sum()).backward()
+        if i in (1, 2, 4):
+            w.grad[0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+        rates.append(opt.param_groups[0]["lr"])
+    assert clock.step == 3
+    assert int(opt.state[w]["step"].item()) == clock.step
+    assert rates == [sched(0), sched(0), sched(0), sched(1), sched(1), sched(2)]
+
+
+def test_fused_optimizer_skip_does_not_tick(released):
+    """A fused Adam, which skips a scaler's inf update inside step(), does not tick either."""
+    w = _param(2)
+    opt = torch.optim.Adam([w], lr=0.1, fused=True)
+    clock = Clock()
+    released.append(attach(opt, clock))
+    scaler = torch.amp.GradScaler("cpu")
+    for i in range(4):
+        opt.zero_grad()
+        scaler.scale(w.sum()).backward()
+        if i == 2:
+            w.grad[1] = float("nan")
+        scaler.step(opt)
+        scaler.update()
+    assert clock.step == 3
+    assert int(opt.state[w]["step"].item()) == 3
+
+
+def test_accumulation_ticks_once_per_step(released):
+    """Four accumulated micro-batches per optimizer.step() tick the clock once."""
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    clock = Clock()
+    released.append(attach(opt, clock))
+    for _ in range(5):
+        for _ in range(4):
+            model(torch.randn(2, 3)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert clock.step == 5
+
+
+def test_two_optimizers_two_clocks(released):
+    """A critic updated 5 times per generator update advances its own clock 5 times as fast."""
+    g, d = _param(), _param()
+    opt_g, opt_d = torch.optim.SGD([g], lr=0.1), torch.optim.SGD([d], lr=0.1)
+    gen, critic = Clock("generator"), Clock("critic")
+    released += [attach(opt_g, gen), attach(opt_d, critic)]
+    for _ in range(4):
+        for _ in range(5):
+            _sgd_step(opt_d, [d])
+        _sgd_step(opt_g, [g])
+    assert (gen.step, critic.step) == (4, 20)
+
+
+def test_detach_removes_hooks_and_restores_groups(released):
+    """After detach() the clock stops and each group's lr and betas are as before attach."""
+    w = _param()
+    opt = torch.optim.AdamW([w], lr=0.3, betas=(0.8, 0.99))
+    clock = Clock()
+    sched = compat.OneCycleLR(max_lr=1.0, total_steps=10)
+    a = attach(opt, clock, sched, momentum=OneCycleMomentum(sched))
+    _sgd_step(opt, [w])
+    assert opt.param_groups[0]["lr"] != 0.3
+    a.detach()
+    assert (opt.param_groups[0]["lr"], opt.param_groups[0]["betas"]) == (0.3, (0.8, 0.99))
+    _sgd_step(opt, [w])
+    assert clock.step == 1
+    assert not a.attached
+
+
+def test_detach_twice_is_an_error():
+    """A second detach() raises ConfigError."""
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    a = attach(opt, Clock())
+    a.detach()
+    with pytest.raises(ConfigError, match="already detached"):
+        a.detach()
+
+
+def test_reattach_after_detach(released):
+    """An optimizer can be attached again once detached."""
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    attach(opt, Clock()).detach()
+    released.append(attach(opt, Clock()))
+    assert released[0].attached
+
+
+def test_adopted_scheduler_matches_torch(released):
+    """An adopted torch OneCycleLR gives the rates and momenta it gives when stepped by hand."""
+
+    def run(adopt):
+        w = _param()
+        opt = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=20)
+        clock = Clock()
+        if adopt:
+            released.append(attach(opt, clock, scheduler=sched))
+        seen = []
+        for _ in range(15):
+            seen.append((opt.param_groups[0]["lr"], opt.param_groups[0]["momentum"]))
+            _sgd_step(opt, [w])
+            if not adopt:
+                sched.step()
+        return seen, w.item()
+
+    assert run(True) == run(False)
+
+
+def test_adopted_scheduler_not_stepped_on_skip(released):
+    """An adopted scheduler is not stepped for an update the GradScaler skipped."""
+    w = _param()
+    opt = torch.optim.SGD([w], lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    clock = Clock()
+    released.append(attach(opt, clock, scheduler=sched))
+    scaler = torch.amp.GradScaler("cpu")
+    for i in range(3):
+        opt.zero_grad()
+        scaler.scale(w.sum()).backward()
+        if i == 1:
+            w.grad[0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+    assert (clock.step, sched.last_epoch) == (2, 2)
+
+
+def test_per_group_schedules_and_none(released):
+    """A list gives each group its own schedule; None leaves that group's lr alone."""
+    a, b, c = _param(), _param(), _param()
+    opt = torch.optim.SGD([{"params": [a]}, {"params": [b]}, {"params": [c], "lr": 7.0}], lr=1.0)
+    s1 = compat.ExponentialLR(base_lr=1.0, gamma=0.5)
+    s2 = compat.ExponentialLR(base_lr=2.0, gamma=0.25)
+    released.append(attach(opt, Clock(), [s1, s2, None]))
+    _sgd_step(opt, [a, b, c])
+    _sgd_step(opt, [a, b, c])
+    assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5, 7.0]
+
+
+def test_multipliers_scale_one_schedule(released):
+    """One schedule with multipliers (0.1, 1) gives the groups 0.1 x and 1 x the rate."""
+    a, b = _param(), _param()
+    opt = torch.optim.SGD([{"params": [a]}, {"params": [b]}], lr=1.0)
+    sched = compat.ExponentialLR(base_lr=1.0, gamma=0.5)
+    released.append(attach(opt, Clock(), sched, multipliers=[0.1, 1]))
+    for _ in range(3):
+        _sgd_step(opt, [a, b])
+    assert [g["lr"] for g in opt.param_groups] == [0.25 * 0.1, 0.25]
+
+
+def test_momentum_parity_with_torch_one_cycle(released):
+    """OneCycleMomentum through attach sets AdamW's beta1 as torch's OneCycleLR does."""
+    kw = {"max_lr": 0.5, "total_steps": 30, "pct_start": 0.25, "three_phase": True}
+    w1, w2 = _param(), _param()
+    ours = torch.optim.AdamW([w1], lr=0.1)
+    theirs = torch.optim.AdamW([w2], lr=0.1)
+    sched = compat.OneCycleLR(**kw)
+    released.append(attach(ours, Clock(), sched, momentum=OneCycleMomentum(sched)))
+    ref = torch.optim.lr_scheduler.OneCycleLR(theirs, **kw)
+    for _ in range(25):
+        expected = (theirs.param_groups[0]["lr"], theirs.param_groups[0]["betas"][0])
+        _sgd_step(ours, [w1])
+        got = (ours.param_groups[0]["lr"], ours.param_groups[0]["betas"][0])
+        assert math.isclose(got[0], expected[0], rel_tol=1e-12)
+        assert math.isclose(got[1], expected[1], rel_tol=1e-12)
+        _sgd_step(theirs, [w2])
+        ref.step()
+
+
+def test_schedule_carrying_momentum_is_used(released):
+    """A schedule with a momentum(step) method sets SGD's momentum without momentum=."""
+
+    class WithMomentum:
+        def __call__(self, step):
+            return 0.1
+
+        def momentum(self, step):
+            return 0.5 + step / 100
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0, momentum=0.9)
+    released.append(attach(opt, Clock(), WithMomentum()))
+    _sgd_step(opt, [w])
+    _sgd_step(opt, [w])
+    assert opt.param_groups[0]["momentum"] == 0.51
+
+
+def test_tensor_lr_filled_in_place(released):
+    """A group whose lr is a tensor gets the rate written into that tensor."""
+    w = _param()
+    lr = torch.tensor(0.5)
+    opt = torch.optim.Adam([w], lr=lr)
+    released.append(attach(opt, Clock(), compat.ExponentialLR(base_lr=1.0, gamma=0.5)))
+    _sgd_step(opt, [w])
+    _sgd_step(opt, [w])
+    assert opt.param_groups[0]["lr"] is lr
+    assert lr.item() == 0.5
+
+
+def test_duration_schedule_resolved_with_clock(released):
+    """A schedule length in epochs is resolved with the clock's steps per epoch."""
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0)
+    clock = Clock(steps_per_epoch=2)
+    released.append(attach(opt, clock, ExponentialDecay(1.0, "1ep", 0.5, staircase=True)))
+    for _ in range(3):
+        _sgd_step(opt, [w])
+    assert opt.param_groups[0]["lr"] == 0.5
+
+
+def test_schedule_past_its_end_raises_at_that_update(released):
+    """A OneCycleLR read past total_steps raises StepError at the update past its end."""
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0)
+    released.append(attach(opt, Clock(), compat.OneCycleLR(max_lr=1.0, total_steps=3)))
+    for _ in range(4):
+        _sgd_step(opt, [w])
+    with pytest.raises(StepError, match="total_steps=3"):
+        _sgd_step(opt, [w])
+
+
+def test_one_cycle_momentum_two_phase_values():
+    """OneCycleMomentum falls from max to base over the warm-up and rises back after."""
+    m = OneCycleMomentum(compat.OneCycleLR(max_lr=1.0, total_steps=10, pct_start=0.3))
+    assert [m(0), m(2), m(9)] == pytest.approx([0.95, 0.85, 0.95], abs=1e-15)
+    assert m(1) > m(2) < m(3)
+
+
+def test_one_cycle_momentum_refuses_bad_input():
+    """OneCycleMomentum refuses a non-one-cycle schedule, a momentum outside [0, 1], step -1."""
+    with pytest.raises(ConfigError, match="one-cycle"):
+        OneCycleMomentum(compat.StepLR(base_lr=1.0, step_size=2))
+    sched = compat.OneCycleLR(max_lr=1.0, total_steps=10)
+    with pytest.raises(ConfigError, match="base_momentum"):
+        OneCycleMomentum(sched, base_momentum=1.5)
+    with pytest.raises(StepError, match="step"):
+        OneCycleMomentum(sched)(-1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"optimizer": "sgd"}, "`optimizer` must be a torch.optim.Optimizer"),
+        ({"clock": 3}, "`clock` must be a globalstep.Clock"),
+        ({"schedule": [None, None]}, "one entry per param group"),
+        ({"schedule": 0.1}, "must be a schedule"),
+        ({"multipliers": [1.0]}, "needs one shared schedule"),
+        (
+            {"schedule": compat.ExponentialLR(base_lr=1.0, gamma=0.5), "multipliers": [math.inf]},
+            "finite",
+        ),
+        ({"momentum": compat.ExponentialLR(base_lr=1.0, gamma=0.5)}, "'momentum' or 'betas'"),
+    ],
+)
+def test_attach_refuses_bad_arguments(kwargs, match):
+    """attach() names the argument and the rule it broke."""
+    opt = torch.optim.Adagrad([_param()], lr=0.1)
+    args = {"optimizer": opt, "clock": Clock(), **kwargs}
+    with pytest.raises(ConfigError, match=match):
+        attach(args.pop("optimizer"), args.pop("clock"), **args)
+
+
+def test_attach_twice_is_an_error(released):
+    """An optimizer already attached is refused until detached."""
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    released.append(attach(opt, Clock()))
+    with pytest.raises(ConfigError, match="already attached"):
+        attach(opt, Clock())
+
+
+def test_one_clock_two_optimizers_is_an_error(released):
+    """One clock advanced by two optimizers is refused, pointing to one clock each."""
+    clock = Clock()
+    released.append(attach(torch.optim.SGD([_param()], lr=0.1), clock))
+    with pytest.raises(ConfigError, match="its own Clock"):
+        attach(torch.optim.SGD([_param()], lr=0.1), clock)
+
+
+def test_scheduler_with_schedule_is_an_error():
+    """Adopting a torch scheduler and passing a schedule too is refused."""
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2)
+    with pytest.raises(ConfigError, match="must come alone"):
+        attach(opt, Clock(), compat.StepLR(base_lr=0.1, step_size=2), scheduler=sched)
+
+
+def test_scheduler_of_another_optimizer_is_an_error():
+    """A torch scheduler built on another optimizer is refused."""
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    other = torch.optim.SGD([_param()], lr=0.1)
+    with pytest.raises(ConfigError, match="built on this optimizer"):
+        attach(opt, Clock(), scheduler=torch.optim.lr_scheduler.StepLR(other, 2))
+
+
+def test_schedule_survives_optimizer_load_state_dict(released):
+    """After optimizer.load_state_dict() (a restore) the hooks still set the rate."""
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0)
+    released.append(attach(opt, Clock(), compat.ExponentialLR(base_lr=1.0, gamma=0.5)))
+    _sgd_step(opt, [w])
+    opt.load_state_dict(opt.state_dict())
+    _sgd_step(opt, [w])
+    _sgd_step(opt, [w])
+    assert opt.param_groups[0]["lr"] == 0.25
+
+
+def test_attachment_dies_with_its_optimizer():
+    """A dropped optimizer frees its clock for another optimizer."""
+    import gc
+
+    clock = Clock()
+    attach(torch.optim.SGD([_param()], lr=0.1), clock)
+    gc.collect()
+    attach(torch.optim.SGD([_param()], lr=0.1), clock).detach()
+
+
+def test_schedule_without_momentum_leaves_momentum(released):
+    """A schedule whose has_momentum is False leaves the groups' momentum alone."""
+
+    class NoMomentum:
+        has_momentum = False
+
+        def __call__(self, step):
+            return 0.1
+
+        def momentum(self, step):
+            return None
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=1.0, momentum=0.9)
+    released.append(attach(opt, Clock(), NoMomentum()))
+    _sgd_step(opt, [w])
+    assert (opt.param_groups[0]["lr"], opt.param_groups[0]["momentum"]) == (0.1, 0.9)
