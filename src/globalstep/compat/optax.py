@@ -720,7 +720,9 @@ def piecewise_interpolate_schedule(
         (1.0, 0.75, 0.5, 0.5)
     """
     if interpolate_type not in ("linear", "cosine"):
-        raise ConfigError("interpolate_type", "must be either 'cosine' or 'linear'", interpolate_type)
+        raise ConfigError(
+            "interpolate_type", "must be either 'cosine' or 'linear'", interpolate_type
+        )
     _check_numbers(init_value=init_value)
     items = _boundaries_and_scales(boundaries_and_scales)
     arguments = {
@@ -1039,5 +1041,7 @@ def linear_onecycle_schedule(
 
 
 _BUILDERS: dict[str, Callable[..., OptaxSchedule]] = {
-    name: globals()[name] for name in __all__ if name not in ("OptaxSchedule", "OptaxScheduleWarning")
+    name: globals()[name]
+    for name in __all__
+    if name not in ("OptaxSchedule", "OptaxScheduleWarning")
 }
