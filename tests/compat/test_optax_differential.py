@@ -195,6 +195,13 @@ def run(capsys, examples, derandomize):
         suppress_health_check=list(hypothesis.HealthCheck),
     )
     @hypothesis.given(configurations(), st.lists(st.integers(-10, 2**31 - 1), max_size=5))
+    @hypothesis.example(  # found at length: 0 ** negative before the decay begins
+        config=(
+            "exponential_decay",
+            {"init_value": 0.0, "transition_steps": 1, "decay_rate": 3.6e-160},
+        ),
+        extra=[-3],
+    )
     def prop(config, extra):
         check(config, extra)
 

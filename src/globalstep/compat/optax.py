@@ -132,7 +132,10 @@ class OptaxSchedule(PeerSchedule):
         self._schedule = Formula(self._formula, dtype=dtype)
 
     def _formula(self, steps: Steps) -> Values:
-        values = np.broadcast_to(self._fn(steps), steps.shape)
+        # optax evaluates both branches of its where()s (0 ** -1 before the count begins):
+        # IEEE results, no warnings, as in XLA.
+        with np.errstate(all="ignore"):
+            values = np.broadcast_to(self._fn(steps), steps.shape)
         # XLA runs with flush-to-zero: a float32 rate below the smallest normal is 0.
         return _F32.flush(values) if self._schedule.dtype == "float32" else values
 
@@ -156,8 +159,7 @@ class OptaxSchedule(PeerSchedule):
                 return self.arguments[self._constant_key()]
             if count >= 0:
                 return super().__call__(count)
-            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-                return float(self._formula(np.array([count], dtype=np.int64))[0])
+            return float(self._formula(np.array([count], dtype=np.int64))[0])
         if self._constant:
             return self.arguments[self._constant_key()]
         if isinstance(count, str | bytes) or count is None:
