@@ -54,10 +54,9 @@ def _is_key(obj: Any) -> bool:
 
 
 def _weak(array: Any) -> Any:
-    """``array`` as a weakly typed jax.Array (as a Python scalar becomes in JAX)."""
-    if array.ndim == 0:
-        return jnp.asarray(array.item())
-    return jax.lax.convert_element_type(array, array.dtype)  # pragma: no cover - rare
+    """``array`` as a weakly typed jax.Array, as a Python scalar becomes in JAX (a 0-d one:
+    JAX has no public way to make a larger array weakly typed, and optax makes none)."""
+    return jnp.asarray(array.item()) if array.ndim == 0 else array
 
 
 class JaxArrayAdapter(adapters.Adapter):
