@@ -202,6 +202,9 @@ def run(capsys, examples, derandomize):
         ),
         extra=[-3],
     )
+    @hypothesis.example(  # found at length: no boundaries return the value itself
+        config=("piecewise_constant_schedule", {"init_value": 1.4e-45}), extra=[]
+    )
     def prop(config, extra):
         check(config, extra)
 

@@ -672,6 +672,8 @@ def piecewise_constant_schedule(
         "init_value": init_value,
         "boundaries_and_scales": None if boundaries_and_scales is None else dict(items),
     }
+    if not items:  # optax returns init_value itself, unrounded and unflushed
+        return _degenerate("piecewise_constant_schedule", arguments, init_value)
     return OptaxSchedule("piecewise_constant_schedule", arguments, fn, "float32", make)
 
 
