@@ -205,6 +205,19 @@ def run(capsys, examples, derandomize):
     @hypothesis.example(  # found at length: no boundaries return the value itself
         config=("piecewise_constant_schedule", {"init_value": 1.4e-45}), extra=[]
     )
+    @hypothesis.example(  # found at length: a subnormal end value is read as zero
+        config=(
+            "warmup_cosine_decay_schedule",
+            {
+                "init_value": 0.0,
+                "peak_value": 1.0,
+                "warmup_steps": 0,
+                "decay_steps": 1,
+                "end_value": -2.05e-45,
+            },
+        ),
+        extra=[],
+    )
     def prop(config, extra):
         check(config, extra)
 

@@ -223,6 +223,12 @@ def _steps_arg(parameter: str, value: Any, minimum: int | None = None) -> None:
         raise ConfigError(parameter, f"must be >= {minimum}", value)
 
 
+def _f32(value: Any) -> Any:
+    """A Python hyper-parameter as the float32 XLA reads it: rounded, and a subnormal taken
+    as a (signed) zero (XLA's CPU kernels run denormals-are-zero)."""
+    return _F32.flush(np.float32(value))[()]
+
+
 def _counts(count: Steps) -> Values:
     """Counts as float32, as JAX divides int32 counts."""
     return count.astype(np.float32)
@@ -245,8 +251,8 @@ def _polynomial(init: float, end: float, power: float, steps: int, begin: int) -
     def fn(count: Steps) -> Values:
         frac = np.float32(1) - _counts(np.clip(count - begin, 0, steps)) / np.float32(steps)
         # An int power is integer_pow in JAX: exact for 1.
-        scaled = frac**power if exact else _F32.pow(frac, np.float32(power))
-        return np.float32(init - end) * scaled + np.float32(end)
+        scaled = frac**power if exact else _F32.pow(frac, _f32(power))
+        return _f32(init - end) * scaled + _f32(end)
 
     return fn
 
@@ -272,11 +278,9 @@ def _exponential(
         p = (decreased / steps).astype(np.float32)
         if staircase:
             p = np.floor(p)
-        value = np.where(
-            decreased <= 0, np.float32(init), np.float32(init) * _F32.pow(np.float32(rate), p)
-        )
+        value = np.where(decreased <= 0, _f32(init), _f32(init) * _F32.pow(_f32(rate), p))
         if end is not None:
-            value = (np.maximum if rate < 1.0 else np.minimum)(value, np.float32(end))
+            value = (np.maximum if rate < 1.0 else np.minimum)(value, _f32(end))
         return value
 
     return fn
@@ -307,8 +311,8 @@ def _cosine(init: float, steps: float, alpha: float, exponent: float) -> _Fn:
         cosine = np.float32(0.5) * (
             np.float32(1) + _F32.cos(np.float32(math.pi) * t / np.float32(steps))
         )
-        decayed = np.float32(1 - alpha) * _F32.pow(cosine, np.float32(exponent))
-        return np.float32(init) * (decayed + np.float32(alpha))
+        decayed = _f32(1 - alpha) * _F32.pow(cosine, _f32(exponent))
+        return _f32(init) * (decayed + _f32(alpha))
 
     return fn
 
@@ -652,10 +656,10 @@ def piecewise_constant_schedule(
     items = _boundaries_and_scales(boundaries_and_scales)
 
     def fn(count: Steps) -> Values:
-        value: Any = np.float32(init_value)
+        value: Any = _f32(init_value)
         for threshold, scale in items:
             indicator = (count < threshold).astype(np.float32)
-            value = value * indicator + (np.float32(1) - indicator) * np.float32(scale) * value
+            value = value * indicator + (np.float32(1) - indicator) * _f32(scale) * value
         return value
 
     def make(jnp: Any) -> Callable[[Any], Any]:
