@@ -25,6 +25,9 @@ what ``values()`` gives) and *jitted parity* (inside ``jax.jit`` the result is o
 jitted result). The two differ from each other by a few ulps at some counts, because XLA
 fuses float32 kernels under jit (and optax's eager values for an int32 array differ from
 those for a Python int where optax does its division in Python); neither is "more right".
+The NumPy path reproduces XLA's CPU kernels; on a GPU, optax's eager values for a Python
+int come from the GPU's kernels and may differ from it in the last bits, while a
+``jax.Array`` or traced count still gives the GPU's own optax values (the same program).
 
 Deliberate differences from optax, each warned about or documented:
 
