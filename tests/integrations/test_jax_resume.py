@@ -50,7 +50,7 @@ def run(directory: Path, out: Path, kill_after: int | None = None) -> tuple[bool
 
 
 @pytest.mark.slow
-def test_sigkill_at_three_random_steps_resumes_bit_for_bit(tmp_path):
+def test_sigkill_at_three_random_steps_resumes_bit_for_bit(tmp_path, capsys):
     """Killed at 3 random steps and resumed, the run ends with the uninterrupted run's
     parameters and optimizer state, bit for bit."""
     run(tmp_path / "reference", tmp_path / "reference.npz")
@@ -66,6 +66,8 @@ def test_sigkill_at_three_random_steps_resumes_bit_for_bit(tmp_path):
     # (saved every 3 steps; a kill during a save leaves the one before), never from scratch.
     for at, resumed in zip(kills, resumed_from[1:], strict=True):
         assert at - 6 < resumed <= at, (kills, resumed_from)
+    with capsys.disabled():
+        print(f"\nkilled after steps {kills}; resumed from steps {resumed_from[1:]}")
     reference = np.load(tmp_path / "reference.npz")
     resumed = np.load(tmp_path / "resumed.npz")
     assert reference.files == resumed.files
