@@ -170,20 +170,28 @@ def test_repr_names_the_function():
     )
 
 
-@pytest.mark.parametrize(("count", "shown"), [(-1, "-1"), (1.5, "1.5"), ("3", "'3'")])
-def test_invalid_count(count, shown):
-    """A negative or non-integer count is refused, showing the count received."""
-    with pytest.raises(StepError, match=f"`step` must be an int >= 0; got step={shown}"):
+@pytest.mark.parametrize("count", ["3", None, b"3"], ids=["str", "None", "bytes"])
+def test_invalid_count(count):
+    """A count that is no number is refused, showing the count received."""
+    with pytest.raises(StepError, match=r"`count` must be an int, a float or an array"):
         co.linear_schedule(0.0, 1.0, 10)(count)
+
+
+def test_negative_count_as_optax(optax):
+    """A negative Python-int count gives optax's value (optax takes it), bit for bit."""
+    for name, args in [
+        ("linear_schedule", (0.1, 0.0, 10)),
+        ("exponential_decay", (0.1, 10, 0.5)),
+        ("cosine_decay_schedule", (0.1, 10)),
+        ("piecewise_interpolate_schedule", ("cosine", 0.1, {5: 0.5})),
+    ]:
+        ours = getattr(co, name)(*args)(-3)
+        assert ours == np.asarray(getattr(optax, name)(*args)(-3)).item(), name
 
 
 @pytest.mark.parametrize(
     ("call", "parameter", "value"),
     [
-        (lambda: co.linear_schedule(0.0, 1.0, 0), "transition_steps", "0"),
-        (lambda: co.exponential_decay(0.1, -5, 0.5), "transition_steps", "-5"),
-        (lambda: co.exponential_decay(0.1, 5, 0.0), "decay_rate", "0.0"),
-        (lambda: co.exponential_decay(0.1, 5, 0.5, transition_begin=-1), "transition_begin", "-1"),
         (lambda: co.polynomial_schedule(float("nan"), 0.0, 1, 5), "init_value", "nan"),
         (lambda: co.cosine_decay_schedule(0.1, 0), "decay_steps", "0"),
         (lambda: co.piecewise_constant_schedule(0.1, {5: -1.0}), "boundaries_and_scales", "-1.0"),
@@ -194,22 +202,15 @@ def test_invalid_count(count, shown):
         (lambda: co.linear_onecycle_schedule(10, 1.0, div_factor=0.0), "div_factor", "0.0"),
         (lambda: co.linear_schedule(0.0, 1.0, 2.5), "transition_steps", "2.5"),
         (lambda: co.cosine_decay_schedule(float("inf"), 10), "init_value", "inf"),
+        (lambda: co.join_schedules([lambda c: 1.0], []), "schedules", ".*"),
+        (lambda: co.piecewise_interpolate_schedule("linar", 1.0), "interpolate_type", "'linar'"),
         (
-            lambda: co.join_schedules([co.constant_schedule(1.0)] * 2, [5, 10]),
-            "boundaries",
-            r"\[5, 10\]",
-        ),
-        (
-            lambda: co.join_schedules([co.constant_schedule(1.0)] * 3, [10, 5]),
-            "boundaries",
-            r"\[10, 5\]",
+            lambda: co.piecewise_interpolate_schedule("linear", 1.0, {5: -3}),
+            "boundaries_and_scales",
+            "-3",
         ),
     ],
     ids=[
-        "zero steps",
-        "negative steps",
-        "zero rate",
-        "negative begin",
         "NaN",
         "zero decay",
         "negative scale",
@@ -220,8 +221,9 @@ def test_invalid_count(count, shown):
         "zero div",
         "float steps",
         "inf",
-        "join count",
-        "join unsorted",
+        "join of a foreign callable",
+        "interpolate type",
+        "interpolate scale",
     ],
 )
 def test_invalid_parameter(call, parameter, value):
@@ -260,3 +262,55 @@ def test_parity_where_rounding_from_float64_differs(optax, name, args, count):
     apart in the result), the schedule still equals optax's bit for bit."""
     theirs = np.asarray(getattr(optax, name)(*args)(count)).item()
     assert getattr(co, name)(*args)(count) == theirs
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: co.linear_schedule(0.1, 1.0, 0), "non-positive `transition_steps`"),
+        (lambda: co.polynomial_schedule(0.1, 1.0, 2, -5), "non-positive `transition_steps`"),
+        (lambda: co.exponential_decay(0.1, -5, 0.5), "non-positive `transition_steps`"),
+        (lambda: co.exponential_decay(0.1, 5, 0.0), "zero `decay_rate`"),
+        (lambda: co.warmup_constant_schedule(0.1, 1.0, 0), "non-positive `transition_steps`"),
+    ],
+    ids=["linear", "polynomial", "exponential steps", "exponential rate", "warmup constant"],
+)
+def test_degenerate_schedule_is_optax_constant_and_warns(optax, call, match):
+    """A schedule optax turns into a constant init_value is that constant here too, with a
+    warning that names the argument."""
+    with pytest.warns(co.OptaxScheduleWarning, match=match):
+        lr = call()
+    assert [lr(c) for c in (0, 5, 100)] == [0.1, 0.1, 0.1]
+    assert lr.values([0, 5]).tolist() == [0.1, 0.1]
+
+
+@pytest.mark.parametrize(
+    "name", ["linear_schedule", "exponential_decay"], ids=["polynomial", "exponential"]
+)
+def test_negative_transition_begin_falls_back_to_zero(optax, name):
+    """A negative transition_begin is taken as 0, as in optax, and warned about."""
+    args = (0.1, 0.0, 10) if name == "linear_schedule" else (0.1, 10, 0.5)
+    with pytest.warns(co.OptaxScheduleWarning, match="negative `transition_begin`"):
+        ours = getattr(co, name)(*args, transition_begin=-3)
+    theirs = getattr(optax, name)(*args, transition_begin=-3)
+    assert [ours(c) for c in range(15)] == [np.asarray(theirs(c)).item() for c in range(15)]
+
+
+@pytest.mark.parametrize(
+    ("n", "boundaries", "match"),
+    [(2, [5, 10], "one fewer element"), (3, [10, 5], "strictly increasing")],
+    ids=["surplus", "unsorted"],
+)
+def test_join_with_optax_boundaries_warns(optax, n, boundaries, match):
+    """join_schedules takes boundaries optax takes (surplus, unsorted) with its values and
+    a warning."""
+    parts = [co.constant_schedule(1.0), co.linear_schedule(2.0, 0.0, 4), co.constant_schedule(3.0)]
+    theirs_parts = [
+        optax.constant_schedule(1.0),
+        optax.linear_schedule(2.0, 0.0, 4),
+        optax.constant_schedule(3.0),
+    ]
+    with pytest.warns(co.OptaxScheduleWarning, match=match):
+        ours = co.join_schedules(parts[:n], boundaries)
+    theirs = optax.join_schedules(theirs_parts[:n], boundaries)
+    assert [ours(c) for c in range(15)] == [np.asarray(theirs(c)).item() for c in range(15)]

@@ -402,6 +402,17 @@ def _same_memory(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
     )
 
 
+def _foreign_read_only(tmpl: Any) -> bool:
+    """True for a read-only array over another library's buffer (``np.asarray(jax_array)``
+    views a memoryview or a DLPack capsule), which a restore could never fill in place."""
+    if not isinstance(tmpl, np.ndarray) or tmpl.flags.writeable:
+        return False
+    base: Any = tmpl
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, memoryview) or type(base).__name__ == "PyCapsule"
+
+
 class _Builder:
     def __init__(self, arrays: Mapping[str, np.ndarray[Any, Any]], apply: bool) -> None:
         self.arrays = arrays
@@ -482,6 +493,17 @@ class _Builder:
                 self.report.mismatched.append(
                     f"{path or '<root>'}: expected {tmpl.dtype}{list(tmpl.shape)}, "
                     f"got {array.dtype}{list(array.shape)}"
+                )
+                return tmpl
+            if (
+                isinstance(tmpl, np.ndarray)
+                and _foreign_read_only(tmpl)
+                and not _same_memory(array, tmpl)
+            ):
+                self.report.mismatched.append(
+                    f"{path or '<root>'}: the template array is a read-only view of another "
+                    "library's buffer (np.asarray of a jax.Array?) and cannot be filled in "
+                    "place; pass the jax.Array itself, or a writable np.array(...) copy"
                 )
                 return tmpl
             if (
