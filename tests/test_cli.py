@@ -36,6 +36,37 @@ def test_unknown_command_is_usage_error(capsys):
     assert main(["frobnicate"]) == 2
 
 
+def test_unknown_command_suggests_the_closest(capsys):
+    """A misspelt sub-command gets a "did you mean"."""
+    assert main(["shedule"]) == 2
+    assert "did you mean schedule?" in capsys.readouterr().err
+
+
+def test_subcommand_option_typo_suggests_and_shows_its_usage(capsys):
+    """A misspelt option is reported by its sub-command, with its usage and a suggestion."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "3"]
+    assert main([*args, "--evry", "5ep"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: globalstep plan")
+    assert "unrecognized arguments: --evry 5ep (did you mean --every?)" in err
+
+
+def test_nested_subcommand_typo_suggests(capsys):
+    """A misspelt `ckpt` action gets a suggestion."""
+    assert main(["ckpt", "lss", "x"]) == 2
+    assert "did you mean ls?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["schedule"], ["plan"], ["ckpt"], ["logs"]])
+def test_help_is_plain_text(capsys, command):
+    """No help text shows reStructuredText markup."""
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out
+    assert ":func:" not in out
+    assert ":class:" not in out
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """One full demo run: (its result, its printed lines, its directory)."""

@@ -153,11 +153,18 @@ def test_schedule_cli_one_cycle_takes_total_steps(capsys):
         (["schedule", "constant", "--config", "x.json"], "`config` must be given alone"),
         (["schedule", "exponential_decay", "--staircase", "maybe"], "`staircase` must be true"),
         (["schedule", "constant", "--value", "nan"], "`value` must be a finite number"),
-        (["schedule", "constant", "--value", "1", "--total-steps", "0"], "`total_steps` must be"),
+        (
+            ["schedule", "constant", "--value", "1", "--total-steps", "0"],
+            "`--total-steps` must be at least 1 step",
+        ),
         (
             ["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "3ep"],
-            "`schedule` must give its lengths in steps here: `globalstep schedule` knows no "
-            "steps per epoch",
+            "`schedule` has a length this command cannot convert to steps (Converting 3ep to "
+            "steps needs `steps_per_epoch`",
+        ),
+        (
+            ["schedule", "constant", "--value", "1", "--total-steps", "2ep"],
+            "`--total-steps` cannot be converted to steps",
         ),
     ],
     ids=[
@@ -171,6 +178,7 @@ def test_schedule_cli_one_cycle_takes_total_steps(capsys):
         "nan",
         "total",
         "epochs",
+        "total in epochs",
     ],
 )
 def test_schedule_cli_errors(capsys, argv, message):
@@ -195,7 +203,7 @@ def test_schedule_help_lists_parameters(capsys):
     assert main(["schedule", "--help"]) == 0
     out = capsys.readouterr().out
     assert "exponential_decay: --initial --decay-steps --rate [--staircase" in out
-    assert "lengths are steps, or durations ('3ep') in plan, which knows the run" in out
+    assert "lengths are steps, or durations ('3ep') where the run is known" in out
 
 
 def test_schedule_cli_lists_are_comma_separated(capsys):
@@ -244,3 +252,82 @@ def test_schedule_cli_png_that_cannot_be_written(tmp_path, capsys):
     assert main(["schedule", "constant", "--value", "1", "--plot", target]) == 1
     err = capsys.readouterr().err
     assert f"`--plot` must be a file that can be written; got --plot={target!r}" in err
+
+
+def _values(capsys, args):
+    assert main(["schedule", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[1 : lines.index("")]
+    return {int(row.split()[0].replace(",", "")): float(row.split()[1]) for row in table}
+
+
+def test_warmup_from_options(capsys):
+    """`schedule warmup --steps 10 --then NAME ...` builds a warm-up in front of the part."""
+    values = _values(
+        capsys,
+        ["warmup", "--at", "0,5,10,20", "--steps", "10", "--then", "constant", "--value", "2"],
+    )
+    assert values == {0: 0.0, 5: 1.0, 10: 2.0, 20: 2.0}
+
+
+def test_join_from_options(capsys):
+    """`schedule join` takes one --then part per interval, each seeing its own step."""
+    args = ["join", "--at", "0,9,10,15", "--boundaries", "10"]
+    args += ["--then", "constant", "--value", "1", "--then", "linear", "--initial", "1"]
+    args += ["--end-value", "0", "--steps", "10"]
+    assert _values(capsys, args) == {0: 1.0, 9: 1.0, 10: 1.0, 15: 0.5}
+
+
+def test_scale_and_clip_from_options(capsys):
+    """`scale` and `clip` wrap the part given after --then."""
+    scaled = _values(
+        capsys, ["scale", "--at", "0", "--factor", "3", "--then", "constant", "--value=2"]
+    )
+    clipped = _values(
+        capsys, ["clip", "--at", "0", "--high", "0.5", "--then", "constant", "--value", "2"]
+    )
+    assert (scaled, clipped) == ({0: 6.0}, {0: 0.5})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["warmup", "--steps", "10"], "warmup wraps one schedule"),
+        (
+            ["scale", "--factor", "2", "--then", "constant", "--value", "1", "--then", "constant"],
+            "scale wraps one schedule",
+        ),
+        (["cosine_decay", "--initial", "1", "--decay-steps", "9", "--then", "constant"], "is for"),
+        (
+            ["join", "--boundaries", "5", "--then", "constant", "--value", "1"],
+            "join needs one --then part per interval: 2 for 1 boundaries",
+        ),
+        (
+            ["warmup", "--steps", "5", "--then", "constant", "--value", "1", "--explain"],
+            "the command's own options go before the first --then",
+        ),
+        (["warmup", "--steps", "5", "--then", "--value", "1"], "followed by a schedule name"),
+    ],
+)
+def test_composite_option_errors(capsys, args, message):
+    """Each misuse of --then is one error line that says what to change."""
+    assert main(["schedule", *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_schedule_lengths_in_epochs_with_steps_per_epoch(capsys):
+    """With --steps-per-epoch, lengths and --total-steps may be given in epochs."""
+    args = ["cosine_decay", "--initial", "1", "--decay-steps", "2ep", "--steps-per-epoch", "5"]
+    values = _values(capsys, [*args, "--total-steps", "3ep", "--at", "0,5,10,14"])
+    assert values[0] == 1.0
+    assert values[5] == pytest.approx(0.5)
+    assert values[10] == values[14] == 0.0
+
+
+def test_piecewise_default_range_shows_the_last_level(capsys):
+    """Without --total-steps a piecewise schedule is shown a quarter past its last boundary."""
+    assert main(["schedule", "piecewise_constant", "--boundaries", "100", "--levels", "1,0.5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].split() == ["0", "125"]

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from globalstep._optional import require
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, ConversionError
 from globalstep.schedules._base import Schedule
 from globalstep.schedules._cli import add_schedule_arguments, schedule_from_args
+from globalstep.units import Duration
 
 __all__ = ["Explanation", "add_parser", "explain", "terminal_plot"]
 
@@ -174,6 +175,14 @@ def write_plot(schedule: Schedule, total_steps: int, path: str | Path) -> Path:
     return Path(path)
 
 
+def _default_total(schedule: Schedule, end: int | None) -> int:
+    """A range that shows the whole schedule: past its end by a quarter, so that the last
+    level of a piecewise schedule is seen as a level, not a one-step blip."""
+    if not end:
+        return 1000
+    return end + 1 + max(1, end // 4)
+
+
 def _parse_steps(text: str) -> list[int]:
     try:
         steps = [int(part) for part in text.split(",") if part.strip()]
@@ -185,20 +194,36 @@ def _parse_steps(text: str) -> list[int]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    schedule = schedule_from_args(args, args.total_steps)
+    known = {
+        "steps_per_epoch": args.steps_per_epoch,
+        "batch_size": args.batch_size,
+        "tokens_per_step": args.tokens_per_step,
+    }
+    given_total = None
+    if args.total_steps is not None:
+        try:
+            given_total = Duration.parse(args.total_steps, "--total-steps").to_steps(**known)
+        except ConversionError as err:
+            raise ConfigError(
+                "--total-steps", f"cannot be converted to steps ({err})", args.total_steps
+            ) from err
+        if given_total < 1:
+            raise ConfigError("--total-steps", "must be at least 1 step", args.total_steps)
+    schedule = schedule_from_args(args, given_total)
     if schedule is None:
         raise ConfigError("name", "must name a schedule (or give --config FILE)", None)
-    if not schedule.resolved:
+    try:
+        schedule = schedule.resolve(**known)
+    except ConversionError as err:
         raise ConfigError(
             "schedule",
-            "must give its lengths in steps here: `globalstep schedule` knows no steps per "
-            "epoch, batch size or tokens per step (`globalstep plan ... --schedule` does)",
-            schedule,
-        )
+            f"has a length this command cannot convert to steps ({err})",
+            schedule.name,
+            hint="Give --steps-per-epoch, --batch-size or --tokens-per-step, or lengths in "
+            "steps (`globalstep plan ... --schedule` knows the run).",
+        ) from err
     end = schedule.end_step()
-    total = args.total_steps if args.total_steps is not None else (end + 1 if end else 1000)
-    if total < 1:
-        raise ConfigError("total_steps", "must be an int >= 1", total)
+    total = given_total if given_total is not None else _default_total(schedule, end)
     steps = _parse_steps(args.at) if args.at else _table_steps(total)
     values = schedule.values(np.asarray(steps, dtype=np.int64))
     width = max(len(f"{s:,}") for s in steps)
@@ -232,9 +257,18 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--at", metavar="STEPS", help="comma-separated steps to tabulate")
     parser.add_argument(
         "--total-steps",
-        type=int,
-        metavar="N",
-        help="the run's length (also the schedule's total_steps where it has one)",
+        metavar="DURATION",
+        help="the run's length, in steps or a duration such as 3ep (also the schedule's "
+        "total_steps where it has one)",
+    )
+    parser.add_argument(
+        "--steps-per-epoch", type=int, metavar="N", help="to convert epoch lengths (3ep)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, metavar="N", help="samples per step, for sample lengths"
+    )
+    parser.add_argument(
+        "--tokens-per-step", type=int, metavar="N", help="tokens per step, for token lengths"
     )
     parser.add_argument("--explain", action="store_true", help="explain the schedule")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib)")
