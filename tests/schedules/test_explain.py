@@ -25,18 +25,34 @@ def test_explain_never_changes():
     assert "never within 24,000 steps" in e.lines()[2]
 
 
-def test_explain_rising_schedule_has_no_half():
-    """A warm-up from 0 has no half step (it starts at 0)."""
+def test_explain_warmup_states_its_peak():
+    """A warm-up from 0 to a constant peaks at the warm-up's end and never halves after."""
     e = explain(warmup(Constant(1.0), 10), total_steps=20)
-    assert (e.first_change, e.half_step) == (1, None)
-    assert e.lines()[3] == ("falls to half  does not apply (the value at step 0 is not positive)")
+    assert (e.first_change, e.peak_step, e.peak_value, e.half_step) == (1, 10, 1.0, None)
+    assert e.lines()[3:5] == [
+        "peak           1 at step 10",
+        "falls to half  never within 20 steps (half the peak)",
+    ]
+
+
+def test_explain_warmup_then_decay_halves_after_the_peak():
+    """A warm-up then a cosine decay falls to half its peak midway through the decay."""
+    e = explain(warmup(CosineDecay(1.0, 100), 10), total_steps=111)
+    assert (e.peak_step, e.half_step) == (10, 60)
+
+
+def test_explain_non_positive_schedule_has_no_half():
+    """A schedule that is never positive has no half step, and says why."""
+    e = explain(Linear(-1.0, 0.0, 10), total_steps=20)
+    assert e.half_step is None
+    assert e.lines()[-2] == "falls to half  does not apply (no value is positive)"
 
 
 def test_explain_rising_from_a_positive_start_never_halves():
     """A line rising from 0.1 to 1 never falls to half within the run, and says so."""
     e = explain(Linear(0.1, 1.0, 10), total_steps=20)
     assert (e.first_change, e.half_step) == (1, None)
-    assert e.lines()[3] == "falls to half  never within 20 steps"
+    assert e.lines()[-2] == "falls to half  never within 20 steps (half the peak)"
 
 
 def test_explain_scans_past_one_chunk():
@@ -304,7 +320,7 @@ def test_scale_and_clip_from_options(capsys):
         ),
         (
             ["warmup", "--steps", "5", "--then", "constant", "--value", "1", "--explain"],
-            "the command's own options go before the first --then",
+            "The command's own options (--at, --explain, --plot, ...) go before the first --then",
         ),
         (["warmup", "--steps", "5", "--then", "--value", "1"], "followed by a schedule name"),
     ],
@@ -331,3 +347,38 @@ def test_piecewise_default_range_shows_the_last_level(capsys):
     assert main(["schedule", "piecewise_constant", "--boundaries", "100", "--levels", "1,0.5"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].split() == ["0", "125"]
+
+
+def test_plot_title_names_the_parameters(tmp_path, monkeypatch):
+    """A schedule's PNG is titled with its name and parameters, dtype noise left out."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from globalstep.schedules.explain import write_plot
+
+    titles = []
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):
+        titles.append(figure.axes[0].get_title())
+        return real(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    write_plot(CosineDecay(0.1, 1000), 1001, tmp_path / "lr.png")
+    assert titles == ["cosine_decay(initial=0.1, decay_steps=1000, alpha=0.0, exponent=1.0)"]
+
+
+def test_plot_log_y_refuses_non_positive_values(tmp_path, capsys):
+    """--log-y on a schedule that reaches 0 is one error line naming the option."""
+    pytest.importorskip("matplotlib")
+    args = ["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "10"]
+    assert main([*args, "--plot", str(tmp_path / "x.png"), "--log-y"]) == 1
+    assert "`--log-y` needs values > 0; this schedule reaches" in capsys.readouterr().err
+
+
+def test_terminal_plot_labels_the_true_peak():
+    """The top label is the schedule's peak even when no sampled column falls on it."""
+    from globalstep.schedules import OneCycle
+
+    lines = terminal_plot(OneCycle(0.1, 1000), 1000).splitlines()
+    assert lines[0].split()[0] == "0.1"

@@ -24,6 +24,9 @@ from globalstep.schedules._base import Schedule, fields_of, from_config, registe
 
 __all__ = ["add_schedule_arguments", "schedule_from_args"]
 
+_OWN_OPTIONS = (
+    "The command's own options (--at, --explain, --plot, ...) go before the first --then."
+)
 # Composites and the field that holds their parts.
 _COMPOSITES = {"warmup": "schedule", "scale": "schedule", "clip": "schedule", "join": "schedules"}
 
@@ -220,7 +223,7 @@ def _build(
             f"{name} takes {', '.join(map(_flag, sorted(accepted)))}; not "
             f"{', '.join(map(_flag, unknown))}",
             name,
-            hint="the command's own options go before the first --then" if part else None,
+            hint=_OWN_OPTIONS if part else None,
         )
     params: dict[str, Any] = {key: _value(key, text, cls) for key, text in given.items()}
     holder = _COMPOSITES.get(name)
