@@ -215,7 +215,7 @@ def test_plan_cli_unknown_parameter_exits_1(capsys):
     """A parameter the schedule does not take exits 1 naming it."""
     args = ["plan", "--dataset-size", "10", "--batch-size", "1", "--epochs", "1"]
     assert main([*args, "--schedule", "constant", "--value", "1", "--rate", "2"]) == 1
-    assert "not rate" in capsys.readouterr().err
+    assert "not --rate" in capsys.readouterr().err
 
 
 def test_plan_cli_missing_parameter_exits_1(capsys):
