@@ -364,7 +364,7 @@ def test_continuous_decay_slower_than_the_run():
     lint = Plan(1200, 100, 2000).lint(ExponentialDecay(0.1, 100_000, 0.96))
     assert lint == [
         "decay_steps=100000 is longer than the run's 24,000 steps: the value only goes from "
-        "0.1 to 0.0990251 (-1.0%)"
+        "0.1 to 0.0990251 (-0.97%)"
     ]
 
 

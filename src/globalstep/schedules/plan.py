@@ -345,7 +345,7 @@ def _lint_schedule(schedule: Schedule, total: int, *, top: bool) -> list[Finding
                         "slow-decay",
                         f"decay_steps={schedule.decay_steps} is longer than {scope}'s "
                         f"{total:,} steps: the value only goes from {_fmt(start)} to "
-                        f"{_fmt(stop)} ({change:+.1f}%)",
+                        f"{_fmt(stop)} ({change:+.2g}%)",
                     )
                 )
     warmup = _warmup(schedule)
