@@ -9,9 +9,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# The demo writes TensorBoard event files and shows a live bar: those two extras.
+# The demo writes TensorBoard event files (and its closing line opens TensorBoard), shows a
+# live bar, and the README's plot commands draw PNGs: those three extras.
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[tensorboard,progress]'
+	$(BIN)/python -m pip install -q -e '.[tensorboard,progress,plot]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python

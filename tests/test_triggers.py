@@ -340,3 +340,22 @@ def test_any_of_samples_and_time_from_one_snapshot():
         if trigger.should_fire(clock):
             fired.append(clock.step)
     assert fired == [10, 12, 20, 24, 30]
+
+
+def test_epoch_trigger_on_a_clock_that_counts_no_epochs_warns_once():
+    """every('3ep') on a clock without steps_per_epoch, whose epochs never end, says so once."""
+    from globalstep.triggers import UncountedEpochWarning
+
+    clock, trigger = Clock("c"), every("3ep")
+    clock.tick(5)
+    with pytest.warns(UncountedEpochWarning, match=r"clock 'c' does not count them itself"):
+        assert trigger.should_fire(clock) is False
+    clock.tick()
+    assert trigger.should_fire(clock) is False  # once only: no second warning (errors here)
+
+
+def test_epoch_trigger_with_steps_per_epoch_does_not_warn():
+    """A clock that rolls epochs over by itself gives no warning in its first epoch."""
+    clock, trigger = Clock(steps_per_epoch=12), every("3ep")
+    clock.tick(5)
+    assert trigger.should_fire(clock) is False

@@ -23,6 +23,7 @@ from globalstep.errors import (
     ConfigError,
     ConversionError,
     CorruptCheckpointError,
+    DivergenceError,
     DurationError,
     GlobalStepError,
     LockError,
@@ -37,6 +38,7 @@ from globalstep.units import Duration, Unit
 
 if TYPE_CHECKING:
     from globalstep.checkpoint import CheckpointManager, KeepBest
+    from globalstep.run import Rollback, Run
     from globalstep.schedules import (
         Clip,
         Constant,
@@ -71,6 +73,8 @@ _LAZY = {
     "CheckpointManager": "globalstep.checkpoint",
     "KeepBest": "globalstep.checkpoint",
     "SummaryWriter": "globalstep.summary",
+    "Rollback": "globalstep.run",
+    "Run": "globalstep.run",
     "Clip": "globalstep.schedules",
     "Constant": "globalstep.schedules",
     "CosineDecay": "globalstep.schedules",
@@ -132,6 +136,7 @@ __all__ = [
     "CorruptCheckpointError",
     "CosineDecay",
     "CosineDecayRestarts",
+    "DivergenceError",
     "Duration",
     "DurationError",
     "ExponentialDecay",
@@ -153,6 +158,8 @@ __all__ = [
     "Progress",
     "ReduceOnPlateau",
     "RestoreMismatchError",
+    "Rollback",
+    "Run",
     "Scale",
     "Schedule",
     "StepError",

@@ -1,19 +1,25 @@
-"""``globalstep demo``: a small model trained end to end, every part of globalstep on.
+"""``globalstep demo``: a small model trained end to end through a Run, every part on.
 
-The model is the first example of the seed article done right: a linear model on inputs of
-shape 100x5 and targets of shape 100x10, trained by plain SGD (mini-batches of 20 rows, so
-5 steps per epoch) from a learning rate of 0.01 for 1,000 updates. The step advances with
-the update itself (``clock.tick()`` right after the weights change); the rate of update
-number ``step`` is ``schedule(step)``; a trigger, not a modulo on a loop counter, decides
-when to print; checkpoints are saved every 200 steps and a run that stops early resumes
-from the newest one when run again, with the same numbers as a run that never stopped;
-loss and rate go to TensorBoard event files and JSONL, whose curves stay right across
-the restart.
+The model is a two-layer perceptron (8 inputs, 32 tanh units, 4 outputs) fitted by SGD
+with momentum to a data set of 1,000 rows generated from ``--seed`` (a fixed random
+teacher network plus noise), in shuffled mini-batches of 50 rows: 20 updates per epoch,
+1,000 updates in all. Everything goes through :class:`~globalstep.run.Run`:
+
+- the learning rate warms up over 50 steps, then follows a cosine decay to the end;
+- a checkpoint every 100 steps (the newest three kept), with the weights, the momentum,
+  the clock and the data position; TensorBoard event files and JSONL logs of the loss and
+  the rate at every step; a progress display with the step rate;
+- one batch of the data set is corrupt (its targets multiplied by 1,000, ``--bad-batch``):
+  the loss spikes, the run rolls back to the newest checkpoint before it, skips past the
+  bad batch and goes on;
+- Ctrl-C (or SIGTERM) saves a checkpoint after the update in flight; running the demo
+  again resumes at that step and data position, with the same numbers as a run that
+  never stopped, and TensorBoard's curves hold each step once.
 
 Example:
     >>> import io, tempfile
     >>> with tempfile.TemporaryDirectory() as directory:
-    ...     result = run_demo(directory, steps=200, stream=io.StringIO())
+    ...     result = run_demo(directory, steps=200, bad_batch=None, stream=io.StringIO())
     >>> result.final_step, result.losses[200] < result.losses[1]
     (200, True)
 """
@@ -23,23 +29,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError
-from globalstep.schedules import ExponentialDecay
-from globalstep.summary import ProgressDisplay, ThroughputMeter, available_formats
-from globalstep.summary.writer import SummaryWriter
-from globalstep.triggers import every
+from globalstep.run import Rollback, Run
+from globalstep.schedules import CosineDecay, warmup
+from globalstep.units import Duration, DurationLike
 
 __all__ = ["DemoResult", "add_parser", "run_demo"]
 
-ROWS, FEATURES, OUTPUTS, BATCH = 100, 5, 10, 20
+ROWS, INPUTS, HIDDEN, OUTPUTS, BATCH = 1000, 8, 32, 4, 50
+BATCHES_PER_EPOCH = ROWS // BATCH
 
 
 @dataclass
@@ -49,26 +55,64 @@ class DemoResult:
     Attributes:
         final_step: the clock's step at the end.
         resumed_from: the step of the checkpoint the run resumed from, or None.
-        losses: the loss of each update this run applied, keyed by the step after it.
+        losses: the loss of each update this run applied, keyed by the step after it
+            (an update rolled back is replaced by the one applied after the rollback).
+        rollbacks: the steps at which a bad update was rolled back.
+        data_position: batches drawn at the end, the corrupt and skipped ones included.
     """
 
     final_step: int
     resumed_from: int | None = None
     losses: dict[int, float] = field(default_factory=dict)
+    rollbacks: list[int] = field(default_factory=list)
+    data_position: int = 0
+
+
+class _PreemptedError(Exception):
+    """Raised inside the Run to stop without a final checkpoint, as a killed job would."""
 
 
 def _data(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The data set: inputs and a teacher network's outputs plus noise, from ``seed``."""
     rng = np.random.default_rng(seed)
-    inputs = rng.normal(size=(ROWS, FEATURES))
-    true_weights = rng.normal(size=(FEATURES, OUTPUTS))
-    targets = inputs @ true_weights + 0.1 * rng.normal(size=(ROWS, OUTPUTS))
+    inputs = rng.normal(size=(ROWS, INPUTS))
+    teacher_1 = rng.normal(size=(INPUTS, HIDDEN)) / np.sqrt(INPUTS)
+    teacher_2 = rng.normal(size=(HIDDEN, OUTPUTS)) / np.sqrt(HIDDEN)
+    targets = np.tanh(inputs @ teacher_1) @ teacher_2 + 0.05 * rng.normal(size=(ROWS, OUTPUTS))
     return inputs, targets
 
 
-def _batch_rows(seed: int, epoch: int, step_in_epoch: int) -> np.ndarray:
-    """The rows of one mini-batch: a fresh shuffle per epoch, derived from the clock alone."""
+def _model(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng([seed, 1])
+    return {
+        "w1": rng.normal(size=(INPUTS, HIDDEN)) / np.sqrt(INPUTS),
+        "b1": np.zeros(HIDDEN),
+        "w2": rng.normal(size=(HIDDEN, OUTPUTS)) / np.sqrt(HIDDEN),
+        "b2": np.zeros(OUTPUTS),
+    }
+
+
+def _batch_rows(seed: int, position: int) -> np.ndarray:
+    """The rows of batch number ``position``: a fresh shuffle per epoch, from the position."""
+    epoch, index = divmod(position, BATCHES_PER_EPOCH)
     order = np.random.default_rng([seed, epoch]).permutation(ROWS)
-    return order[step_in_epoch * BATCH : (step_in_epoch + 1) * BATCH]
+    return order[index * BATCH : (index + 1) * BATCH]
+
+
+def _loss_and_gradients(
+    model: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+) -> tuple[float, dict[str, np.ndarray]]:
+    hidden = np.tanh(x @ model["w1"] + model["b1"])
+    error = hidden @ model["w2"] + model["b2"] - y
+    loss = float(np.mean(error**2))
+    d_out = 2.0 * error / error.size
+    d_hidden = (d_out @ model["w2"].T) * (1.0 - hidden**2)
+    return loss, {
+        "w1": x.T @ d_hidden,
+        "b1": d_hidden.sum(axis=0),
+        "w2": hidden.T @ d_out,
+        "b2": d_out.sum(axis=0),
+    }
 
 
 def _check_int(parameter: str, value: Any, minimum: int) -> None:
@@ -80,106 +124,136 @@ def run_demo(
     directory: str | os.PathLike[str],
     *,
     steps: int = 1000,
-    learning_rate: float = 0.01,
+    learning_rate: float = 0.05,
+    warmup_steps: int = 50,
     log_every: int = 100,
-    save_every: int = 200,
+    save_every: DurationLike = 100,
+    keep: int = 3,
     stop_at: int | None = None,
     seed: int = 0,
+    bad_batch: int | None = 650,
+    pace_seconds: float = 0.0,
+    progress: bool = True,
     stream: TextIO | None = None,
 ) -> DemoResult:
-    """Trains the demo's linear model in ``directory``, resuming from its newest checkpoint.
+    """Trains the demo's model in ``directory``, resuming from its newest checkpoint.
 
     Args:
         directory: holds ``checkpoints/`` and ``logs/``; created if missing.
         steps: the run's length in optimizer updates, >= 1.
-        learning_rate: the rate of the first update, > 0; it decays by 4% every 100 steps.
+        learning_rate: the peak rate, after the warm-up, > 0.
+        warmup_steps: steps of the linear warm-up from 0, >= 0 and < ``steps``.
         log_every: steps between progress lines, >= 1.
-        save_every: steps between checkpoints, >= 1.
-        stop_at: stop at this step without a final checkpoint, as a pre-empted job would.
-        seed: seeds the data and the batch order.
+        save_every: a duration between checkpoints: steps (``100``), epochs (``"5ep"``) or
+            training time (``"30s"``).
+        keep: checkpoints kept, >= 1.
+        stop_at: stop at this step without a final checkpoint, as a killed job would.
+        seed: seeds the data, the initial weights and the batch order.
+        bad_batch: the data position of the corrupt batch, or None for clean data.
+        pace_seconds: sleep this long after each update, to watch the run or stop it.
+        progress: show the progress display.
         stream: where the output goes; standard output by default.
 
     Raises:
-        ConfigError: a parameter is out of range.
+        ConfigError: a parameter is out of range, the directory is not usable, or the
+            configuration differs from the one the run in ``directory`` was started with.
     """
     _check_int("steps", steps, 1)
     _check_int("log_every", log_every, 1)
-    _check_int("save_every", save_every, 1)
+    _check_int("keep", keep, 1)
+    _check_int("warmup_steps", warmup_steps, 0)
+    if warmup_steps >= steps:
+        raise ConfigError("warmup_steps", f"must be < steps={steps}", warmup_steps)
     if stop_at is not None:
         _check_int("stop_at", stop_at, 1)
-    if isinstance(learning_rate, bool) or not (
-        isinstance(learning_rate, int | float) and 0 < learning_rate < float("inf")
-    ):
-        raise ConfigError("learning_rate", "must be a finite number > 0", learning_rate)
+    if bad_batch is not None:
+        _check_int("bad_batch", bad_batch, 0)
+    for name, value, low in (("learning_rate", learning_rate, 0.0), ("pace", pace_seconds, -1)):
+        if isinstance(value, bool) or not (isinstance(value, int | float) and low < value < 1e9):
+            rule = "a finite number > 0" if low == 0 else "a finite number >= 0"
+            raise ConfigError(name, f"must be {rule}", value)
+    Duration.parse(save_every, "save_every")
+    root = Path(directory)
+    if root.exists() and not root.is_dir():
+        raise ConfigError("--dir", "must be a directory (or a path to create one at)", str(root))
     out = stream if stream is not None else sys.stdout
 
-    def log(line: str) -> None:
-        out.write(line + "\n")
-
-    root = Path(directory)
     inputs, targets = _data(seed)
-    clock = Clock(steps_per_epoch=ROWS // BATCH, batch_size=BATCH)
-    model = {"weights": np.zeros((FEATURES, OUTPUTS)), "bias": np.zeros(OUTPUTS)}
-    schedule = ExponentialDecay(learning_rate, decay_steps=100, rate=0.96)
-    state = {"clock": clock, "model": model}
+    model = _model(seed)
+    velocity = {name: np.zeros_like(value) for name, value in model.items()}
+    schedule = warmup(CosineDecay(learning_rate, steps - warmup_steps), warmup_steps)
+    clock = Clock(steps_per_epoch=BATCHES_PER_EPOCH, batch_size=BATCH)
     result = DemoResult(final_step=0)
-
-    with CheckpointManager(root / "checkpoints", max_to_keep=3, save_every=save_every) as ckpt:
-        if ckpt.latest_step() is not None:
-            ckpt.restore(state)  # fills the model's arrays and the clock in place
-            result.resumed_from = clock.step
-            log(f"resumed from step {clock.step} ({ckpt.directory})")
-        else:
-            log(f"new run in {root}")
-        # Opened after the restore, so that the writer marks the restart at the clock's step
-        # and TensorBoard drops what a stopped attempt logged past it.
-        with SummaryWriter(root / "logs", clock=clock, formats=available_formats()) as writer:
-            display = ProgressDisplay(clock, total_steps=steps, every_n_steps=log_every, stream=out)
-            meter, rate_reading = ThroughputMeter(clock), every(log_every)
-            rate_reading.skip_past(clock)
-            try:
-                while clock.step < steps:
-                    if stop_at is not None and clock.step >= stop_at:
-                        log(f"stopped at step {clock.step} (as if pre-empted): run again to resume")
-                        break
-                    rate = schedule(clock.step)  # the rate update number `clock.step` uses
-                    rows = _batch_rows(seed, clock.epoch, clock.step_in_epoch)
-                    x, y = inputs[rows], targets[rows]
-                    error = x @ model["weights"] + model["bias"] - y
-                    loss = float(np.mean(error**2))
-                    grad = 2.0 * error / error.size
-                    model["weights"] -= rate * (x.T @ grad)
-                    model["bias"] -= rate * grad.sum(axis=0)
-                    clock.tick()
-                    result.losses[clock.step] = loss
-                    writer.scalars({"loss": loss, "lr": rate})
-                    display.update(loss=loss, lr=rate)
-                    if rate_reading.should_fire(clock):
-                        meter.write(writer)
-                    ckpt.maybe_save(clock, state, metrics={"loss": loss})
-            finally:
-                display.close()
-        if clock.step >= steps and ckpt.latest_step() != clock.step:
-            ckpt.save(clock, state)
+    run = Run(
+        root,
+        total_steps=steps,
+        clock=clock,
+        schedules={"lr": schedule},
+        save_every=save_every,
+        config={"seed": seed, "bad_batch": bad_batch, "model": f"mlp {INPUTS}-{HIDDEN}-{OUTPUTS}"},
+        strict=True,
+        rollback=Rollback(tag="loss", spike_factor=20.0, median_of=50, skip_batches=5),
+        progress=progress,
+        log_every=log_every,
+        stream=out,
+        checkpoint_options={"max_to_keep": keep},
+    )
+    try:
+        with run:
+            run.restore({"model": model, "momentum": velocity})
+            if run.step > 0:
+                result.resumed_from = run.step
+            while not run.done:
+                if stop_at is not None and run.step >= stop_at:
+                    out.write(f"stopped at step {run.step} (as if killed): run again to resume\n")
+                    raise _PreemptedError
+                position = run.next_batch()
+                rows = _batch_rows(seed, position)
+                x, y = inputs[rows], targets[rows]
+                if position == bad_batch:
+                    y = y * 1000.0  # the corrupt batch: its loss spikes
+                rate = run.value("lr")  # the rate update number run.step uses
+                loss, gradients = _loss_and_gradients(model, x, y)
+                for name, gradient in gradients.items():
+                    velocity[name] *= 0.9
+                    velocity[name] += gradient
+                    model[name] -= rate * velocity[name]
+                step = run.step
+                if run.update(loss=loss, lr=rate):
+                    result.losses[run.step] = loss
+                else:
+                    result.rollbacks.append(step)
+                if pace_seconds:
+                    time.sleep(pace_seconds)
+    except _PreemptedError:
+        pass
     result.final_step = clock.step
-    if result.resumed_from is not None and result.resumed_from >= steps:
-        log(f"the run is complete; pass --steps N > {steps} to train further")
-    log(f"final global step: {clock.step}")
+    result.data_position = run.data_position
     return result
 
 
 def _run(args: argparse.Namespace) -> int:
-    run_demo(
-        args.dir,
-        steps=args.steps,
-        learning_rate=args.lr,
-        log_every=args.log_every,
-        save_every=args.save_every,
-        stop_at=args.stop_at,
-        seed=args.seed,
-    )
-    print(f"logs: {args.dir}/logs  (globalstep logs {args.dir}/logs, or tensorboard --logdir)")
-    print(f"checkpoints: {args.dir}/checkpoints  (globalstep ckpt ls {args.dir}/checkpoints)")
+    directory = args.dir
+    try:
+        run_demo(
+            directory,
+            steps=args.steps,
+            learning_rate=args.lr,
+            warmup_steps=args.warmup_steps,
+            log_every=args.log_every,
+            save_every=args.save_every,
+            keep=args.keep,
+            stop_at=args.stop_at,
+            seed=args.seed,
+            bad_batch=None if args.bad_batch < 0 else args.bad_batch,
+            pace_seconds=args.pace,
+        )
+    finally:
+        if os.path.isdir(directory):
+            ckpt, logs = f"{directory}/checkpoints", f"{directory}/logs"
+            print(f"checkpoints: {ckpt}   (globalstep ckpt ls {ckpt})")
+            print(f"logs:        {logs}   (globalstep logs {logs})")
+            print(f"TensorBoard: tensorboard --logdir {logs}")
     return 0
 
 
@@ -188,13 +262,28 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="train a small model end to end, resuming where it stopped",
-        description=(__doc__ or "").split("\n\n")[0],
+        description="A small model trained end to end through a Run, every part of "
+        "globalstep on: warm-up and cosine schedule, checkpoints, TensorBoard logs, a "
+        "rollback after a corrupt batch. Stop it with Ctrl-C and run it again: it resumes.",
     )
     parser.add_argument("--dir", default="globalstep-demo", help="run directory (globalstep-demo)")
     parser.add_argument("--steps", type=int, default=1000, help="updates in the run (1000)")
-    parser.add_argument("--lr", type=float, default=0.01, help="initial SGD rate (0.01)")
+    parser.add_argument("--lr", type=float, default=0.05, help="peak learning rate (0.05)")
+    parser.add_argument("--warmup-steps", type=int, default=50, help="warm-up steps (50)")
     parser.add_argument("--log-every", type=int, default=100, help="steps between lines (100)")
-    parser.add_argument("--save-every", type=int, default=200, help="steps between saves (200)")
+    parser.add_argument(
+        "--save-every", default="100", help="between checkpoints: 100, 5ep or 30s (100 steps)"
+    )
+    parser.add_argument("--keep", type=int, default=3, help="checkpoints kept (3)")
     parser.add_argument("--stop-at", type=int, default=None, help="stop early at this step")
-    parser.add_argument("--seed", type=int, default=0, help="data and batch-order seed (0)")
+    parser.add_argument("--seed", type=int, default=0, help="data, weights and order seed (0)")
+    parser.add_argument(
+        "--bad-batch",
+        type=int,
+        default=650,
+        help="data position of the corrupt batch (650; -1: none)",
+    )
+    parser.add_argument(
+        "--pace", type=float, default=0.0, metavar="SECONDS", help="sleep after each update"
+    )
     parser.set_defaults(func=_run)

@@ -20,7 +20,8 @@ The tree::
     │   └── LockError                             another writer holds the directory: .holder
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
-    └── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
+    ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
+    └── DivergenceError (ArithmeticError)         bad updates past the rollback limit: .steps
 
 Example:
     >>> from globalstep.errors import ConfigError
@@ -42,6 +43,7 @@ __all__ = [
     "ConfigError",
     "ConversionError",
     "CorruptCheckpointError",
+    "DivergenceError",
     "DurationError",
     "GlobalStepError",
     "LockError",
@@ -177,3 +179,12 @@ class NonFiniteError(GlobalStepError, ArithmeticError):
         self.value = value
         self.step = step
         super().__init__(f"`{tag}` is {value!r} at step {step}: a guarded value must be finite.")
+
+
+class DivergenceError(GlobalStepError, ArithmeticError):
+    """Training keeps producing bad updates (non-finite or spiking loss) past the rollback
+    policy's limit, or has no checkpoint to roll back to; ``steps`` lists the bad steps."""
+
+    def __init__(self, message: str, steps: list[int]) -> None:
+        self.steps = steps
+        super().__init__(message)

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -35,7 +36,11 @@ from globalstep.clock import Clock, Progress
 from globalstep.errors import ConfigError
 from globalstep.units import Duration, DurationLike, Unit
 
-__all__ = ["Trigger", "all_of", "any_of", "at", "every", "once"]
+__all__ = ["Trigger", "UncountedEpochWarning", "all_of", "any_of", "at", "every", "once"]
+
+
+class UncountedEpochWarning(UserWarning):
+    """An epoch trigger checked on a clock that cannot count epochs by itself."""
 
 
 def _snapshot(source: Progress | Clock) -> Progress:
@@ -122,6 +127,7 @@ class _BoundaryTrigger(Trigger):
         whole_epochs = unit_of.unit is Unit.EPOCHS and unit_of.value.denominator == 1
         self._field = "step" if unit_of.unit is Unit.STEPS else "epoch" if whole_epochs else ""
         self._last: Amount | None = None
+        self._warned = False
 
     @abstractmethod
     def _boundary_at_or_below(self, value: Amount) -> Amount | None:
@@ -130,8 +136,24 @@ class _BoundaryTrigger(Trigger):
     def _count(self, progress: Progress | Clock) -> Amount:
         if self._field and isinstance(progress, Clock | Progress):
             value: int = getattr(progress, self._field)
+            if value == 0 and self._field == "epoch" and not self._warned:
+                self._warn_uncounted(progress)
             return value
         return self._unit_of.count(_snapshot(progress))
+
+    def _warn_uncounted(self, progress: Progress | Clock) -> None:
+        """Says once that epochs are not counted, where nothing can advance them by itself."""
+        if progress.steps_per_epoch is None and progress.step > 0:
+            self._warned = True
+            name = progress.clock if isinstance(progress, Progress) else progress.name
+            warnings.warn(
+                f"{self!r} counts epochs, but clock {name!r} does not count them itself (it "
+                "has no steps_per_epoch): it fires only after you call clock.end_epoch(). "
+                "Give Clock(steps_per_epoch=...), or call clock.end_epoch() at the end of "
+                "each epoch.",
+                UncountedEpochWarning,
+                stacklevel=4,
+            )
 
     def should_fire(self, progress: Progress | Clock) -> bool:
         boundary = self._boundary_at_or_below(self._count(progress))

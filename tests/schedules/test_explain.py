@@ -26,18 +26,34 @@ def test_explain_never_changes():
     assert "never within 24,000 steps" in e.lines()[2]
 
 
-def test_explain_rising_schedule_has_no_half():
-    """A warm-up from 0 has no half step (it starts at 0)."""
+def test_explain_warmup_states_its_peak():
+    """A warm-up from 0 to a constant peaks at the warm-up's end and never halves after."""
     e = explain(warmup(Constant(1.0), 10), total_steps=20)
-    assert (e.first_change, e.half_step) == (1, None)
-    assert e.lines()[3] == ("falls to half  does not apply (the value at step 0 is not positive)")
+    assert (e.first_change, e.peak_step, e.peak_value, e.half_step) == (1, 10, 1.0, None)
+    assert e.lines()[3:5] == [
+        "peak           1 at step 10",
+        "falls to half  never within 20 steps (half the peak)",
+    ]
+
+
+def test_explain_warmup_then_decay_halves_after_the_peak():
+    """A warm-up then a cosine decay falls to half its peak midway through the decay."""
+    e = explain(warmup(CosineDecay(1.0, 100), 10), total_steps=111)
+    assert (e.peak_step, e.half_step) == (10, 60)
+
+
+def test_explain_non_positive_schedule_has_no_half():
+    """A schedule that is never positive has no half step, and says why."""
+    e = explain(Linear(-1.0, 0.0, 10), total_steps=20)
+    assert e.half_step is None
+    assert e.lines()[-2] == "falls to half  does not apply (no value is positive)"
 
 
 def test_explain_rising_from_a_positive_start_never_halves():
     """A line rising from 0.1 to 1 never falls to half within the run, and says so."""
     e = explain(Linear(0.1, 1.0, 10), total_steps=20)
     assert (e.first_change, e.half_step) == (1, None)
-    assert e.lines()[3] == "falls to half  never within 20 steps"
+    assert e.lines()[-2] == "falls to half  never within 20 steps (half the peak)"
 
 
 def test_explain_scans_past_one_chunk():
@@ -154,11 +170,18 @@ def test_schedule_cli_one_cycle_takes_total_steps(capsys):
         (["schedule", "constant", "--config", "x.json"], "`config` must be given alone"),
         (["schedule", "exponential_decay", "--staircase", "maybe"], "`staircase` must be true"),
         (["schedule", "constant", "--value", "nan"], "`value` must be a finite number"),
-        (["schedule", "constant", "--value", "1", "--total-steps", "0"], "`total_steps` must be"),
+        (
+            ["schedule", "constant", "--value", "1", "--total-steps", "0"],
+            "`--total-steps` must be at least 1 step",
+        ),
         (
             ["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "3ep"],
-            "`schedule` must give its lengths in steps here: `globalstep schedule` knows no "
-            "steps per epoch",
+            "`schedule` has a length this command cannot convert to steps (Converting 3ep to "
+            "steps needs `steps_per_epoch`",
+        ),
+        (
+            ["schedule", "constant", "--value", "1", "--total-steps", "2ep"],
+            "`--total-steps` cannot be converted to steps",
         ),
     ],
     ids=[
@@ -172,6 +195,7 @@ def test_schedule_cli_one_cycle_takes_total_steps(capsys):
         "nan",
         "total",
         "epochs",
+        "total in epochs",
     ],
 )
 def test_schedule_cli_errors(capsys, argv, message):
@@ -196,7 +220,7 @@ def test_schedule_help_lists_parameters(capsys):
     assert main(["schedule", "--help"]) == 0
     out = capsys.readouterr().out
     assert "exponential_decay: --initial --decay-steps --rate [--staircase" in out
-    assert "lengths are steps, or durations ('3ep') in plan, which knows the run" in out
+    assert "lengths are steps, or durations ('3ep') where the run is known" in out
 
 
 def test_schedule_cli_lists_are_comma_separated(capsys):
@@ -246,3 +270,117 @@ def test_schedule_cli_png_that_cannot_be_written(tmp_path, capsys):
     assert main(["schedule", "constant", "--value", "1", "--plot", target]) == 1
     err = capsys.readouterr().err
     assert f"`--plot` must be a file that can be written; got --plot={target!r}" in err
+
+
+def _values(capsys, args):
+    assert main(["schedule", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[1 : lines.index("")]
+    return {int(row.split()[0].replace(",", "")): float(row.split()[1]) for row in table}
+
+
+def test_warmup_from_options(capsys):
+    """`schedule warmup --steps 10 --then NAME ...` builds a warm-up in front of the part."""
+    values = _values(
+        capsys,
+        ["warmup", "--at", "0,5,10,20", "--steps", "10", "--then", "constant", "--value", "2"],
+    )
+    assert values == {0: 0.0, 5: 1.0, 10: 2.0, 20: 2.0}
+
+
+def test_join_from_options(capsys):
+    """`schedule join` takes one --then part per interval, each seeing its own step."""
+    args = ["join", "--at", "0,9,10,15", "--boundaries", "10"]
+    args += ["--then", "constant", "--value", "1", "--then", "linear", "--initial", "1"]
+    args += ["--end-value", "0", "--steps", "10"]
+    assert _values(capsys, args) == {0: 1.0, 9: 1.0, 10: 1.0, 15: 0.5}
+
+
+def test_scale_and_clip_from_options(capsys):
+    """`scale` and `clip` wrap the part given after --then."""
+    scaled = _values(
+        capsys, ["scale", "--at", "0", "--factor", "3", "--then", "constant", "--value=2"]
+    )
+    clipped = _values(
+        capsys, ["clip", "--at", "0", "--high", "0.5", "--then", "constant", "--value", "2"]
+    )
+    assert (scaled, clipped) == ({0: 6.0}, {0: 0.5})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["warmup", "--steps", "10"], "warmup wraps one schedule"),
+        (
+            ["scale", "--factor", "2", "--then", "constant", "--value", "1", "--then", "constant"],
+            "scale wraps one schedule",
+        ),
+        (["cosine_decay", "--initial", "1", "--decay-steps", "9", "--then", "constant"], "is for"),
+        (
+            ["join", "--boundaries", "5", "--then", "constant", "--value", "1"],
+            "join needs one --then part per interval: 2 for 1 boundaries",
+        ),
+        (
+            ["warmup", "--steps", "5", "--then", "constant", "--value", "1", "--explain"],
+            "The command's own options (--at, --explain, --plot, ...) go before the first --then",
+        ),
+        (["warmup", "--steps", "5", "--then", "--value", "1"], "followed by a schedule name"),
+    ],
+)
+def test_composite_option_errors(capsys, args, message):
+    """Each misuse of --then is one error line that says what to change."""
+    assert main(["schedule", *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_schedule_lengths_in_epochs_with_steps_per_epoch(capsys):
+    """With --steps-per-epoch, lengths and --total-steps may be given in epochs."""
+    args = ["cosine_decay", "--initial", "1", "--decay-steps", "2ep", "--steps-per-epoch", "5"]
+    values = _values(capsys, [*args, "--total-steps", "3ep", "--at", "0,5,10,14"])
+    assert values[0] == 1.0
+    assert values[5] == pytest.approx(0.5)
+    assert values[10] == values[14] == 0.0
+
+
+def test_piecewise_default_range_shows_the_last_level(capsys):
+    """Without --total-steps a piecewise schedule is shown a quarter past its last boundary."""
+    assert main(["schedule", "piecewise_constant", "--boundaries", "100", "--levels", "1,0.5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].split() == ["0", "125"]
+
+
+def test_plot_title_names_the_parameters(tmp_path, monkeypatch):
+    """A schedule's PNG is titled with its name and parameters, dtype noise left out."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from globalstep.schedules.explain import write_plot
+
+    titles = []
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):
+        titles.append(figure.axes[0].get_title())
+        return real(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    write_plot(CosineDecay(0.1, 1000), 1001, tmp_path / "lr.png")
+    assert titles == ["cosine_decay(initial=0.1, decay_steps=1000, alpha=0.0, exponent=1.0)"]
+
+
+def test_plot_log_y_refuses_non_positive_values(tmp_path, capsys):
+    """--log-y on a schedule that reaches 0 is one error line naming the option."""
+    pytest.importorskip("matplotlib")
+    args = ["schedule", "cosine_decay", "--initial", "1", "--decay-steps", "10"]
+    assert main([*args, "--plot", str(tmp_path / "x.png"), "--log-y"]) == 1
+    assert "`--log-y` needs values > 0; this schedule reaches" in capsys.readouterr().err
+
+
+def test_terminal_plot_labels_the_true_peak():
+    """The top label is the schedule's peak even when no sampled column falls on it."""
+    from globalstep.schedules import OneCycle
+
+    lines = terminal_plot(OneCycle(0.1, 1000), 1000).splitlines()
+    assert lines[0].split()[0] == "0.1"

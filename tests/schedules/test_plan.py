@@ -40,7 +40,8 @@ SEED = [
     "--staircase",
 ]
 NEVER_DECAYS = (
-    "decay_steps=100000 but the run has 24,000 steps: the rate stays 0.1 for the whole run"
+    "decay_steps=100000 but the run has 24,000 steps: the value stays at its initial 0.1 for "
+    "the whole run"
 )
 
 
@@ -55,7 +56,7 @@ def test_seed_question_steps(capsys):
 def test_seed_question_never_decays_warning(capsys):
     """The seed run warns that the staircase decay never fires."""
     assert main(SEED) == 0
-    assert f"warning: {NEVER_DECAYS}" in capsys.readouterr().out.splitlines()
+    assert f"warning: {NEVER_DECAYS}" in capsys.readouterr().err.splitlines()
 
 
 def test_plan_counts():
@@ -167,7 +168,7 @@ def test_plan_cli_reports_trigger(capsys):
     """`plan --every` reports a trigger that never fires."""
     args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "2"]
     assert main([*args, "--every", "5ep"]) == 0
-    assert "it never fires" in capsys.readouterr().out
+    assert "it never fires" in capsys.readouterr().err
 
 
 def test_plan_cli_fills_total_steps(capsys):
@@ -214,7 +215,7 @@ def test_plan_cli_unknown_parameter_exits_1(capsys):
     """A parameter the schedule does not take exits 1 naming it."""
     args = ["plan", "--dataset-size", "10", "--batch-size", "1", "--epochs", "1"]
     assert main([*args, "--schedule", "constant", "--value", "1", "--rate", "2"]) == 1
-    assert "not rate" in capsys.readouterr().err
+    assert "not --rate" in capsys.readouterr().err
 
 
 def test_plan_cli_missing_parameter_exits_1(capsys):
@@ -241,8 +242,8 @@ def test_plan_cli_missing_required_is_usage_error():
 def test_every_staircase_that_never_fires(schedule):
     """Each staircase decay whose first step down lies past the run's end is reported."""
     assert Plan(1200, 100, 2000).lint(schedule) == [
-        f"decay_steps={schedule.decay_steps} but the run has 24,000 steps: the rate stays 0.1 "
-        "for the whole run"
+        f"decay_steps={schedule.decay_steps} but the run has 24,000 steps: the value stays at "
+        "its initial 0.1 for the whole run"
     ]
 
 
@@ -259,15 +260,15 @@ def test_every_staircase_that_never_fires(schedule):
 def test_no_staircase_warning_when_it_fires_or_cannot(schedule):
     """A staircase that fires within the run, a continuous decay, and a rate that never
     changes the value give no never-decays warning."""
-    assert not any("decay_steps" in w for w in Plan(1200, 100, 2000).lint(schedule))
+    assert not any("stays" in w for w in Plan(1200, 100, 2000).lint(schedule))
 
 
 def test_staircase_after_a_warmup_counts_from_the_warmup_end():
     """A staircase behind a 100-step warm-up sees the run's steps after the warm-up only."""
     lr = warmup(ExponentialDecay(0.1, 23_950, 0.5, staircase=True), 100)
     assert Plan(1200, 100, 2000).lint(lr) == [
-        "decay_steps=23950 but the exponential_decay part has 23,900 steps: the rate stays "
-        "0.1 for the whole part"
+        "decay_steps=23950 but the exponential_decay part has 23,900 steps: the value stays "
+        "at its initial 0.1 for the whole part"
     ]
 
 
@@ -302,7 +303,7 @@ def test_plan_cli_prints_each_warning(capsys):
     args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "1"]
     argv = [*args, "--schedule", "warmup_stable_decay", "--peak", "1", "--warmup-steps", "20"]
     assert main([*argv, "--decay-steps", "5", "--total-steps", "40", "--every", "2ep"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().err.splitlines()
     assert [line for line in out if line.startswith("warning: ")] == [
         "warning: the warm-up of 20 steps is not shorter than the run's 12 steps: the rate "
         "never reaches its peak",
@@ -333,3 +334,180 @@ def test_plan_names_a_schedule_it_cannot_resolve(capsys):
     err = capsys.readouterr().err
     assert "`schedule` cannot be resolved" in err
     assert "needs `tokens_per_step`" in err
+
+
+def _codes(plan, schedule=None, triggers=None):
+    return [f.code for f in plan.findings(schedule, triggers)]
+
+
+def test_cosine_decay_far_longer_than_the_run():
+    """A cosine decay of 100,000 steps on a 36-step run is reported with where it stands."""
+    lint = Plan(1200, 100, 3).lint(CosineDecay(0.1, 100_000))
+    assert lint == [
+        "the schedule reaches its final value 0 at step 100,000, but the run ends at step 35, "
+        "where it is still at 0.1 (from 0.1 at step 0)"
+    ]
+
+
+def test_decay_given_in_epochs_longer_than_the_run():
+    """A decay of 5 epochs on a 3-epoch run is a decay longer than the run."""
+    assert _codes(Plan(1200, 100, 3), CosineDecay(0.1, "5ep")) == ["decay-longer-than-run"]
+
+
+def test_decay_one_step_past_the_last_update_is_on_time():
+    """decay_steps equal to the run's steps (final value right after the last update) fits."""
+    assert _codes(Plan(1200, 100, 3), CosineDecay(0.1, 36)) == []
+
+
+def test_continuous_decay_slower_than_the_run():
+    """A continuous exponential decay with decay_steps past the run says how little it moves."""
+    lint = Plan(1200, 100, 2000).lint(ExponentialDecay(0.1, 100_000, 0.96))
+    assert lint == [
+        "decay_steps=100000 is longer than the run's 24,000 steps: the value only goes from "
+        "0.1 to 0.0990251 (-0.97%)"
+    ]
+
+
+def test_batch_larger_than_the_data_set():
+    """A batch of 5,000 rows on 1,200 rows is reported."""
+    assert Plan(1200, 5000, 3).lint() == [
+        "batch_size=5,000 is larger than the 1,200 rows each process sees per epoch: every "
+        "epoch is one partial batch"
+    ]
+
+
+def test_batch_larger_than_a_process_share():
+    """With 4 processes, a batch larger than a quarter of the data is reported."""
+    assert _codes(Plan(1200, 400, 3, world_size=4)) == ["batch-larger-than-data"]
+
+
+def test_epoch_with_a_partial_batch():
+    """1,250 rows in batches of 100 end each epoch with a batch of 50 rows."""
+    assert Plan(1250, 100, 3).lint() == [
+        "an epoch is 12.5 batches of 100 rows per process: its last 50 rows are a smaller batch"
+    ]
+
+
+def test_epoch_with_a_partial_batch_dropped():
+    """With drop_last the partial batch is said to be dropped."""
+    assert Plan(1250, 100, 3, drop_last=True).lint()[0].endswith("its last 50 rows are dropped")
+
+
+def test_epoch_with_a_partial_accumulation_group():
+    """13 micro-batches with grad_accum=2 end each epoch with a one-micro-batch update."""
+    assert Plan(1300, 100, 3, grad_accum=2).lint() == [
+        "an epoch is 13 micro-batches, not a multiple of grad_accum=2: its last micro-batch is "
+        "an update of fewer micro-batches"
+    ]
+
+
+def test_whole_epochs_give_no_batching_finding():
+    """1,200 rows, batch 100 and grad_accum 3 divide evenly: nothing to report."""
+    assert Plan(1200, 100, 3, grad_accum=3).lint() == []
+
+
+def test_schedule_that_never_changes_in_the_run():
+    """A piecewise schedule whose levels are equal has no effect, and says so."""
+    lr = PiecewiseConstant((10,), (0.1, 0.1))
+    assert Plan(1200, 100, 3).lint(lr) == [
+        "the value at the run's last step (35) equals the value at step 0 (0.1): the schedule "
+        "has no effect"
+    ]
+
+
+def test_constant_schedule_is_not_reported_as_unchanged():
+    """A constant schedule is meant to stay put."""
+    assert Plan(1200, 100, 3).lint(Constant(0.1)) == []
+
+
+def test_trigger_every_step():
+    """A trigger of a hundredth of an epoch on 12-step epochs fires at every step."""
+    assert Plan(1200, 100, 3).lint(triggers={"log": "0.01ep"}) == [
+        "trigger 'log' every 0.01ep is at most one step in this run: it fires at every one of "
+        "the 36 steps"
+    ]
+
+
+def test_trigger_period_zero_is_refused():
+    """A trigger period of 0 steps is an error naming it."""
+    with pytest.raises(ConfigError, match="must be a positive duration"):
+        Plan(1200, 100, 3).trigger_steps("0st")
+
+
+def test_token_trigger_needs_tokens_per_sample():
+    """A token period without tokens per row is an error that names the option."""
+    with pytest.raises(ConfigError, match="--tokens-per-sample"):
+        Plan(1200, 100, 3).trigger_steps("2e9tok")
+
+
+def test_token_trigger_with_tokens_per_sample():
+    """With 512 tokens per row, 2e6 tokens are 40 steps of 100 rows."""
+    assert Plan(1200, 100, 3, tokens_per_sample=512).trigger_steps("2e6tok") == 40
+
+
+def test_wall_time_trigger_has_no_steps():
+    """A wall-time period has no step count."""
+    with pytest.raises(ConfigError, match="wall time"):
+        Plan(1200, 100, 3).trigger_steps("30min")
+
+
+def test_tokens_per_sample_must_be_positive():
+    """tokens_per_sample=0 is refused."""
+    with pytest.raises(ConfigError, match="tokens_per_sample"):
+        Plan(1200, 100, 3, tokens_per_sample=0)
+
+
+def test_plan_cli_warnings_go_to_stderr(capsys):
+    """The plan goes to standard output and the warnings to standard error."""
+    assert main(SEED) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.out
+    assert captured.err.startswith("warning: decay_steps=100000")
+
+
+def test_plan_cli_strict_exits_1_on_a_warning(capsys):
+    """--strict makes a warning exit with status 1."""
+    assert main([*SEED, "--strict"]) == 1
+
+
+def test_plan_cli_strict_exits_0_without_warnings(capsys):
+    """--strict on a plan that fits exits 0."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "3"]
+    assert main([*args, "--strict"]) == 0
+
+
+def test_plan_cli_json(capsys):
+    """--json prints the plan, the schedule and the findings with their codes."""
+    import json
+
+    assert main([*SEED, "--json", "--every", "5ep"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plan"]["total_steps"] == 24_000
+    assert data["schedule"]["value_at_last_step"] == 0.1
+    assert data["triggers"] == [{"every": "5ep", "period_steps": 60, "fires": 400}]
+    assert [f["code"] for f in data["findings"]] == ["staircase-never-decays"]
+
+
+def test_plan_cli_prints_a_trigger_that_fits(capsys):
+    """A trigger that fits the run is shown with its firings."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "30"]
+    assert main([*args, "--every", "5ep"]) == 0
+    assert "every 5ep         steps 60, 120, ... (6 times)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("every", "message"),
+    [
+        ("3 furlongs", "`--every` must be a duration"),
+        ("0st", "`--every` must be a positive duration"),
+        ("2e9tok", "give the tokens in one row (--tokens-per-sample)"),
+    ],
+)
+def test_plan_cli_bad_trigger_is_one_error_line(capsys, every, message):
+    """A bad --every prints one error line and no table."""
+    args = ["plan", "--dataset-size", "1200", "--batch-size", "100", "--epochs", "3"]
+    assert main([*args, "--every", every]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert message in captured.err

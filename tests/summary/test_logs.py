@@ -173,3 +173,62 @@ def test_table_lists_histograms_texts_and_skipped_lines(tmp_path, capsys):
     assert "histograms: weights (2)" in out
     assert "texts: notes (1)" in out
     assert "skipped 1 unreadable line(s)" in out
+
+
+def _figure_texts(monkeypatch):
+    """Captures the title, axis labels and legend of the figure `logs --plot` saves."""
+    import matplotlib.figure
+
+    seen = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):
+        axes = figure.axes[0]
+        legend = axes.get_legend()
+        seen.update(
+            title=axes.get_title(),
+            xlabel=axes.get_xlabel(),
+            ylabel=axes.get_ylabel(),
+            yscale=axes.get_yscale(),
+            legend=[t.get_text() for t in legend.get_texts()] if legend else [],
+            lines=len(axes.get_lines()),
+        )
+        return real(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return seen
+
+
+def test_png_plot_has_a_title_and_labelled_axes(tmp_path, monkeypatch):
+    """One run's plot is titled with the tag and the run's directory name, no legend of '.'."""
+    pytest.importorskip("matplotlib")
+    _write_run(tmp_path / "baseline")
+    seen = _figure_texts(monkeypatch)
+    target = str(tmp_path / "loss.png")
+    assert main(["logs", str(tmp_path / "baseline"), "--tag", "loss", "--plot", target]) == 0
+    assert seen["title"] == "loss: baseline"
+    assert seen["xlabel"] == "step (optimizer updates applied)"
+    assert (seen["ylabel"], seen["legend"]) == ("loss", [])
+
+
+def test_png_plot_compares_runs_on_one_figure(tmp_path, monkeypatch):
+    """Two log directories are drawn on one figure with a legend naming each, log-scale."""
+    pytest.importorskip("matplotlib")
+    _write_run(tmp_path / "a")
+    _write_run(tmp_path / "b")
+    seen = _figure_texts(monkeypatch)
+    target = str(tmp_path / "loss.png")
+    argv = ["logs", str(tmp_path / "a"), str(tmp_path / "b"), "--tag", "loss"]
+    assert main([*argv, "--plot", target, "--log-y"]) == 0
+    assert seen["title"] == "loss: a vs b"
+    assert seen["legend"] == ["a", "b"]
+    assert (seen["lines"], seen["yscale"], seen["ylabel"]) == (2, "log", "loss (log scale)")
+
+
+def test_table_for_several_directories_names_each(tmp_path, capsys):
+    """With two directories each run's table is headed by its directory's name."""
+    _write_run(tmp_path / "a")
+    _write_run(tmp_path / "b")
+    assert main(["logs", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("run ")]
+    assert heads == ["run a (jsonl)", "run b (jsonl)"]

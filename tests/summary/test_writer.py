@@ -222,8 +222,23 @@ def test_disk_full_surfaces_on_next_call(tmp_path):
     assert isinstance(info.value.__cause__, OSError)
     assert info.value.__cause__.errno == errno.ENOSPC
     with pytest.raises(SummaryWriteError, match="could not write"):
+        writer.close()
+
+
+def test_background_error_is_reported_once(tmp_path):
+    """A background write error raises at the next call only; the call after it is queued."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    os.symlink("/dev/full", tmp_path / "metrics.jsonl")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",))
+    writer.scalar("x", 1.0, step=0)
+    writer._drain()
+    with pytest.raises(SummaryWriteError, match="No space left on device"):
         writer.scalar("x", 2.0, step=1)
-    writer.close()
+    writer.scalar("x", 3.0, step=2)
+    assert [item[4] for item in writer._queue] == [3.0]
+    with pytest.raises(SummaryWriteError, match="could not write"):
+        writer.close()
 
 
 def test_background_write_error_surfaces_on_next_call(tmp_path):
@@ -233,12 +248,14 @@ def test_background_write_error_surfaces_on_next_call(tmp_path):
     os.symlink("/dev/full", tmp_path / "metrics.jsonl")
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=0.01)
     writer.scalar("x", 1.0, step=0)
-    writer._thread.join(timeout=120)  # the thread stops once it has recorded the error
-    assert not writer._thread.is_alive()
+    deadline = time.monotonic() + 120
+    while writer._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     with pytest.raises(SummaryWriteError, match="No space left on device") as info:
         writer.scalar("x", 2.0, step=1)
     assert info.value.path == str(tmp_path / "metrics.jsonl")
-    writer.close()
+    with pytest.raises(SummaryWriteError, match="could not write"):
+        writer.close()
 
 
 def test_write_error_keeps_what_was_flushed(tmp_path):

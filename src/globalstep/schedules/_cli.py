@@ -2,7 +2,13 @@
 
 A schedule is named (``exponential_decay``) with its parameters as options in the
 dataclass's own names (``--initial 0.1 --decay-steps 100000 --rate 0.96 --staircase``),
-or given as a JSON file of ``to_config()`` (``--config schedule.json``).
+or given as a JSON file of ``to_config()`` (``--config schedule.json``). A composite
+(``warmup``, ``scale``, ``clip``, ``join``) takes its parts after ``--then``, each a name
+with its own parameters, last on the command line::
+
+    globalstep schedule warmup --steps 100 --then cosine_decay --initial 0.1 --decay-steps 900
+    globalstep schedule join --boundaries 100 --then constant --value 0.1 \
+        --then linear --start 0.1 --end 0 --steps 900
 """
 
 from __future__ import annotations
@@ -17,6 +23,12 @@ from globalstep.errors import ConfigError
 from globalstep.schedules._base import Schedule, fields_of, from_config, registered
 
 __all__ = ["add_schedule_arguments", "schedule_from_args"]
+
+_OWN_OPTIONS = (
+    "The command's own options (--at, --explain, --plot, ...) go before the first --then."
+)
+# Composites and the field that holds their parts.
+_COMPOSITES = {"warmup": "schedule", "scale": "schedule", "clip": "schedule", "join": "schedules"}
 
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _TUPLES = ("boundaries", "levels")
@@ -43,6 +55,13 @@ def add_schedule_arguments(
     else:
         parser.add_argument("--schedule", dest="name", metavar="NAME", help=help_name)
     parser.add_argument("--config", metavar="FILE", help="a schedule's to_config() as JSON")
+    parser.add_argument(
+        "--then",
+        nargs=argparse.REMAINDER,
+        metavar="NAME ...",
+        help="a composite's part (warmup, scale, clip: one; join: one per interval), "
+        "a name with its parameters; last on the line, repeatable",
+    )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _parameters_help(core)
     group = parser.add_argument_group("schedule parameters (as in the schedule's dataclass)")
@@ -81,9 +100,16 @@ def _parameters_help(names: list[str]) -> str:
         optional = [_flag(f.name) for f in fields_of(cls) if f.name not in required]
         extra = f" [{' '.join(optional)}]" if optional else ""
         lines.append(f"  {name}: {' '.join(_flag(r) for r in required)}{extra}")
+    for name, parts in (
+        ("warmup", "--steps N [--start-value V] [--shape linear|cosine|exponential]"),
+        ("scale", "--factor F"),
+        ("clip", "[--low L] [--high H]"),
+        ("join", "--boundaries B1,B2,..."),
+    ):
+        lines.append(f"  {name}: {parts} --then NAME ...{' --then NAME ...' * (name == 'join')}")
     lines.append(
         "lists (--boundaries, --levels) are comma-separated; lengths are steps, or durations "
-        "('3ep') in plan, which knows the run"
+        "('3ep') where the run is known (plan, or --steps-per-epoch)"
     )
     return "\n".join(lines)
 
@@ -145,24 +171,87 @@ def schedule_from_args(args: argparse.Namespace, total_steps: int | None) -> Sch
         if given:
             raise ConfigError("schedule", "must be named when parameters are given", None)
         return None
+    parts = _parts(getattr(args, "then", None) or [])
+    return _build(args.name, given, parts, total_steps)
+
+
+def _parts(tokens: list[str]) -> list[tuple[str, dict[str, str]]]:
+    """Splits the ``--then`` tokens into (name, {parameter: text}) parts.
+
+    Example:
+        >>> _parts(["warmup", "--steps", "10", "--then", "constant", "--value=2"])
+        [('warmup', {'steps': '10'}), ('constant', {'value': '2'})]
+    """
+    parts: list[tuple[str, dict[str, str]]] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if token == "--then":
+            continue
+        if not token.startswith("--"):
+            parts.append((token, {}))
+            continue
+        if not parts:
+            raise ConfigError("then", "must be followed by a schedule name", token)
+        key, equals, value = token[2:].partition("=")
+        if not equals:
+            has_value = i < len(tokens) and not tokens[i].startswith("--")
+            value = tokens[i] if has_value else "true"
+            i += has_value
+        parts[-1][1][key.replace("-", "_")] = value
+    return parts
+
+
+def _build(
+    name: str,
+    given: dict[str, str],
+    parts: list[tuple[str, dict[str, str]]],
+    total_steps: int | None,
+    *,
+    part: bool = False,
+) -> Schedule:
     classes = registered()
-    if args.name not in classes:
-        raise ConfigError("schedule", f"must be one of {', '.join(classes)}", args.name)
-    cls = classes[args.name]
-    accepted = {f.name for f in fields_of(cls)}
+    if name not in classes:
+        raise ConfigError("schedule", f"must be one of {', '.join(classes)}", name)
+    cls = classes[name]
+    accepted = {f.name for f in fields_of(cls)} - {"schedule", "schedules"}
     unknown = sorted(set(given) - accepted)
     if unknown:
         raise ConfigError(
             "schedule",
-            f"{args.name} takes {', '.join(sorted(accepted))}; not {', '.join(unknown)}",
-            args.name,
+            f"{name} takes {', '.join(map(_flag, sorted(accepted)))}; not "
+            f"{', '.join(map(_flag, unknown))}",
+            name,
+            hint=_OWN_OPTIONS if part else None,
         )
-    params = {name: _value(name, text, cls) for name, text in given.items()}
+    params: dict[str, Any] = {key: _value(key, text, cls) for key, text in given.items()}
+    holder = _COMPOSITES.get(name)
+    if holder is None and parts:
+        raise ConfigError("then", f"is for composites ({', '.join(_COMPOSITES)}), not {name}", name)
+    if holder == "schedule":
+        if len(parts) != 1:
+            raise ConfigError(
+                "then",
+                f"{name} wraps one schedule: give it as --then NAME --param VALUE ...",
+                len(parts),
+            )
+        params["schedule"] = _build(*parts[0], [], None, part=True)
+    elif holder == "schedules":
+        boundaries = params.get("boundaries", ())
+        if len(parts) != len(boundaries) + 1:
+            raise ConfigError(
+                "then",
+                f"join needs one --then part per interval: {len(boundaries) + 1} for "
+                f"{len(boundaries)} boundaries",
+                len(parts),
+            )
+        params["schedules"] = tuple(_build(*p, [], None, part=True) for p in parts)
     if "total_steps" in accepted and "total_steps" not in params and total_steps is not None:
         params["total_steps"] = total_steps
-    missing = [name for name in _required(cls) if name not in params]
+    missing = [
+        key for key in _required(cls) if key not in params and key not in ("schedule", "schedules")
+    ]
     if missing:
-        raise ConfigError(
-            "schedule", f"{args.name} needs {', '.join(map(_flag, missing))}", args.name
-        )
+        raise ConfigError("schedule", f"{name} needs {', '.join(map(_flag, missing))}", name)
     return cls(**params)

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from globalstep._optional import require
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, ConversionError
 from globalstep.schedules._base import Schedule
 from globalstep.schedules._cli import add_schedule_arguments, schedule_from_args
+from globalstep.units import Duration
 
 __all__ = ["Explanation", "add_parser", "explain", "terminal_plot"]
 
@@ -39,8 +41,10 @@ class Explanation:
         total_steps: the run's length the explanation covers.
         value_at_zero: the value at step 0.
         first_change: the first step whose value differs from step 0's, or None.
-        half_step: the first step whose value is at most half of step 0's (for a positive
-            start), or None.
+        peak_value: the largest value in the run (step 0's for a decay).
+        peak_step: the first step at the peak (0 for a decay; the warm-up's end after one).
+        half_step: the first step after the peak whose value is at most half the peak
+            (for a positive peak), or None.
         final_value: the value at the run's last step, ``total_steps - 1``.
     """
 
@@ -50,6 +54,8 @@ class Explanation:
     first_change: int | None
     half_step: int | None
     final_value: float
+    peak_value: float = 0.0
+    peak_step: int = 0
 
     def lines(self) -> list[str]:
         """The explanation as lines of text."""
@@ -61,23 +67,32 @@ class Explanation:
                 else f"never within {self.total_steps:,} steps"
             )
 
-        half = (
-            step(self.half_step)
-            if self.value_at_zero > 0
-            else "does not apply (the value at step 0 is not positive)"
-        )
-        return [
+        lines = [
             f"formula        {self.formula}",
             f"step 0         {self.value_at_zero:.6g}",
             f"first change   {step(self.first_change)}",
-            f"falls to half  {half}",
-            f"final value    {self.final_value:.6g} (step {self.total_steps - 1:,})",
         ]
+        if self.peak_step > 0:
+            lines.append(f"peak           {self.peak_value:.6g} at step {self.peak_step:,}")
+        if self.peak_value <= 0:
+            half = "does not apply (no value is positive)"
+        elif self.peak_step > 0:
+            half = f"{step(self.half_step)} (half the peak)"
+        else:
+            half = step(self.half_step)
+        lines.append(f"falls to half  {half}")
+        lines.append(f"final value    {self.final_value:.6g} (step {self.total_steps - 1:,})")
+        return lines
 
 
 def _first(mask: np.ndarray) -> int | None:
     hits = np.flatnonzero(mask)
     return int(hits[0]) if hits.size else None
+
+
+def _chunks(schedule: Schedule, begin: int, end: int) -> Iterator[tuple[int, np.ndarray]]:
+    for low in range(begin, end, _CHUNK):
+        yield low, schedule.values(np.arange(low, min(low + _CHUNK, end), dtype=np.int64))
 
 
 def explain(schedule: Schedule, total_steps: int) -> Explanation:
@@ -93,15 +108,22 @@ def explain(schedule: Schedule, total_steps: int) -> Explanation:
     end = schedule.end_step()
     scanned = total_steps if end is None else min(total_steps, end + 1)
     first_change = half_step = None
-    for low in range(0, scanned, _CHUNK):
-        steps = np.arange(low, min(low + _CHUNK, scanned), dtype=np.int64)
-        values = schedule.values(steps)
+    peak, peak_step = start, 0
+    for low, values in _chunks(schedule, 0, scanned):
         if first_change is None and (found := _first(values != start)) is not None:
             first_change = low + found
         if half_step is None and start > 0 and (found := _first(values <= start / 2)) is not None:
             half_step = low + found
-        if first_change is not None and (half_step is not None or start <= 0):
-            break
+        top = int(np.argmax(values))
+        if values[top] > peak:
+            peak, peak_step = float(values[top]), low + top
+    if peak_step > 0:  # it rises first: half of the peak, after the peak
+        half_step = None
+    if peak_step > 0 and peak > 0:
+        for low, values in _chunks(schedule, peak_step, scanned):
+            if (found := _first(values <= peak / 2)) is not None:
+                half_step = low + found
+                break
     return Explanation(
         formula=schedule.describe(),
         total_steps=total_steps,
@@ -109,6 +131,8 @@ def explain(schedule: Schedule, total_steps: int) -> Explanation:
         first_change=first_change,
         half_step=half_step,
         final_value=schedule(total_steps - 1),
+        peak_value=peak,
+        peak_step=peak_step,
     )
 
 
@@ -136,7 +160,9 @@ def terminal_plot(schedule: Schedule, total_steps: int, width: int = 64, height:
     """
     steps = _sample_steps(total_steps, width)
     values = schedule.values(steps).astype(np.float64)
-    low, high = float(values.min()), float(values.max())
+    # The labels give the true extremes, which the sampled steps may miss (a one-cycle peak).
+    every = schedule.values(_sample_steps(total_steps, min(total_steps, _CHUNK)))
+    low, high = float(min(values.min(), every.min())), float(max(values.max(), every.max()))
     span = high - low or 1.0
     rows = np.round((values - low) / span * (height - 1)).astype(int)
     grid = [[" "] * len(steps) for _ in range(height)]
@@ -150,28 +176,63 @@ def terminal_plot(schedule: Schedule, total_steps: int, width: int = 64, height:
     return "\n".join(lines)
 
 
-def write_plot(schedule: Schedule, total_steps: int, path: str | Path) -> Path:
+def write_plot(
+    schedule: Schedule, total_steps: int, path: str | Path, *, log_y: bool = False
+) -> Path:
     """Writes a PNG of the schedule over ``total_steps`` to ``path`` (needs matplotlib).
+
+    The title names the schedule with its parameters; ``log_y`` draws the values on a
+    logarithmic axis (for decays over several orders of magnitude).
 
     Raises:
         MissingDependencyError: matplotlib is not installed (``globalstep[plot]``).
+        ConfigError: ``log_y`` with a value that is not positive.
     """
     matplotlib = require("matplotlib", "plot", "globalstep schedule --plot")
     matplotlib.use("Agg")
     pyplot = require("matplotlib.pyplot", "plot", "globalstep schedule --plot")
-    steps = _sample_steps(total_steps, 2000)
-    figure, axes = pyplot.subplots(figsize=(8, 4))
+    steps = _sample_steps(total_steps, 4000)
+    values = schedule.values(steps)
+    if log_y and float(values.min()) <= 0:
+        raise ConfigError("--log-y", "needs values > 0; this schedule reaches", float(values.min()))
+    figure, axes = pyplot.subplots(figsize=(9, 4.5))
     try:
-        axes.plot(steps, schedule.values(steps))
-        axes.set_xlabel("step (optimizer updates applied)")
-        axes.set_ylabel("value")
-        axes.set_title(schedule.name or type(schedule).__name__)
+        axes.plot(steps, values, drawstyle="steps-post", linewidth=1.6)
+        axes.set_xlabel(f"step (optimizer updates applied; {total_steps:,} steps shown)")
+        axes.set_ylabel("value (log scale)" if log_y else "value")
+        if log_y:
+            axes.set_yscale("log")
+        axes.set_xlim(0, max(1, total_steps - 1))
+        axes.set_title(_title(schedule), fontsize=10, wrap=True)
         axes.grid(True, alpha=0.3)
         figure.tight_layout()
         figure.savefig(path, format="png")
     finally:
         pyplot.close(figure)
     return Path(path)
+
+
+def _default_total(schedule: Schedule, end: int | None) -> int:
+    """A range that shows the whole schedule: past its end by a quarter, so that the last
+    level of a piecewise schedule is seen as a level, not a one-step blip."""
+    if not end:
+        return 1000
+    return end + 1 + max(1, end // 4)
+
+
+def _title(schedule: Schedule, width: int = 100) -> str:
+    """The schedule's name and parameters, wrapped: ``cosine_decay(initial=0.1, ...)``."""
+    text = schedule.describe().split("): ", 1)[0] + ")"
+    for noise in (", dtype='float64'", "dtype='float64', ", ", dtype=None"):
+        text = text.replace(noise, "")
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + len(word) + 1 > width:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
 
 
 def _parse_steps(text: str) -> list[int]:
@@ -185,20 +246,36 @@ def _parse_steps(text: str) -> list[int]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    schedule = schedule_from_args(args, args.total_steps)
+    known = {
+        "steps_per_epoch": args.steps_per_epoch,
+        "batch_size": args.batch_size,
+        "tokens_per_step": args.tokens_per_step,
+    }
+    given_total = None
+    if args.total_steps is not None:
+        try:
+            given_total = Duration.parse(args.total_steps, "--total-steps").to_steps(**known)
+        except ConversionError as err:
+            raise ConfigError(
+                "--total-steps", f"cannot be converted to steps ({err})", args.total_steps
+            ) from err
+        if given_total < 1:
+            raise ConfigError("--total-steps", "must be at least 1 step", args.total_steps)
+    schedule = schedule_from_args(args, given_total)
     if schedule is None:
         raise ConfigError("name", "must name a schedule (or give --config FILE)", None)
-    if not schedule.resolved:
+    try:
+        schedule = schedule.resolve(**known)
+    except ConversionError as err:
         raise ConfigError(
             "schedule",
-            "must give its lengths in steps here: `globalstep schedule` knows no steps per "
-            "epoch, batch size or tokens per step (`globalstep plan ... --schedule` does)",
-            schedule,
-        )
+            f"has a length this command cannot convert to steps ({err})",
+            schedule.name,
+            hint="Give --steps-per-epoch, --batch-size or --tokens-per-step, or lengths in "
+            "steps (`globalstep plan ... --schedule` knows the run).",
+        ) from err
     end = schedule.end_step()
-    total = args.total_steps if args.total_steps is not None else (end + 1 if end else 1000)
-    if total < 1:
-        raise ConfigError("total_steps", "must be an int >= 1", total)
+    total = given_total if given_total is not None else _default_total(schedule, end)
     steps = _parse_steps(args.at) if args.at else _table_steps(total)
     values = schedule.values(np.asarray(steps, dtype=np.int64))
     width = max(len(f"{s:,}") for s in steps)
@@ -210,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(explain(schedule, total).lines()))
     if args.plot:
         try:
-            written = write_plot(schedule, total, args.plot)
+            written = write_plot(schedule, total, args.plot, log_y=args.log_y)
         except OSError as err:
             raise ConfigError(
                 "--plot", "must be a file that can be written", args.plot, hint=str(err)
@@ -232,11 +309,21 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--at", metavar="STEPS", help="comma-separated steps to tabulate")
     parser.add_argument(
         "--total-steps",
-        type=int,
-        metavar="N",
-        help="the run's length (also the schedule's total_steps where it has one)",
+        metavar="DURATION",
+        help="the run's length, in steps or a duration such as 3ep (also the schedule's "
+        "total_steps where it has one)",
+    )
+    parser.add_argument(
+        "--steps-per-epoch", type=int, metavar="N", help="to convert epoch lengths (3ep)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, metavar="N", help="samples per step, for sample lengths"
+    )
+    parser.add_argument(
+        "--tokens-per-step", type=int, metavar="N", help="tokens per step, for token lengths"
     )
     parser.add_argument("--explain", action="store_true", help="explain the schedule")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib)")
+    parser.add_argument("--log-y", action="store_true", help="with --plot: a log-scale value axis")
     add_schedule_arguments(parser, positional=True, skip=("total_steps",))
     parser.set_defaults(func=_run)

@@ -6,17 +6,20 @@ from typing import Any, Protocol
 
 from globalstep._closing import Closing
 
-__all__ = ["HISTOGRAM", "SCALAR", "TEXT", "Backend", "Closing", "Item"]
+__all__ = ["HISTOGRAM", "RESTART", "SCALAR", "TEXT", "Backend", "Closing", "Item"]
 
 SCALAR = 0
 HISTOGRAM = 1
 TEXT = 2
+RESTART = 3
 
 Item = tuple[int, str, int, float, Any]
 """One buffered write: (kind, tag, step, wall_time, payload).
 
 The payload is a float for a scalar, a float64 NumPy array for a histogram and a str for a
-text. The caller's thread only builds this tuple; backends encode it.
+text. A restart mark is ``(RESTART, "", purge_step, wall_time, None)``: it goes through the
+queue so that it lands between the points written before and after it. The caller's thread
+only builds this tuple; backends encode it.
 """
 
 
@@ -29,10 +32,13 @@ class Backend(Protocol):
         """Records that points at ``purge_step`` and above, written before, are void."""
 
     def write(self, items: list[Item]) -> None:
-        """Encodes and writes ``items`` in order."""
+        """Encodes and writes ``items`` in order (restart marks included)."""
 
     def flush(self) -> None:
         """Pushes written bytes to the operating system."""
+
+    def sync(self) -> None:
+        """Flushes, then asks the operating system to put the file on disk (fsync)."""
 
     def close(self) -> None:
         """Flushes and closes the file."""

@@ -18,7 +18,7 @@ import json
 import os
 from typing import Any
 
-from globalstep.summary._base import HISTOGRAM, SCALAR, Item, histogram_buckets
+from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, Item, histogram_buckets
 
 __all__ = ["JSONL_NAME", "JsonlBackend"]
 
@@ -65,6 +65,8 @@ class JsonlBackend:
                     f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
                     f'"value": {number}}}\n'
                 )
+            elif kind == RESTART:
+                lines.append(f'{{"restart": {step}, "wall_time": {wall_time!r}}}\n')
             else:
                 head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
                 body: Any = (
@@ -77,6 +79,10 @@ class JsonlBackend:
 
     def flush(self) -> None:
         self._file.flush()
+
+    def sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from globalstep._optional import require
-from globalstep.summary._base import HISTOGRAM, SCALAR, Item, histogram_buckets
+from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, Item, histogram_buckets
 
 __all__ = ["TensorBoardBackend", "event_file_name", "require_tensorboard"]
 
@@ -75,12 +75,16 @@ class TensorBoardBackend:
         self._file.flush()
 
     def mark_restart(self, purge_step: int, wall_time: float) -> None:
+        self._file.write(self._restart_record(purge_step, wall_time))
+
+    def _restart_record(self, purge_step: int, wall_time: float) -> bytes:
         event = self._event_pb2.Event(
             step=purge_step,
             wall_time=wall_time,
             session_log=self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START),
         )
-        self._file.write(self._frame(event.SerializeToString()))
+        data: bytes = self._frame(event.SerializeToString())
+        return data
 
     def write(self, items: list[Item]) -> None:
         frame = self._frame
@@ -93,6 +97,8 @@ class TensorBoardBackend:
                 event.wall_time = wall_time
                 value.simple_value = payload
                 chunks.append(frame(event.SerializeToString()))
+            elif kind == RESTART:
+                chunks.append(self._restart_record(step, wall_time))
             else:
                 chunks.append(frame(self._other_event(kind, tag, step, wall_time, payload)))
         self._file.write(b"".join(chunks))
@@ -127,6 +133,10 @@ class TensorBoardBackend:
 
     def flush(self) -> None:
         self._file.flush()
+
+    def sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

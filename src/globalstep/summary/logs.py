@@ -25,6 +25,7 @@ import argparse
 import csv
 import io
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -111,7 +112,15 @@ def _write_csv(runs: list[RunLog], tag: str | None, out: TextIO) -> None:
                     writer.writerow([run.name, name, p.step, repr(p.wall_time), repr(p.value)])
 
 
-def _plot_png(runs: list[RunLog], tag: str, path: str) -> None:
+def _label(run: RunLog, logdir: str, several: bool) -> str:
+    """A run's name for a legend: the directory's own name for a run at the top."""
+    base = os.path.basename(os.path.normpath(logdir)) or logdir
+    if run.name == ".":
+        return base
+    return f"{base}/{run.name}" if several else run.name
+
+
+def _plot_png(runs: list[tuple[str, RunLog]], tag: str, path: str, *, log_y: bool = False) -> None:
     from globalstep._optional import require
 
     require("matplotlib", "plot", "globalstep logs --plot")
@@ -120,15 +129,23 @@ def _plot_png(runs: list[RunLog], tag: str, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(8, 4.5))
+    figure, axes = plt.subplots(figsize=(9, 4.5))
     try:
-        for run in runs:
+        drawn = []
+        for label, run in runs:
             if tag in run.scalars:
-                points = run.scalars[tag]
-                axes.plot([p.step for p in points], [p.value for p in points], label=run.name)
-        axes.set_xlabel("step")
-        axes.set_ylabel(tag)
-        axes.legend()
+                points = [p for p in run.scalars[tag] if math.isfinite(p.value)]
+                axes.plot([p.step for p in points], [p.value for p in points], label=label)
+                drawn.append(label)
+        axes.set_xlabel("step (optimizer updates applied)")
+        axes.set_ylabel(f"{tag} (log scale)" if log_y else tag)
+        if log_y:
+            axes.set_yscale("log")
+        title = f"{tag}: {' vs '.join(drawn)}" if len(drawn) <= 3 else f"{tag}: {len(drawn)} runs"
+        axes.set_title(title)
+        if len(drawn) > 1:
+            axes.legend()
+        axes.grid(True, alpha=0.3)
         figure.tight_layout()
         figure.savefig(path)
     finally:
@@ -136,27 +153,38 @@ def _plot_png(runs: list[RunLog], tag: str, path: str) -> None:
 
 
 def run_logs(
-    logdir: str,
+    logdir: str | Sequence[str],
     *,
     tag: str | None = None,
     plot: str | None = None,
     csv_path: str | None = None,
+    log_y: bool = False,
     out: Callable[[str], Any] = print,
 ) -> int:
     """Does ``globalstep logs``' work and returns its exit status.
 
+    Args:
+        logdir: one log directory, or several whose runs are compared (one figure with
+            ``plot``).
+
     Raises:
-        ConfigError: ``logdir`` is not a directory, it holds no run, ``tag`` is logged by
-            no run, ``plot`` is given without ``tag``, or the CSV or PNG file cannot be
-            written.
+        ConfigError: a directory is missing or holds no run, ``tag`` is logged by no run,
+            ``plot`` is given without ``tag``, or the CSV or PNG file cannot be written.
     """
     if plot is not None and tag is None:
         raise ConfigError("--plot", "needs --tag to say which series to draw", plot)
-    runs = read_logs(logdir)
-    if not runs:
-        raise ConfigError(
-            "DIR", "must hold a run (metrics.jsonl or *tfevents* files) at some depth", logdir
-        )
+    logdirs = [logdir] if isinstance(logdir, str | os.PathLike) else list(logdir)
+    labelled: list[tuple[str, RunLog]] = []
+    for directory in logdirs:
+        found = read_logs(directory)
+        if not found:
+            raise ConfigError(
+                "DIR",
+                "must hold a run (metrics.jsonl or *tfevents* files) at some depth",
+                directory,
+            )
+        labelled += [(_label(run, directory, len(logdirs) > 1), run) for run in found]
+    runs = [run for _, run in labelled]
     if tag is not None and not any(tag in run.scalars for run in runs):
         known = sorted({t for run in runs for t in run.scalars})
         raise ConfigError("--tag", f"must name a logged scalar, one of {known}", tag)
@@ -177,15 +205,15 @@ def run_logs(
         return 0
     if plot is not None and tag is not None:
         try:
-            _plot_png(runs, tag, plot)
+            _plot_png(labelled, tag, plot, log_y=log_y)
         except OSError as err:
             raise ConfigError(
                 "--plot", "must be a file that can be written", plot, hint=str(err)
             ) from err
         out(f"wrote {plot}")
         return 0
-    for run in runs:
-        out(f"run {run.name} ({run.source})")
+    for label, run in labelled:
+        out(f"run {run.name if len(logdirs) == 1 else label} ({run.source})")
         if tag is None:
             out(summary_table(run) if run.scalars else "(no scalars)")
             for kind, series in (("histograms", run.histograms), ("texts", run.texts)):
@@ -201,7 +229,7 @@ def run_logs(
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_logs(args.dir, tag=args.tag, plot=args.plot, csv_path=args.csv)
+    return run_logs(args.dir, tag=args.tag, plot=args.plot, csv_path=args.csv, log_y=args.log_y)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -211,8 +239,13 @@ def add_parser(subparsers: Any) -> None:
         help="summarise, export and plot step-keyed scalars",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    parser.add_argument("dir", metavar="DIR", help="a log directory (runs at any depth)")
+    parser.add_argument(
+        "dir", metavar="DIR", nargs="+", help="log directories (runs at any depth): compared"
+    )
     parser.add_argument("--tag", help="one scalar series: plotted in the terminal")
-    parser.add_argument("--plot", metavar="PNG", help="with --tag: draw it to this PNG file")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="with --tag: draw it, every run on one figure, to a PNG"
+    )
+    parser.add_argument("--log-y", action="store_true", help="with --plot: a log-scale axis")
     parser.add_argument("--csv", metavar="PATH", help="export the points as CSV ('-': stdout)")
     parser.set_defaults(func=_run)

@@ -6,16 +6,19 @@ checks its arguments and appends a tuple to a queue; a background thread encodes
 writes the queue in batches, every ``flush_seconds`` or sooner when it fills. ``flush()``,
 ``close()`` and interpreter exit write everything queued. A write that fails in the
 background (disk full) raises :class:`~globalstep.errors.SummaryWriteError` at the next
-call or at ``close()``; what was written before stays on disk.
+call or at ``close()``, once; the writer goes on and writes the later calls. Every value
+and step is checked on the caller's thread before it is queued, so a bad call raises
+:class:`~globalstep.errors.ConfigError` and leaves the writer as it was.
 
-Restarts: a writer opened on a directory whose logs reach past its clock's step (the run
-resumed from a checkpoint at step S) marks the restart, so that TensorBoard, and
-:mod:`globalstep.summary.reader`, drop the points above S that the crashed attempt wrote.
-``purge_step=P`` marks one explicitly, dropping the points at P and above, as
-``tf.summary`` and tensorboardX do. The automatic mark suits a loop that logs after
-``clock.tick()`` (the first point of a run resumed at S is at S + 1); a loop that logs
-before ``tick()``, at the step of the update under way, writes S again on resuming and
-should pass ``purge_step=S``.
+Restarts: the first point a writer writes decides. Where the run's logs already reach that
+point's step P (a run resumed from a checkpoint, whose crashed attempt logged past it), the
+writer marks a restart at P, or at the clock's step + 1 if that is lower, so that TensorBoard
+(both of its loaders) and :mod:`globalstep.summary.reader` drop the points at P and above
+that the crashed attempt wrote, and keep everything before. So it does not matter whether
+the writer is opened before or after the checkpoint is restored, nor whether the loop logs
+before or after ``clock.tick()``. ``purge_step=P`` marks a restart at opening instead, as
+``tf.summary`` and tensorboardX do, and :meth:`SummaryWriter.restart` marks one later (after
+rolling back to an older checkpoint).
 
 Tags: any non-empty string of printable characters; ``/`` groups tags in TensorBoard
 (``"train/loss"``) and non-ASCII characters are kept as UTF-8. Backslashes, control
@@ -49,10 +52,10 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from globalstep.clock import Clock
+from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, MissingDependencyError, SummaryWriteError
 from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
-from globalstep.summary._base import HISTOGRAM, SCALAR, TEXT, Backend, Closing, Item
+from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, TEXT, Backend, Closing, Item
 from globalstep.summary.finite import NonFiniteHandler, check_finite
 
 __all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter", "available_formats"]
@@ -64,6 +67,7 @@ _BATCH_ITEMS = 20_000
 _MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
+_FLOAT32_MAX = 3.4028234663852886e38  # TensorBoard stores a scalar as a float32
 
 
 def available_formats() -> tuple[str, ...]:
@@ -113,17 +117,51 @@ def _check_tag(tag: Any) -> str:
     return tag
 
 
+def _short(value: Any) -> Any:
+    """The value for an error message: a huge int is cut (10**400 has 401 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        text = str(value)
+        return f"{text[:12]}...({len(text.lstrip('-'))} digits)"
+    return value
+
+
 def _as_float(tag: str, value: Any) -> float:
+    """Returns ``value`` as a float64: a Python or NumPy number, or an array or framework
+    tensor of exactly one element, whatever its shape ((), (1,), (1, 1), ...)."""
+    parameter = f"value of {tag!r}"
     if isinstance(value, str | bytes) or value is None:
-        raise ConfigError(f"value of {tag!r}", "must be a real number", value)
+        raise ConfigError(parameter, "must be a real number", value)
+    if not isinstance(value, int | float):
+        shape = getattr(value, "shape", None)
+        if shape is not None:
+            try:
+                count = math.prod(int(n) for n in shape)
+            except (TypeError, ValueError):
+                count = -1
+            if count != 1:
+                raise ConfigError(
+                    parameter,
+                    "must be one number (an array or tensor of exactly one element)",
+                    f"<{type(value).__name__} of shape {tuple(shape)}>",
+                )
+            item = getattr(value, "item", None)
+            if callable(item):
+                value = item()
+            elif callable(getattr(value, "numpy", None)):  # a TensorFlow tensor
+                value = value.numpy().item()
     try:
-        return float(value)
+        number = float(value)
+    except OverflowError as err:
+        raise ConfigError(
+            parameter, "must fit a float64 (|value| <= 1.8e308)", _short(value)
+        ) from err
     except (TypeError, ValueError) as err:
         raise ConfigError(
-            f"value of {tag!r}",
+            parameter,
             "must be a real number (a Python or NumPy number, a 0-d array, a one-element tensor)",
             value,
         ) from err
+    return number
 
 
 def _check_step(step: Any, parameter: str = "step") -> int:
@@ -131,9 +169,16 @@ def _check_step(step: Any, parameter: str = "step") -> int:
         index = getattr(step, "__index__", None)
         if index is None or isinstance(step, bool):
             raise ConfigError(parameter, "must be an int", step)
-        step = index()
+        try:
+            step = index()
+        except (TypeError, ValueError) as err:
+            raise ConfigError(parameter, "must be an int", step) from err
     if step < 0:
-        raise ConfigError(parameter, "must be >= 0", step)
+        raise ConfigError(parameter, "must be >= 0", _short(step))
+    if step > MAX_STEP:
+        raise ConfigError(
+            parameter, "must be <= 2**63-1 (TensorBoard stores steps as int64)", _short(step)
+        )
     return int(step)
 
 
@@ -145,8 +190,9 @@ class SummaryWriter(Closing):
         clock: the clock whose step each call uses when it gives none.
         formats: any of ``"tensorboard"`` (event files, needs the ``tensorboard`` extra)
             and ``"jsonl"`` (``metrics.jsonl``, core install).
-        purge_step: marks a restart: points at this step and above, written before,
-            are dropped by TensorBoard and by the reader.
+        purge_step: marks a restart at opening: points at this step and above, written
+            before, are dropped by TensorBoard and by the reader. Without it the first
+            point written marks one where needed (see the module docstring).
         guard_tags: tags whose values must be finite; ``scalar(..., guard=True)`` guards
             any other.
         on_nonfinite: called with the :class:`~globalstep.errors.NonFiniteError` of a
@@ -162,9 +208,9 @@ class SummaryWriter(Closing):
             message says why).
         MissingDependencyError: ``"tensorboard"`` is asked for and the extra is missing.
 
-    Opening reads the run's existing logs to find the highest step already written (the
-    restart check): under a second per million points of JSONL, five seconds per million
-    in event files alone. Calls are meant for one training thread. A writer never closed
+    Opening reads the run's existing logs to find the highest step already written in any
+    format (the restart check): under a second per million points of JSONL, five seconds
+    per million in event files. Calls are meant for one training thread. A writer never closed
     is closed, and flushed, at interpreter exit.
     """
 
@@ -229,24 +275,20 @@ class SummaryWriter(Closing):
         self._wake = threading.Event()
         self._error: BaseException | None = None
         self._error_path: str | None = None
-        self._error_reported = False
+        self._error_lost = 0
         self._closed = False
         self._warned_order = False
+        self._dir_synced = False
+        self._float32 = "tensorboard" in formats
 
+        # The restart check: the highest step already logged, in any format. Without an
+        # explicit purge_step, the first point written decides whether to mark a restart.
         existing = self._existing_max_step()
-        if (
-            purge_step is None
-            and clock is not None
-            and existing is not None
-            and clock.step < existing
-        ):
-            purge_step = clock.step + 1
+        self._pending_restart = existing if purge_step is None else None
         self._backends = self._open_backends(formats, purge_step)
         self.purge_step = purge_step
-        if purge_step is not None:
-            self._last_step = purge_step - 1
-        else:
-            self._last_step = existing if existing is not None else -1
+        """The step of the latest restart mark this writer wrote, or None."""
+        self._last_step = purge_step - 1 if purge_step is not None else -1
         self._thread = threading.Thread(
             target=self._run, name=f"globalstep-summary-{self.logdir}", daemon=True
         )
@@ -319,13 +361,23 @@ class SummaryWriter(Closing):
 
     def _check_open(self) -> None:
         if self._error is not None:
-            self._error_reported = True
-            raise SummaryWriteError(
-                f"the summary writer could not write {self._error_path}: {self._error}",
-                self._error_path,
-            ) from self._error
+            self._raise_error()
         if self._closed:
             raise ConfigError("writer", "must be open (close() was called)", self.logdir)
+
+    def _raise_error(self) -> None:
+        """Raises the background error, once: the writer then goes on with later calls."""
+        with self._io_lock:
+            error, path, lost = self._error, self._error_path, self._error_lost
+            self._error, self._error_path, self._error_lost = None, None, 0
+        if error is None:
+            return
+        lost_text = f"{lost} points were lost; " if lost else ""
+        raise SummaryWriteError(
+            f"the summary writer could not write {path}: {error} ({lost_text}the writer goes "
+            "on and writes later calls)",
+            path,
+        ) from error
 
     def _resolve_step(self, step: Any) -> int:
         if step is None:
@@ -337,12 +389,42 @@ class SummaryWriter(Closing):
                     hint="Pass step=..., or SummaryWriter(logdir, clock=clock).",
                 )
             step = self._clock.step
-        elif type(step) is not int or step < 0:
+        elif type(step) is not int or step < 0 or step > MAX_STEP:
             step = _check_step(step)
+        if self._pending_restart is not None:
+            self._first_point(step)
         if step < self._last_step:
             self._step_went_back(step)
         self._last_step = step
         return int(step)
+
+    def _first_point(self, step: int) -> None:
+        """Marks a restart before the first point if the logs already reach its step."""
+        existing, self._pending_restart = self._pending_restart, None
+        purge = step if self._clock is None else min(step, self._clock.step + 1)
+        if existing is not None and existing >= purge:
+            self._queue_restart(purge)
+
+    def _queue_restart(self, purge_step: int) -> None:
+        self._enqueue((RESTART, "", purge_step, time.time(), None))
+        self.purge_step = purge_step
+        self._last_step = purge_step - 1
+
+    def restart(self, purge_step: int) -> None:
+        """Marks a restart now: points at ``purge_step`` and above written before are void.
+
+        For a run rolled back to an older checkpoint at step S in the same process:
+        ``restart(S + 1)`` before logging the steps after S again. TensorBoard and the
+        reader then show each step once, with the value written last.
+
+        Raises:
+            ConfigError: ``purge_step`` is not an int in [0, 2**63-1], or the writer is
+                closed.
+        """
+        self._check_open()
+        purge = _check_step(purge_step, "purge_step")
+        self._pending_restart = None
+        self._queue_restart(purge)
 
     def _step_went_back(self, step: int) -> None:
         if self._warned_order:
@@ -381,11 +463,13 @@ class SummaryWriter(Closing):
         Args:
             tag: the series' name, e.g. ``"train/loss"``.
             value: a real number (a Python or NumPy number, or a one-element tensor).
-            step: the step; defaults to the clock's.
+            step: the step; defaults to the clock's; an int in [0, 2**63-1].
             guard: refuse a non-finite value even if ``tag`` is not in ``guard_tags``.
 
         Raises:
-            ConfigError: a bad tag, value or step, or a closed writer.
+            ConfigError: a bad tag, value (one that does not fit a float64, or TensorBoard's
+                float32 where event files are written) or step, or a closed writer; nothing
+                is queued and the writer goes on.
             NonFiniteError: a guarded value is NaN or infinite (and no handler was given).
             SummaryWriteError: an earlier background write failed.
         """
@@ -399,6 +483,8 @@ class SummaryWriter(Closing):
             self._known_tags.add(_check_tag(tag))
         if type(value) is not float:
             value = _as_float(tag, value)
+        if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
+            self._check_float32(tag, value)
         step = self._resolve_step(step)
         # _repeats() inlined (this is the hot path); observe() is called here, not in a
         # helper, so that its warning points at the caller's line.
@@ -410,6 +496,16 @@ class SummaryWriter(Closing):
         if (guard or tag in self._guarded) and value - value != 0.0:
             check_finite(tag, value, step, self._on_nonfinite)
         self._enqueue((SCALAR, tag, step, time.time(), value))
+
+    @staticmethod
+    def _check_float32(tag: str, value: float) -> None:
+        if math.isfinite(value):
+            raise ConfigError(
+                f"value of {tag!r}",
+                "must fit TensorBoard's float32 (|value| <= 3.4028235e38), or be inf or nan",
+                value,
+                hint="Scale it, or log it with formats=('jsonl',) only.",
+            )
 
     def scalars(self, values: Mapping[str, Any], step: int | None = None) -> None:
         """Queues several scalars at one step and one wall time.
@@ -430,6 +526,10 @@ class SummaryWriter(Closing):
             )
             for t, v in values.items()
         ]
+        if self._float32:
+            for tag, value in checked:
+                if value > _FLOAT32_MAX or value < -_FLOAT32_MAX:
+                    self._check_float32(tag, value)
         step = self._resolve_step(step)
         if checked and self._repeats(step, checked[0][0]):
             self._stale.observe(step, self._clock_name)
@@ -480,11 +580,25 @@ class SummaryWriter(Closing):
     def flush(self) -> None:
         """Writes everything queued so far, on this thread, and hands it to the OS.
 
+        After it returns, the points survive the process being killed (SIGKILL).
+
         Raises:
             SummaryWriteError: the write failed, now or earlier in the background.
         """
         self._check_open()
         self._drain()
+        self._check_open()
+
+    def sync(self) -> None:
+        """Flushes, then fsyncs the files (and, once, the directory): the points logged so
+        far survive a power loss too. A checkpoint that must not get ahead of the curves
+        calls this before it commits (``globalstep.Run`` does).
+
+        Raises:
+            SummaryWriteError: the write failed, now or earlier in the background.
+        """
+        self._check_open()
+        self._drain(sync=True)
         self._check_open()
 
     def close(self) -> None:
@@ -507,38 +621,52 @@ class SummaryWriter(Closing):
                 backend.close()
             except OSError as err:
                 self._record_error(err, backend.path)
-        if self._error is not None and not self._error_reported:
-            self._error_reported = True
-            raise SummaryWriteError(
-                f"the summary writer could not write {self._error_path}: {self._error}",
-                self._error_path,
-            ) from self._error
+        self._raise_error()
 
     # --- the background thread ------------------------------------------------------
 
-    def _record_error(self, err: BaseException, path: str) -> None:
+    def _record_error(self, err: BaseException, path: str, lost: int = 0) -> None:
+        """Keeps the first error not yet reported (called under the I/O lock)."""
         if self._error is None:
             self._error, self._error_path = err, path
+        self._error_lost += lost
 
-    def _drain(self) -> None:
+    def _drain(self, sync: bool = False) -> None:
+        """Writes the queue; a failure loses the batch in hand, is recorded for the
+        training thread, and does not stop later drains."""
         with self._io_lock:
-            if self._error is not None:
-                return
             queue = self._queue
             backend: Backend | None = None
+            items: list[Item] = []
             try:
                 while queue:
                     count = min(len(queue), _BATCH_ITEMS)
                     items = [queue.popleft() for _ in range(count)]
                     for backend in self._backends:
                         backend.write(items)
+                    items = []
                 for backend in self._backends:
-                    backend.flush()
+                    if sync:
+                        backend.sync()
+                    else:
+                        backend.flush()
+                if sync and not self._dir_synced:
+                    self._sync_directory()
             except Exception as err:
-                self._record_error(err, backend.path if backend else self.logdir)
+                self._record_error(err, backend.path if backend else self.logdir, len(items))
+
+    def _sync_directory(self) -> None:
+        """Makes the new files' names durable (once: later syncs only grow the files)."""
+        if hasattr(os, "O_DIRECTORY"):
+            fd = os.open(self.logdir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dir_synced = True
 
     def _run(self) -> None:
-        while not self._closed and self._error is None:
+        while not self._closed:
             self._wake.wait(self._flush_seconds)
             self._wake.clear()
             self._drain()

@@ -1,0 +1,101 @@
+"""The guides in docs/ run as written: every Python block, every command and its output.
+
+Each guide is one test. Its ```python blocks run in order in one namespace, in a fresh
+working directory; a block whose first line is ``# requires: NAME`` is skipped with the
+rest of the guide when NAME cannot be imported. A ```text block right after a Python block,
+on a line "Output:", is what that block prints. In ```console blocks each ``$ globalstep``
+line is run through the command line and must print the lines below it (standard output,
+then standard error), exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from globalstep.cli import main
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+_BLOCK = re.compile(r"```(python|console|text)\n(.*?)```", re.S)
+
+
+def _blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(kind, body, is an Output: block) for each fenced block, in order."""
+    found = []
+    for match in _BLOCK.finditer(text):
+        before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
+        found.append((match[1], match[2], before.strip() == "Output:"))
+    return found
+
+
+def _commands(body: str) -> list[tuple[list[str], list[str]]]:
+    runs: list[tuple[list[str], list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            command = shlex.split(line[2:].replace("\\\n", " "))
+            assert command[0] == "globalstep", f"only globalstep commands run here: {line}"
+            runs.append((command[1:], []))
+        else:
+            runs[-1][1].append(line)
+    return runs
+
+
+def _run_command(argv: list[str]) -> tuple[int, list[str]]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    text = out.getvalue() + err.getvalue()
+    return status, [line.rstrip() for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("guide", sorted(DOCS.glob("*.md")), ids=lambda p: p.stem)
+def test_guide_runs_as_written(guide, tmp_path, monkeypatch):
+    """Every block of the guide runs and prints what the guide shows."""
+    monkeypatch.chdir(tmp_path)
+    run_guide(guide)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```python\nprint(1)\n```\n\nOutput:\n```text\n2\n```\n",
+        "```console\n$ globalstep --version\nglobalstep 0.0\n```\n",
+    ],
+    ids=["python output", "command output"],
+)
+def test_a_wrong_output_fails(tmp_path, text):
+    """A guide whose shown output differs from what runs is caught."""
+    guide = tmp_path / "wrong.md"
+    guide.write_text(text)
+    with pytest.raises(AssertionError):
+        run_guide(guide)
+
+
+def run_guide(guide: Path) -> None:
+    """Runs one guide's blocks, asserting each output shown."""
+    namespace: dict[str, object] = {"__name__": f"docs_{guide.stem}"}
+    printed = ""
+    for kind, body, is_output in _blocks(guide.read_text()):
+        if kind == "python":
+            first = body.splitlines()[0] if body else ""
+            if first.startswith("# requires: "):
+                for name in first.removeprefix("# requires: ").split(","):
+                    if importlib.util.find_spec(name.strip()) is None:
+                        pytest.skip(f"{guide.name} needs {name.strip()}")
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                exec(compile(body, f"{guide.name}", "exec"), namespace)
+            printed = buffer.getvalue()
+        elif kind == "text" and is_output:
+            assert printed.rstrip("\n").splitlines() == body.rstrip("\n").splitlines()
+        elif kind == "console":
+            for argv, expected in _commands(body):
+                status, lines = _run_command(argv)
+                assert status in (0, 1), (argv, status)
+                assert lines == [line.rstrip() for line in expected], argv

@@ -1,0 +1,363 @@
+"""Run: restore-or-initialise, the per-update path, durable curves, drift and rollback."""
+
+import io
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from globalstep import (
+    CheckpointManager,
+    Clock,
+    ConfigError,
+    CosineDecay,
+    DivergenceError,
+    ExponentialDecay,
+    Rollback,
+    Run,
+)
+from globalstep.run import ConfigDriftWarning, GeneratorState, config_differences
+from globalstep.summary.reader import read_run
+
+ROWS, BATCH = 60, 10
+
+
+def _data():
+    """A small regression problem."""
+    rng = np.random.default_rng(0)
+    inputs = rng.normal(size=(ROWS, 3))
+    return inputs, inputs @ np.array([1.0, -2.0, 0.5])
+
+
+def _make_run(directory, total_steps=None, *, config=None, **kw):
+    """The Run of _train's loop."""
+    kw.setdefault("writer_options", {"formats": ("jsonl",)})
+    return Run(
+        directory,
+        total_steps=total_steps,
+        save_every=kw.pop("save_every", 10),
+        clock=Clock(steps_per_epoch=ROWS // BATCH, batch_size=BATCH),
+        schedules={"lr": CosineDecay(0.1, decay_steps=100)},
+        config=config or {"model": "linear"},
+        progress=False,
+        stream=io.StringIO(),
+        **kw,
+    )
+
+
+def _train(directory, *, total_steps, stop_at=None, nan_at=(), config=None, rollback=None, **kw):
+    """A Run-based NumPy loop; returns (run, weights, losses by step after the update)."""
+    inputs, targets = _data()
+    weights, noise = np.zeros(3), np.random.default_rng(1)
+    losses = {}
+    run = _make_run(directory, total_steps, config=config, rollback=rollback, **kw)
+    with run:
+        run.restore({"weights": weights, "noise": GeneratorState(noise)})
+        while not run.done:
+            if stop_at is not None and run.step >= stop_at:
+                raise KeyboardInterrupt
+            epoch, index = divmod(run.next_batch(), ROWS // BATCH)
+            order = np.random.default_rng([7, epoch]).permutation(ROWS)
+            rows = order[index * BATCH : (index + 1) * BATCH]
+            error = inputs[rows] @ weights - targets[rows]
+            lr = run.value("lr")
+            weights -= lr * (2 * inputs[rows].T @ error / BATCH + 1e-3 * noise.normal(size=3))
+            loss = float(np.mean(error**2))
+            if run.step in nan_at:
+                nan_at = tuple(s for s in nan_at if s != run.step)
+                loss = math.nan
+                weights[:] = math.nan
+            if run.update(loss=loss, lr=lr):
+                losses[run.step] = loss
+    return run, weights, losses
+
+
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    """A run stopped at step 37 and resumed ends with the same weights, bit for bit."""
+    _, straight, _ = _train(tmp_path / "a", total_steps=80)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path / "b", total_steps=80, stop_at=37)
+    run, resumed, _ = _train(tmp_path / "b", total_steps=80)
+    assert run.step == 80
+    assert resumed.tobytes() == straight.tobytes()
+
+
+def test_curves_show_each_step_once_after_a_resume(tmp_path):
+    """After a stop at 37 (checkpoint at 30) and a resume, the log has steps 1..80 once."""
+    _, _, straight = _train(tmp_path / "a", total_steps=80)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path / "b", total_steps=80, stop_at=37)
+    _train(tmp_path / "b", total_steps=80)
+    points = read_run(tmp_path / "b" / "logs").scalars["loss"]
+    assert [p.step for p in points] == list(range(1, 81))
+    assert [p.value for p in points] == [straight[s] for s in range(1, 81)]
+
+
+def test_normal_end_saves_a_final_checkpoint(tmp_path):
+    """Leaving the with block normally saves the step reached, off the save_every grid."""
+    run, _, _ = _train(tmp_path, total_steps=25)
+    with CheckpointManager(tmp_path / "checkpoints", read_only=True) as manager:
+        assert manager.latest_step() == 25
+    assert "finished at step 25" in run._stream.getvalue()
+
+
+def test_running_again_after_the_end_says_complete(tmp_path):
+    """A second run on a finished directory resumes at the end and says the run is complete."""
+    _train(tmp_path, total_steps=20)
+    run, _, losses = _train(tmp_path, total_steps=20)
+    assert losses == {}
+    assert "the run is complete (step 20 of 20)" in run._stream.getvalue()
+
+
+def test_data_position_is_restored(tmp_path):
+    """The data position comes back with the checkpoint, apart from the step."""
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, total_steps=50, stop_at=23)
+    with _make_run(tmp_path) as run:
+        run.restore({"weights": np.zeros(3), "noise": GeneratorState(np.random.default_rng())})
+        assert (run.step, run.data_position) == (20, 20)
+
+
+def test_value_is_bit_equal_to_the_schedule(tmp_path):
+    """run.value() equals schedule(step) bit for bit, across memo blocks."""
+    schedule = ExponentialDecay(0.1, decay_steps=7, rate=0.9)
+    with Run(tmp_path, schedules={"lr": schedule}, progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        for _ in range(600):
+            assert run.value("lr") == schedule(run.step)
+            run.update()
+
+
+def test_plain_callables_are_schedules_too(tmp_path):
+    """A schedule that is any callable of the step is called with the clock's step."""
+    with Run(tmp_path, schedules={"lr": lambda s: 1.0 / (s + 1)}, progress=False) as run:
+        run.restore({})
+        run.update()
+        assert run.value("lr") == 0.5
+
+
+def test_unknown_schedule_names_the_known_ones(tmp_path):
+    """run.value() of an unknown name raises KeyError listing the run's schedules."""
+    with Run(tmp_path, schedules={"lr": CosineDecay(0.1, 10)}, progress=False) as run:
+        run.restore({})
+        with pytest.raises(KeyError, match=r"no schedule named 'wd'; this run has \['lr'\]"):
+            run.value("wd")
+
+
+def test_update_before_restore_is_an_error(tmp_path):
+    """update() before restore() raises ConfigError saying to call restore first."""
+    with Run(tmp_path, progress=False) as run, pytest.raises(ConfigError, match="restore"):
+        run.update(loss=1.0)
+
+
+def test_restore_twice_is_an_error(tmp_path):
+    """A second restore() raises ConfigError."""
+    with Run(tmp_path, progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        with pytest.raises(ConfigError, match="must be called once per Run"):
+            run.restore({})
+
+
+def test_skipped_update_does_not_tick(tmp_path):
+    """update(applied=False) logs at the unchanged step and does not advance the clock."""
+    with Run(tmp_path, progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        run.update(loss=1.0)
+        run.update(applied=False, loss=2.0)
+        assert run.step == 1
+
+
+def test_checkpoint_commits_after_the_logs_are_on_disk(tmp_path, monkeypatch):
+    """At the moment a checkpoint at step S is saved, the JSONL file holds every step <= S."""
+    seen = {}
+    real_save = CheckpointManager.save
+
+    def spy(self, step, state, **kwargs):
+        lines = (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
+        seen[int(step.step)] = {json.loads(line).get("step") for line in lines}
+        return real_save(self, step, state, **kwargs)
+
+    monkeypatch.setattr(CheckpointManager, "save", spy)
+    _train(tmp_path, total_steps=30, writer_options={"formats": ("jsonl",), "flush_seconds": 60})
+    assert sorted(seen) == [10, 20, 30]
+    for step, steps in seen.items():
+        assert set(range(1, step + 1)) <= steps
+
+
+def test_writer_opened_before_restore_keeps_history(tmp_path):
+    """A writer opened before the restore still keeps the steps before the resumed one."""
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, total_steps=50, stop_at=27)
+    weights, noise = np.zeros(3), np.random.default_rng(1)
+    with _make_run(tmp_path, 30) as run:
+        _ = run.writer  # opened at step 0, before the restore
+        run.restore({"weights": weights, "noise": GeneratorState(noise)})
+        while not run.done:
+            run.update(loss=-1.0)
+    points = read_run(tmp_path / "logs").scalars["loss"]
+    assert [p.step for p in points] == list(range(1, 31))
+    assert [p.value for p in points[20:]] == [-1.0] * 10
+
+
+# ------------------------------------------------------------------------- config drift
+
+
+def test_config_drift_warns_with_the_differences(tmp_path):
+    """Resuming with another hyperparameter warns, naming the key and both values."""
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, total_steps=30, stop_at=12, config={"lr": 0.01})
+    with pytest.warns(ConfigDriftWarning, match=r"config\.lr: 0\.01 \(checkpoint\) -> 0\.5"):
+        _train(tmp_path, total_steps=30, config={"lr": 0.5})
+
+
+def test_config_drift_is_an_error_with_strict(tmp_path):
+    """strict=True refuses to resume with another configuration, touching nothing."""
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, total_steps=30, stop_at=12, config={"lr": 0.01})
+    with pytest.raises(ConfigError, match=r"must match the configuration stored"):
+        _train(tmp_path, total_steps=30, config={"lr": 0.5}, strict=True)
+
+
+def test_schedule_and_batch_size_changes_count_as_drift(tmp_path):
+    """A changed schedule or clock batch size is reported, not only the user's config."""
+    with Run(tmp_path, clock=Clock(batch_size=10), progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        run.update()
+    with (
+        pytest.warns(ConfigDriftWarning, match=r"clocks\.global_step\.batch_size: 10"),
+        Run(
+            tmp_path,
+            clock=Clock(batch_size=20),
+            schedules={"lr": CosineDecay(0.1, 10)},
+            progress=False,
+            stream=io.StringIO(),
+        ) as run,
+    ):
+        run.restore({})
+
+
+def test_same_config_resumes_silently(tmp_path):
+    """Resuming with the same configuration warns nothing."""
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path, total_steps=30, stop_at=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _train(tmp_path, total_steps=30)
+
+
+def test_config_differences_lists_added_and_removed_keys():
+    """Keys present on one side only are listed as absent on the other."""
+    assert config_differences({"a": {"b": 1}}, {"c": 2}) == [
+        "a.b: 1 (checkpoint) -> '<absent>' (now)",
+        "c: '<absent>' (checkpoint) -> 2 (now)",
+    ]
+
+
+def test_config_must_be_json_ready(tmp_path):
+    """A config value that JSON cannot hold raises ConfigError naming its key."""
+    with pytest.raises(ConfigError, match=r"`config\['f'\]` must be JSON-ready"):
+        Run(tmp_path, config={"f": object()}, progress=False)
+
+
+# ------------------------------------------------------------------------- rollback
+
+
+def test_rollback_on_nan_restores_skips_and_finishes(tmp_path):
+    """A NaN at step 35 restores step 30, skips 3 batches, and the run ends finite at 60."""
+    policy = Rollback(skip_batches=3, max_rollbacks=2, window_steps=100)
+    run, weights, losses = _train(tmp_path, total_steps=60, nan_at=(35,), rollback=policy)
+    assert run.step == 60
+    assert np.isfinite(weights).all()
+    assert all(math.isfinite(v) for v in losses.values())
+    # Step 35 was drawn as batch 35; the rollback to 30 moved the data on past 35 + 3.
+    assert run.data_position == 60 + 35 - 30 + 1 + 3
+    assert "restored step 30, skipped 3 batches" in run._stream.getvalue()
+    log = read_run(tmp_path / "logs")
+    assert [p.step for p in log.scalars["loss"]] == list(range(1, 61))
+    assert log.scalars["run/rollback_from_step"][0].value == 35.0
+    assert "restored step 30" in log.texts["run/rollback"][0].value
+
+
+def test_rollback_gives_up_naming_the_steps(tmp_path):
+    """A third bad step within the window, with max_rollbacks=2, raises naming the steps."""
+    policy = Rollback(skip_batches=1, max_rollbacks=2, window_steps=100)
+    with pytest.raises(DivergenceError, match=r"bad at steps \[15, 17, 19\]") as info:
+        _train(tmp_path, total_steps=60, nan_at=(15, 17, 19), rollback=policy)
+    assert info.value.steps == [15, 17, 19]
+
+
+def test_rollback_on_a_spike(tmp_path):
+    """A loss above spike_factor times the running median rolls back like a NaN."""
+    policy = Rollback(spike_factor=5.0, median_of=5, skip_batches=0)
+    with Run(tmp_path, save_every=5, rollback=policy, progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        for _ in range(12):
+            run.update(loss=1.0)
+        assert run.update(loss=100.0) is False
+        assert run.step == 10
+
+
+def test_rollback_without_a_checkpoint_is_an_error(tmp_path):
+    """A bad step before any checkpoint raises DivergenceError saying to pass save_every."""
+    with Run(tmp_path, rollback=Rollback(), progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        with pytest.raises(DivergenceError, match="no checkpoint at or before it"):
+            run.update(loss=math.inf)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"spike_factor": 1.0}, "spike_factor"),
+        ({"median_of": 0}, "median_of"),
+        ({"skip_batches": -1}, "skip_batches"),
+        ({"max_rollbacks": 0}, "max_rollbacks"),
+        ({"window_steps": True}, "window_steps"),
+        ({"tag": ""}, "tag"),
+    ],
+)
+def test_bad_rollback_policy(kwargs, parameter):
+    """Each Rollback field out of range raises ConfigError naming it."""
+    with pytest.raises(ConfigError, match=f"`{parameter}` must"):
+        Rollback(**kwargs)
+
+
+# ------------------------------------------------------------------------- parameters
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"total_steps": -1}, "total_steps"),
+        ({"clock": "global_step"}, "clock"),
+        ({"clocks": [Clock()]}, "clocks"),
+        ({"schedules": {"lr": 0.1}}, "schedules"),
+        ({"rollback": {"tag": "loss"}}, "rollback"),
+        ({"strict": 1}, "strict"),
+        ({"log_every": 0}, "log_every"),
+        ({"handle_signals": None}, "handle_signals"),
+        ({"checkpoint_options": {"save_every": 5}}, "checkpoint_options"),
+        ({"writer_options": {"clock": Clock()}}, "writer_options"),
+        ({"config": [1]}, "config"),
+    ],
+)
+def test_bad_parameters(tmp_path, kwargs, parameter):
+    """Each Run parameter out of range raises ConfigError naming it."""
+    with pytest.raises(ConfigError, match=f"`{parameter}` must"):
+        Run(tmp_path, **kwargs)
+
+
+def test_generator_state_needs_a_generator():
+    """GeneratorState of something else than a NumPy Generator raises ConfigError."""
+    with pytest.raises(ConfigError, match=r"`generator` must be a numpy\.random\.Generator"):
+        GeneratorState(np.random.RandomState(0))
+
+
+def test_closed_run_refuses_restore(tmp_path):
+    """restore() after close() raises ConfigError."""
+    run = Run(tmp_path, progress=False)
+    run.close()
+    with pytest.raises(ConfigError, match="`run` must be open"):
+        run.restore({})
