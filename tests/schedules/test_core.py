@@ -565,3 +565,13 @@ def test_none_length_is_refused_at_construction(name):
     field = next(iter(CORE[name].lengths))
     with pytest.raises(ConfigError, match=rf"`{field}` must be .*; got {field}=None"):
         CORE[name](**{**VALID[name], field: None})
+
+
+def test_schedule_called_with_a_clock_reads_its_step():
+    """lr(clock) and lr(clock.progress()) are lr(clock.step), as save(clock, ...) takes a clock."""
+    from globalstep import Clock
+
+    lr = CosineDecay(0.1, 100)
+    clock = Clock()
+    clock.tick(37)
+    assert lr(clock) == lr(clock.progress()) == lr(37)

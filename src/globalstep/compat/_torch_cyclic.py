@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep.clock import Clock, Progress
 from globalstep.compat._torch_base import (
     ConfigZeroDivisionError,
     TorchSchedule,
@@ -119,7 +120,7 @@ class CosineAnnealingWarmRestarts(TorchSchedule):
             t_cur = epoch
         return self._cosine(t_cur, t_i)
 
-    def __call__(self, step: int | float) -> float:
+    def __call__(self, step: int | float | Clock | Progress) -> float:
         """Returns the rate after ``step`` calls of ``scheduler.step()`` (an int), or after
         ``scheduler.step(step)`` (a float epoch, fractions allowed).
 

@@ -263,8 +263,11 @@ class Schedule(ABC):
     def _compute(self, steps: Steps) -> Values:
         """Returns the values at ``steps`` (int64, >= 0, validated)."""
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int | Clock | Progress) -> float:
         """Returns the value at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
+
+        ``lr(clock)`` is ``lr(clock.step)``: a :class:`~globalstep.clock.Clock` or a
+        :class:`~globalstep.clock.Progress` stands for its step.
 
         An int step is answered from a memo of :meth:`values` over the aligned block of
         ``MEMO_BLOCK`` steps around it (see :func:`memo_value`), so a call after the first
@@ -284,6 +287,8 @@ class Schedule(ABC):
                 return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]  # type: ignore[no-any-return]
             except KeyError:
                 return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
+        if isinstance(step, Clock | Progress):
+            return self(step.step)  # a clock (or its snapshot) stands for its step
         array = np.array([check_step(step)], dtype=np.int64)
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             return float(self._compute(array)[0])
