@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from globalstep.clock import MAX_STEP, Clock, Progress
-from globalstep.errors import ConfigError, ConversionError, StepError
+from globalstep.errors import ConfigError, ConversionError, GlobalStepError, StepError
 from globalstep.units import Duration, Unit
 
 __all__ = ["Schedule", "from_config", "registered"]
@@ -286,7 +286,13 @@ class Schedule(ABC):
             try:
                 return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]  # type: ignore[no-any-return]
             except KeyError:
+                pass
+            try:
                 return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
+            except (GlobalStepError, ArithmeticError):
+                # Another step of the block is invalid (past a one-cycle's last step, where
+                # torch divides by zero): this step alone, which raises if it is the bad one.
+                return float(self.values(np.array([step], dtype=np.int64))[0])
         if type(step).__name__ in ("Clock", "Progress"):
             # A clock or its snapshot stands for its step (by name: a test that reloads
             # globalstep makes a second Clock class).
