@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -135,10 +136,21 @@ def _ml_dtypes_name(dtype: np.dtype[Any]) -> str | None:
 
 def encode_dtype(dtype: np.dtype[Any]) -> Any:
     """Returns a JSON description of a NumPy dtype (little-endian), for state.json."""
+    known = _ENCODED.get(dtype)
+    if known is not None:
+        return copy.deepcopy(known) if isinstance(known, list | dict) else known
     name = _ml_dtypes_name(dtype)
-    if name is not None:
-        return {"ml_dtypes": name}
-    return np.lib.format.dtype_to_descr(dtype.newbyteorder("<"))
+    descr = (
+        {"ml_dtypes": name}
+        if name is not None
+        else np.lib.format.dtype_to_descr(dtype.newbyteorder("<"))
+    )
+    _ENCODED[dtype] = descr  # a state holds many arrays of a few dtypes: describe each once
+    return copy.deepcopy(descr) if isinstance(descr, list | dict) else descr
+
+
+_ENCODED: dict[np.dtype[Any], Any] = {}
+_DECODED: dict[str, np.dtype[Any]] = {}
 
 
 def decode_dtype(descr: Any) -> np.dtype[Any]:
@@ -147,6 +159,8 @@ def decode_dtype(descr: Any) -> np.dtype[Any]:
     Raises:
         CorruptCheckpointError: the description is not a dtype, or names Python objects.
     """
+    if isinstance(descr, str) and descr in _DECODED:
+        return _DECODED[descr]
     dtype: np.dtype[Any]
     try:
         if isinstance(descr, dict):
@@ -163,6 +177,8 @@ def decode_dtype(descr: Any) -> np.dtype[Any]:
         raise CorruptCheckpointError(f"state.json: bad dtype {descr!r}") from err
     if dtype.hasobject:
         raise CorruptCheckpointError(f"state.json: dtype {descr!r} holds Python objects")
+    if isinstance(descr, str):
+        _DECODED[descr] = dtype
     return dtype
 
 
@@ -519,5 +535,5 @@ def placeholders(structure: Any) -> dict[str, np.ndarray[Any, Any]]:
         ):
             raise CorruptCheckpointError(f"state.json: bad shape for {key!r}")
         base = np.empty(1, decode_dtype(node.get("dtype")))
-        out[key] = np.lib.stride_tricks.as_strided(base, tuple(shape), (0,) * len(shape))
+        out[key] = np.ndarray(tuple(shape), base.dtype, base, 0, (0,) * len(shape))
     return out
