@@ -589,6 +589,7 @@ def tiny_batches(monkeypatch):
     monkeypatch.setattr(fmt, "CHUNK_BYTES", 256)
     monkeypatch.setattr(fmt, "_GATHER_BYTES", 64)
     monkeypatch.setattr(fmt, "_GATHER_COUNT", 3)
+    monkeypatch.setattr(fmt, "_BATCH_BYTES", 100)
 
 
 def test_small_and_large_arrays_round_trip_through_batches(tmp_path, tiny_batches):
@@ -624,14 +625,16 @@ class CountingOs:
 
 
 def test_many_small_arrays_go_out_in_few_vectored_writes(tmp_path, monkeypatch):
-    """2,000 small arrays are written with a couple of writev calls, not one call each."""
+    """2,000 small arrays are written in vectored batches, not one call each."""
     counting = CountingOs()
     monkeypatch.setattr(storage_module, "os", counting)
     state = {f"a{i:04d}": np.full(3, i, np.float32) for i in range(2000)}
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
     monkeypatch.undo()
-    assert counting.calls["writev"] == 2  # 1 header + 2,000 arrays, 1,024 per call
+    # The header and 2,000 arrays, fmt._GATHER_COUNT buffers per call.
+    assert counting.calls["writev"] == -(-2001 // fmt._GATHER_COUNT)
+    assert counting.calls["write"] == 2  # state.json and the marker
     with CheckpointManager(tmp_path, read_only=True) as manager:
         assert_tree_equal(manager.restore(), state)
 
@@ -747,3 +750,18 @@ def test_state_json_written_indented_by_earlier_versions_still_reads(tmp_path):
     with CheckpointManager(tmp_path, read_only=True) as manager:
         assert_tree_equal(manager.restore(), make_state(1))
         manager.verify(1)
+
+
+def test_small_arrays_restored_without_template_are_aligned_and_writable(tmp_path):
+    """Small arrays read in one run are aligned, writable, C-contiguous and independent."""
+    state = {"a": np.arange(3, dtype=np.int8), "b": np.arange(5.0), "c": np.ones(2, np.int32)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        restored = manager.restore()
+    for key, array in restored.items():
+        assert array.flags.aligned, key
+        assert array.flags.writeable, key
+        assert array.flags.c_contiguous, key
+    restored["b"][:] = -1.0
+    assert restored["a"].tolist() == [0, 1, 2]
+    assert restored["c"].tolist() == [1, 1]

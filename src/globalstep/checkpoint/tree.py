@@ -307,12 +307,13 @@ def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
 
 
 _KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful")
+_KIND_SET = frozenset(_KINDS)
 
 
 def _kind(node: Any, where: str) -> str:
     if not isinstance(node, dict):
         raise CorruptCheckpointError(f"state.json: node at {where} is not an object")
-    kinds = [k for k in _KINDS if k in node]
+    kinds: list[str] = [k for k in node if k in _KIND_SET]  # few keys: cheaper than _KINDS
     if len(kinds) != 1:
         raise CorruptCheckpointError(f"state.json: node at {where} has no single kind")
     return kinds[0]
@@ -528,12 +529,16 @@ def unflatten(
 def placeholders(structure: Any) -> dict[str, np.ndarray[Any, Any]]:
     """Returns a zero-byte stand-in for every saved array, to check a template's fit first."""
     out = {}
+    bases: dict[Any, np.ndarray[Any, Any]] = {}
     for key, node in array_nodes(structure).items():
         shape = node.get("shape")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
+        if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
             raise CorruptCheckpointError(f"state.json: bad shape for {key!r}")
-        base = np.empty(1, decode_dtype(node.get("dtype")))
+        descr = node.get("dtype")
+        base = bases.get(descr) if isinstance(descr, str) else None
+        if base is None:
+            base = np.empty(1, decode_dtype(descr))
+            if isinstance(descr, str):
+                bases[descr] = base
         out[key] = np.ndarray(tuple(shape), base.dtype, base, 0, (0,) * len(shape))
     return out
