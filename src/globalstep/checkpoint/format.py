@@ -68,12 +68,12 @@ COMMIT_FILE = "COMMITTED"
 CHUNK_BYTES = 16 << 20
 """Bytes per write/read call and per conversion of a non-contiguous array."""
 _GATHER_BYTES = 1 << 20
-"""Arrays (chunks) smaller than this are written and read in vectored batches."""
+"""Arrays (chunks) smaller than this are written and read in batches."""
 _GATHER_COUNT = 64
-"""At most this many buffers per vectored call: measured on ext4, 8-64 small buffers per
+"""At most this many buffers per vectored read: measured on ext4, 8-64 small buffers per
 writev ran at plain-write speed and 512 three to five times slower."""
 _BATCH_BYTES = 4 << 20
-"""At most about this many bytes per vectored call."""
+"""At most about this many bytes per batch (the save's staging buffer)."""
 _READ_AHEAD = 2
 """Chunks the kernel is asked to read ahead (posix_fadvise WILLNEED) of the one copied."""
 _MAX_HEADER = 100 << 20
@@ -177,9 +177,10 @@ def _header(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[bytes, list[str
 def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[Any, Any]]) -> Any:
     """Writes ``arrays`` as one safetensors file, streaming from their buffers.
 
-    Large arrays go out a chunk per system call; runs of small ones are gathered into one
-    vectored write (no copy), so that per-array overhead stays small. Each buffer is
-    hashed just before it is handed to the kernel.
+    Large arrays go out a chunk per system call, straight from their buffers; runs of
+    small ones are copied into one staging buffer of ``_BATCH_BYTES`` that is hashed and
+    written whole, so that per-array overhead (a system call and a hash call each) stays
+    small. Each buffer is hashed just before it is handed to the kernel.
 
     Returns:
         ``{"size": bytes, "xxh3_64": checksum}`` of the file, for state.json.
@@ -187,9 +188,11 @@ def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[An
     prefix, order = _header(arrays)
     writer = storage.open_writer(path)
     checksum = _Checksum(prefix)
-    pending: list[memoryview] = [memoryview(prefix)]
-    pending_bytes = size = len(prefix)
+    staging = memoryview(bytearray(_BATCH_BYTES))
+    used = 0
+    size = len(prefix)
     try:
+        writer.write(prefix)
         for key in order:
             array = arrays[key]
             direct = (
@@ -200,19 +203,22 @@ def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[An
             # The common small array skips the generator: per-array cost adds up.
             chunks = (array.reshape(-1).view(np.uint8).data,) if direct else _chunks(array)
             for chunk in chunks:
-                checksum.feed(chunk)
-                size += len(chunk)
-                if len(chunk) >= _GATHER_BYTES:
-                    writer.write_many(pending)
-                    pending, pending_bytes = [], 0
-                    writer.write(chunk)
-                    continue
-                pending.append(chunk)
-                pending_bytes += len(chunk)
-                if pending_bytes >= _BATCH_BYTES or len(pending) >= _GATHER_COUNT:
-                    writer.write_many(pending)
-                    pending, pending_bytes = [], 0
-        writer.write_many(pending)
+                n = len(chunk)
+                size += n
+                if n >= _GATHER_BYTES or used + n > len(staging):
+                    if used:
+                        checksum.feed(staging[:used])
+                        writer.write(staging[:used])
+                        used = 0
+                    if n >= _GATHER_BYTES:
+                        checksum.feed(chunk)
+                        writer.write(chunk)
+                        continue
+                staging[used : used + n] = chunk
+                used += n
+        if used:
+            checksum.feed(staging[:used])
+            writer.write(staging[:used])
         digest = checksum.value()
     except BaseException:
         writer.abort()

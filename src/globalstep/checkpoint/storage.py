@@ -41,11 +41,6 @@ class Writer(ABC):
     def write(self, data: memoryview | bytes) -> None:
         """Writes all of ``data``."""
 
-    def write_many(self, views: list[memoryview]) -> None:
-        """Writes the buffers one after another (one system call for many, where possible)."""
-        for view in views:
-            self.write(view)
-
     @abstractmethod
     def close(self) -> None:
         """Flushes, fsyncs where the storage can, and closes."""
@@ -160,20 +155,6 @@ class _FdWriter(Writer):
             self._written += written
         self._start_writeback()
 
-    def write_many(self, views: list[memoryview]) -> None:
-        views = [memoryview(v).cast("B") for v in views if len(v)]
-        while views:
-            batch = views[:_IOV_MAX]
-            written = os.writev(self._fd, batch)
-            self._written += written
-            while written and views:  # drop what was written; a short write resumes
-                if written >= len(views[0]):
-                    written -= len(views.pop(0))
-                else:
-                    views[0] = views[0][written:]
-                    written = 0
-        self._start_writeback()
-
     def _start_writeback(self) -> None:
         if self._written - self._flushed >= _WRITEBACK_BYTES and _SYNC_FILE_RANGE is not None:
             # Only starts the I/O (no wait); durability still comes from close()'s fsync.
@@ -202,7 +183,6 @@ def _sync_file_range() -> Any:
     return function
 
 
-_IOV_MAX = 1024
 _WRITEBACK_BYTES = 8 << 20
 _SYNC_FILE_RANGE_WRITE = 2
 _SYNC_FILE_RANGE = _sync_file_range()

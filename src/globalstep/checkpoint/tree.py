@@ -99,7 +99,13 @@ def check_key(key: Any, parameter: str = "state") -> str:
         >>> check_key("layer1")
         'layer1'
     """
-    if not isinstance(key, str) or key in _FORBIDDEN_KEYS or any(c in key for c in "/\\\x00"):
+    if (
+        not isinstance(key, str)
+        or key in _FORBIDDEN_KEYS
+        or "/" in key
+        or "\\" in key
+        or "\x00" in key
+    ):
         raise ConfigError(
             parameter,
             "keys must be non-empty strings without '/', '\\\\' or NUL, and not '.' or '..'",
