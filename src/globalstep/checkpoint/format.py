@@ -3,11 +3,17 @@
 One directory per checkpoint, ``<dir>/step-<step, 12 digits>/``, holds
 
 - ``arrays.safetensors``: every array, in the safetensors format, written by streaming each
-  array's own buffer (no concatenated copy); the checksum (XXH3-64) is computed over
-  the same buffers while they are written;
+  large array's own buffer (no concatenated copy) and small ones through one 4 MiB
+  staging buffer; the checksum (XXH3-64) is computed over the same buffers while they
+  are written; the kernel is asked to start writing each 8 MiB back at once, so the
+  disk works while later arrays are copied and the fsync waits only for the tail;
 - ``state.json``: the format version, the tree's structure with every non-array leaf, every
   clock's Progress, metrics, the creation time and the size and checksum of the array file;
 - ``COMMITTED``: written last; it holds the size and checksum of ``state.json``, and its own.
+
+Restoring reads each array straight into the array returned (or the template's), with the
+kernel asked to read a few chunks ahead while one is copied and hashed; a run of small
+arrays arrives with one call.
 
 Saving writes into ``<dir>/.tmp-<name>-<random>/``, fsyncs each file, writes the marker,
 fsyncs the directory, renames it to its final name and fsyncs the parent. Readers only see
