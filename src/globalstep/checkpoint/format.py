@@ -649,7 +649,7 @@ def read_arrays(
                 for key, code, _, _, shape in entries:
                     check_entry(nodes[key], code, shape, path)
                 arrays = {}
-                scratch = memoryview(bytearray(CHUNK_BYTES))
+                scratch = memoryview(bytearray(min(CHUNK_BYTES, size)))
                 remaining = size - len(prefix)
                 while remaining:
                     stream.read(scratch[: min(remaining, len(scratch))])
