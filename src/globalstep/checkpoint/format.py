@@ -194,7 +194,8 @@ def write_arrays(storage: Storage, path: str, arrays: Mapping[str, np.ndarray[An
     prefix, order = _header(arrays)
     writer = storage.open_writer(path)
     checksum = _Checksum(prefix)
-    staging = memoryview(bytearray(_BATCH_BYTES))
+    # No larger than the state: a small save does not zero and fault in 4 MiB each time.
+    staging = memoryview(bytearray(min(_BATCH_BYTES, sum(a.nbytes for a in arrays.values()))))
     used = 0
     size = len(prefix)
     try:
