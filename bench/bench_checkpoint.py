@@ -1,21 +1,31 @@
-"""Checkpoint save/restore speed beside torch.save, safetensors, np.save and a raw write.
+"""Checkpoint save/restore speed beside a raw write, safetensors, torch.save and np.save.
 
-The state is 64 float32 arrays totalling 1 GiB (``--mib`` changes the total). Every write
-figure includes fsync; cold reads drop the files from the page cache first
-(posix_fadvise DONTNEED after an fsync). Peak extra memory is measured in a fresh child
-process per writer (VmHWM after the save minus VmRSS before it). Prints GB/s and the ratios
-the issue targets; deletes every file it writes.
+Three states: 64 float32 arrays of 1 GiB in total, the same at 4 GiB, and 10,000 float32
+arrays of 4-64 KiB (an optimizer state, where per-array overhead dominates). For each, the
+contenders run interleaved: every round writes each contender's file once, then reads
+each once cold, in an order rotated by one per round (so that none is always first after
+a cache drop). Every write includes fsync and starts with no dirty pages pending (sync);
+every read starts cold (``--drop global``: ``sync; echo 3 > /proc/sys/vm/drop_caches``, as
+root; ``--drop file``: fsync + ``posix_fadvise(DONTNEED)`` on each file written). Ratios
+to raw are taken within each round, then summarised (median, min-max) over the rounds;
+``--warmup`` rounds run first and are not counted (the first touch of fresh memory on a
+VM costs more than every later one). Peak extra memory of one save is measured in a fresh
+child process per writer (VmHWM after the save minus VmRSS before it). Deletes every file
+it writes; holds one state (plus one restored copy) in memory at a time.
 
 Run:
-    PYTHONPATH=src python bench/bench_checkpoint.py [--mib 1024] [--dir /tmp]
+    PYTHONPATH=src python bench/bench_checkpoint.py [--cases 1024,4096,small]
+        [--rounds 5] [--warmup 1] [--drop global|file] [--dir /tmp]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,17 +36,31 @@ from typing import Any
 import numpy as np
 
 N_ARRAYS = 64
+N_SMALL = 10_000
+State = dict[str, np.ndarray]
 
 
-def make_state(total_mib: int) -> dict[str, np.ndarray]:
-    per = total_mib * (1 << 20) // N_ARRAYS // 4
+def make_state(case: str) -> State:
+    """The state of ``case``: a size in MiB (64 arrays) or ``small`` (10,000 arrays)."""
     rng = np.random.default_rng(0)
+    if case == "small":
+        sizes = rng.integers(1 << 10, (16 << 10) + 1, N_SMALL)  # float32: 4-64 KiB each
+        return {
+            f"opt{i // 100:03d}/p{i % 100:02d}": rng.random(n, np.float32)
+            for i, n in enumerate(sizes)
+        }
+    per = int(case) * (1 << 20) // N_ARRAYS // 4
     # Each array is allocated once, so the peak RSS before a save is the state itself.
     return {f"layer{i:02d}/weight": rng.random(per, dtype=np.float32) for i in range(N_ARRAYS)}
 
 
-def nbytes(state: dict[str, np.ndarray]) -> int:
-    return sum(a.nbytes for a in state.values())
+def nested(state: State) -> dict[str, dict[str, np.ndarray]]:
+    """The same arrays as a tree: {"layer00": {"weight": ...}, ...}."""
+    tree: dict[str, dict[str, np.ndarray]] = {}
+    for key, array in state.items():
+        outer, inner = key.split("/")
+        tree.setdefault(outer, {})[inner] = array
+    return tree
 
 
 def fsync_path(path: str) -> None:
@@ -47,8 +71,13 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def drop_cache(root: str) -> None:
-    """Evicts every file under root from the page cache."""
+def drop_cache(root: str, how: str) -> None:
+    """Evicts the files under root (``file``) or the whole page cache (``global``)."""
+    os.sync()
+    if how == "global":
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        return
     for folder, _, files in os.walk(root):
         for name in files:
             fd = os.open(os.path.join(folder, name), os.O_RDONLY)
@@ -59,16 +88,10 @@ def drop_cache(root: str) -> None:
                 os.close(fd)
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 # ---------------------------------------------------------------- writers
 
 
-def write_raw(state: dict[str, np.ndarray], path: str) -> None:
+def write_raw(state: State, path: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for array in state.values():
@@ -80,68 +103,88 @@ def write_raw(state: dict[str, np.ndarray], path: str) -> None:
         os.close(fd)
 
 
-def nested(state: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    """The same arrays as a tree: {"layer00": {"weight": ...}, ...}."""
-    tree: dict[str, dict[str, np.ndarray]] = {}
-    for key, array in state.items():
-        layer, name = key.split("/")
-        tree.setdefault(layer, {})[name] = array
-    return tree
-
-
-def write_ours(state: dict[str, np.ndarray], path: str) -> None:
-    from globalstep.checkpoint import CheckpointManager
-
-    with CheckpointManager(path, max_to_keep=None) as manager:
-        manager.save(1, nested(state))
-
-
-def write_safetensors(state: dict[str, np.ndarray], path: str) -> None:
+def write_safetensors(state: State, path: str) -> None:
     from safetensors.numpy import save_file
 
     save_file(state, path)
     fsync_path(path)
 
 
-def write_torch(state: dict[str, np.ndarray], path: str) -> None:
+def write_torch(state: State, path: str) -> None:
     import torch
 
     torch.save({k: torch.from_numpy(v) for k, v in state.items()}, path)
     fsync_path(path)
 
 
-def write_np(state: dict[str, np.ndarray], path: str) -> None:
-    os.makedirs(path)
-    for i, array in enumerate(state.values()):
-        file = os.path.join(path, f"{i}.npy")
-        np.save(file, array)
-        fsync_path(file)
+def write_np(state: State, path: str) -> None:
+    """np.save of every array, one after another into one file, fsynced once."""
+    with open(path, "wb") as f:
+        for array in state.values():
+            np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
 
 
-WRITERS = {
+def write_ours(state: State, path: str) -> None:
+    from globalstep.checkpoint import CheckpointManager
+
+    with CheckpointManager(path, max_to_keep=None) as manager:
+        manager.save(1, nested(state))
+
+
+WRITERS: dict[str, Callable[[State, str], None]] = {
     "raw": write_raw,
     "ours": write_ours,
     "safetensors": write_safetensors,
     "torch": write_torch,
     "np.save": write_np,
 }
+WRITE_LABELS = {
+    "raw": "raw `os.write` + fsync",
+    "ours": "**ours, `CheckpointManager.save`**",
+    "safetensors": "safetensors `save_file` + fsync",
+    "torch": "`torch.save` + fsync",
+    "np.save": "`np.save` per array, one file, + fsync",
+}
+
+
+def timed_write(name: str, state: State, path: str) -> float:
+    """Seconds one write takes; ours is timed as a training loop pays it: save() alone,
+    with the manager (and its lock) opened beforehand, as a run opens it once."""
+    if name != "ours":
+        start = time.perf_counter()
+        WRITERS[name](state, path)
+        return time.perf_counter() - start
+    from globalstep.checkpoint import CheckpointManager
+
+    tree = nested(state)
+    with CheckpointManager(path, max_to_keep=None) as manager:
+        start = time.perf_counter()
+        manager.save(1, tree)
+        return time.perf_counter() - start
 
 
 # ---------------------------------------------------------------- readers
 
 
-def read_raw(state: dict[str, np.ndarray], path: str) -> None:
+def read_raw(shapes: list[tuple[Any, Any]], path: str) -> Any:
+    out = []
     with open(path, "rb", buffering=0) as f:
-        for array in state.values():
-            out = np.empty_like(array)
-            f.readinto(memoryview(out.reshape(-1).view(np.uint8)))
+        for shape, dtype in shapes:
+            array = np.empty(shape, dtype)
+            view = memoryview(array.reshape(-1).view(np.uint8))
+            while view:
+                view = view[f.readinto(view) :]
+            out.append(array)
+    return out
 
 
-def read_ours(path: str) -> Any:
+def read_ours(path: str, template: Any = None) -> Any:
     from globalstep.checkpoint import CheckpointManager
 
     with CheckpointManager(path, read_only=True) as manager:
-        return manager.restore()
+        return manager.restore(template)
 
 
 def read_safetensors(path: str) -> Any:
@@ -150,11 +193,151 @@ def read_safetensors(path: str) -> Any:
     return load_file(path)
 
 
-def read_torch_mmap(path: str) -> Any:
+def read_torch(path: str) -> Any:
     import torch
 
-    loaded = torch.load(path, mmap=True, weights_only=True)
-    return {k: v.clone() for k, v in loaded.items()}
+    return torch.load(path, weights_only=True)
+
+
+def read_np(count: int, path: str) -> Any:
+    with open(path, "rb") as f:
+        return [np.load(f) for _ in range(count)]
+
+
+READ_LABELS = {
+    "raw": "raw `readinto` (fresh arrays)",
+    "ours": "**ours, `restore()`** (no template)",
+    "ours template": "**ours, `restore(template)`** (in place)",
+    "safetensors": "safetensors `load_file`",
+    "torch": "`torch.load(weights_only=True)`",
+    "np.save": "`np.load` per array",
+}
+
+
+def make_template(state: State) -> Any:
+    """A resident template like a live model's (every page touched), built untimed."""
+    template = nested({k: np.empty_like(v) for k, v in state.items()})
+    for group in template.values():
+        for array in group.values():
+            array.fill(0)
+    return template
+
+
+# ---------------------------------------------------------------- rounds
+
+
+def remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def rotated(names: list[str], k: int) -> list[str]:
+    k %= len(names)
+    return names[k:] + names[:k]
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def run_case(case: str, args: argparse.Namespace, work: str) -> None:
+    state = make_state(case)
+    size = sum(a.nbytes for a in state.values())
+    shapes = [(a.shape, a.dtype) for a in state.values()]
+    folder = os.path.join(work, f"case-{case}")
+    os.makedirs(folder)
+    paths = {name: os.path.join(folder, name) for name in WRITERS}
+    readers: dict[str, Callable[[], Any]] = {
+        "raw": lambda: read_raw(shapes, paths["raw"]),
+        "ours": lambda: read_ours(paths["ours"]),
+        "ours template": lambda: read_ours(paths["ours"], template),
+        "safetensors": lambda: read_safetensors(paths["safetensors"]),
+        "torch": lambda: read_torch(paths["torch"]),
+        "np.save": lambda: read_np(len(shapes), paths["np.save"]),
+    }
+    template: Any = None
+    writes: dict[str, list[float]] = {n: [] for n in WRITERS}
+    reads: dict[str, list[float]] = {n: [] for n in readers}
+    load_before = os.getloadavg()
+    print(f"\n## case {case}: {len(state)} float32 arrays, {size / (1 << 30):.3f} GiB", flush=True)
+    for r in range(args.warmup + args.rounds):
+        counted = r >= args.warmup
+        line = [f"round {r - args.warmup + 1}" if counted else "warm-up"]
+        for name in rotated(list(WRITERS), r):
+            remove(paths[name])
+            os.sync()
+            seconds = timed_write(name, state, paths[name])
+            line.append(f"w {name} {seconds:.3f}")
+            if counted:
+                writes[name].append(seconds)
+        for name in rotated(list(readers), r):
+            if name == "ours template":
+                template = make_template(state)  # untimed, as a live model's arrays are
+            drop_cache(folder, args.drop)
+            start = time.perf_counter()
+            result = readers[name]()
+            seconds = time.perf_counter() - start
+            del result
+            template = None
+            gc.collect()
+            line.append(f"r {name} {seconds:.3f}")
+            if counted:
+                reads[name].append(seconds)
+        print("  ".join(line), flush=True)
+    load_after = os.getloadavg()
+    report(case, size, writes, reads, load_before, load_after, args)
+    shutil.rmtree(folder)
+
+
+def report(
+    case: str,
+    size: int,
+    writes: dict[str, list[float]],
+    reads: dict[str, list[float]],
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+    args: argparse.Namespace,
+) -> None:
+    gb = size / 1e9
+    rounds = len(writes["raw"])
+    print(
+        f"\n{rounds} rounds (+{args.warmup} warm-up), cache drop: {args.drop}; load average "
+        f"before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after "
+        f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}\n"
+    )
+    print("| save (incl. fsync) | GB/s median (min-max) | x raw, per round: median (min-max) |")
+    print("|---|---:|---:|")
+    for name, times in writes.items():
+        ratios = [raw / t for raw, t in zip(writes["raw"], times, strict=True)]
+        speeds = [gb / t for t in times]
+        print(f"| {WRITE_LABELS[name]} | {summary(speeds)} | {summary(ratios)} |")
+    print()
+    print(
+        "| cold restore | GB/s median (min-max) | x raw `readinto`, per round: median (min-max) |"
+    )
+    print("|---|---:|---:|")
+    for name, times in reads.items():
+        ratios = [raw / t for raw, t in zip(reads["raw"], times, strict=True)]
+        speeds = [gb / t for t in times]
+        print(f"| {READ_LABELS[name]} | {summary(speeds)} | {summary(ratios)} |")
+    print()
+    per_round = " ".join(
+        f"{s / o:.2f}" for s, o in zip(writes["safetensors"], writes["ours"], strict=True)
+    )
+    print(f"save, ours faster than safetensors `save_file` by (per round, x): {per_round}")
+    for other in ("torch", "safetensors"):
+        w = " ".join(f"{s / o:.2f}" for s, o in zip(writes[other], writes["ours"], strict=True))
+        r = " ".join(f"{s / o:.2f}" for s, o in zip(reads[other], reads["ours"], strict=True))
+        t = " ".join(
+            f"{s / o:.2f}" for s, o in zip(reads[other], reads["ours template"], strict=True)
+        )
+        print(f"vs {other}: save {w}; restore {r}; restore(template) {t}")
+    print(flush=True)
+
+
+# ---------------------------------------------------------------- peak memory
 
 
 def _status_kib(field: str) -> int:
@@ -165,141 +348,34 @@ def _status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def peak_child(writer: str, mib: int, directory: str) -> None:
+def peak_child(writer: str, case: str, directory: str) -> None:
     """In a fresh process: the extra peak RSS (MiB) one save costs, printed as JSON.
 
     The peak is VmHWM, reset to the current RSS just before the save (clear_refs 5), so
     neither the state's construction nor the parent process counts.
     """
-    state = make_state(mib)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status_kib("VmRSS")
+    from globalstep.checkpoint import CheckpointManager
+
+    state = make_state(case)
+    tree = nested(state)
     target = os.path.join(directory, f"peak-{writer}")
-    WRITERS[writer](state, target)
-    after = _status_kib("VmHWM")
+    save: Callable[[], None] = lambda: WRITERS[writer](state, target)  # noqa: E731
+    with CheckpointManager(target + "-ours", max_to_keep=None) as manager:
+        if writer == "ours":
+            save = lambda: manager.save(1, tree)  # noqa: E731
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_kib("VmRSS")
+        save()
+        after = _status_kib("VmHWM")
     print(json.dumps({"extra_mib": (after - before) / 1024, "state_mib": before / 1024}))
 
 
-def timed_write(
-    name: str, writer: Callable[[dict[str, np.ndarray], str], None], state: Any, path: str
-) -> float:
-    """Seconds one write takes; ours is timed as a training loop pays it: save() alone,
-    with the manager (and its lock) opened beforehand, as a run opens it once."""
-    if name != "ours":
-        return timed(lambda: writer(state, path))
-    from globalstep.checkpoint import CheckpointManager
-
-    tree = nested(state)
-    with CheckpointManager(path, max_to_keep=None) as manager:
-        return timed(lambda: manager.save(1, tree))
-
-
-def remove(path: str) -> None:
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.remove(path)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=1024, help="state size in MiB (1024)")
-    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where files go")
-    parser.add_argument("--repeats", type=int, default=2, help="best of N runs (2)")
-    parser.add_argument("--peak", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="gs-bench-", dir=args.dir)
-    try:
-        if args.peak:
-            peak_child(args.peak, args.mib, work)
-            return
-        run(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def run(args: argparse.Namespace, work: str) -> None:
-    state = make_state(args.mib)
-    size = nbytes(state)
-    gb = size / 1e9
-    print(f"state: {N_ARRAYS} float32 arrays, {size / (1 << 30):.3f} GiB; files in {work}")
-    paths = {name: os.path.join(work, name) for name in WRITERS}
-    write_s: dict[str, float] = {name: float("inf") for name in WRITERS}
-    for _ in range(args.repeats):
-        # Round-robin, best of the repeats; each write starts with no dirty pages pending.
-        for name, writer in WRITERS.items():
-            remove(paths[name])
-            os.sync()
-            write_s[name] = min(write_s[name], timed_write(name, writer, state, paths[name]))
-    for name in WRITERS:
-        print(f"write {name:12s} {gb / write_s[name]:6.3f} GB/s  ({write_s[name]:.2f} s)")
-    raw = write_s["raw"]
-    print("write ratio to raw (higher is faster):")
-    for name in WRITERS:
-        print(f"  {name:12s} {raw / write_s[name]:.3f}x")
-
-    ours_file = os.path.join(paths["ours"], "step-000000000001")
-    readers = {
-        "raw": lambda: read_raw(state, paths["raw"]),
-        "ours restore": lambda: read_ours(paths["ours"]),
-        "ours into template": lambda: _restore_into(paths["ours"], state),
-        "safetensors load_file": lambda: read_safetensors(paths["safetensors"]),
-        "torch.load mmap+copy": lambda: read_torch_mmap(paths["torch"]),
-    }
-    read_s: dict[str, dict[str, float]] = {"cold": {}, "warm": {}}
-    for mode in ("cold", "warm"):
-        for name in readers:
-            read_s[mode][name] = float("inf")
-        for _ in range(args.repeats):
-            for name, reader in readers.items():
-                if mode == "cold":
-                    drop_cache(work)
-                else:
-                    reader()
-                read_s[mode][name] = min(read_s[mode][name], timed(reader))
-        for name in readers:
-            print(f"read {mode} {name:22s} {gb / read_s[mode][name]:6.3f} GB/s")
-    print("restore ratio to safetensors load_file (higher is faster):")
-    for mode in ("cold", "warm"):
-        base = read_s[mode]["safetensors load_file"]
-        for name in ("ours restore", "ours into template"):
-            print(f"  {mode} {name:20s} {base / read_s[mode][name]:.3f}x")
-
-    from globalstep.checkpoint import CheckpointManager
-
-    drop_cache(work)
-    with CheckpointManager(paths["ours"], read_only=True) as manager:
-        start = time.perf_counter()
-        with manager.open() as reader:
-            first = reader["layer00/weight"]
-            lazy_open = time.perf_counter() - start
-            value = float(first[12345])
-            lazy_touch = time.perf_counter() - start
-    print(
-        f"lazy open of one array: {lazy_open * 1e3:.2f} ms (first element read: "
-        f"{lazy_touch * 1e3:.2f} ms, value {value:.3f})"
-    )
-    assert os.path.isdir(ours_file)
-
-    for name in list(paths):
-        remove(paths[name])
-    copy_s = timed(lambda: {k: v.copy() for k, v in state.items()})
-    async_dir = os.path.join(work, "async")
-    with CheckpointManager(async_dir, async_save=True) as manager:
-        tree = nested(state)
-        blocked = timed(lambda: manager.save(1, tree))
-        total = blocked + timed(manager.wait)
-    print(
-        f"async save: caller blocked {blocked:.3f} s; memcpy of the state {copy_s:.3f} s; "
-        f"ratio {blocked / copy_s:.2f}x (target <= 1.5x); whole save {total:.2f} s"
-    )
-    remove(async_dir)
-
-    print("extra peak memory during one save (fresh process each):")
-    for name in ("ours", "safetensors", "torch", "raw"):
+def peaks(case: str, work: str) -> None:
+    print(f"extra peak memory of one save, case {case} (fresh process each):")
+    for name in ("ours", "safetensors", "torch", "np.save", "raw"):
         out = subprocess.run(
-            [sys.executable, __file__, "--peak", name, "--mib", str(args.mib), "--dir", work],
+            [sys.executable, __file__, "--peak", name, "--cases", case, "--dir", work],
             capture_output=True,
             text=True,
             check=True,
@@ -308,16 +384,36 @@ def run(args: argparse.Namespace, work: str) -> None:
         peak = json.loads(out.strip().splitlines()[-1])
         print(
             f"  {name:12s} {peak['extra_mib']:8.2f} MiB "
-            f"(process peak before the save: {peak['state_mib']:.0f} MiB)"
+            f"(process RSS before the save: {peak['state_mib']:.0f} MiB)",
+            flush=True,
         )
 
 
-def _restore_into(path: str, state: dict[str, np.ndarray]) -> Any:
-    from globalstep.checkpoint import CheckpointManager
-
-    template = nested({k: np.empty_like(v) for k, v in state.items()})
-    with CheckpointManager(path, read_only=True) as manager:
-        return manager.restore(template)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--cases", default="1024,4096,small", help="MiB sizes and/or 'small'")
+    parser.add_argument("--rounds", type=int, default=5, help="counted rounds (5)")
+    parser.add_argument("--warmup", type=int, default=1, help="uncounted first rounds (1)")
+    parser.add_argument("--drop", choices=("global", "file"), default="global")
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where files go")
+    parser.add_argument("--no-peak", action="store_true", help="skip the memory check")
+    parser.add_argument("--peak", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="gs-bench-", dir=args.dir)
+    try:
+        if args.peak:
+            peak_child(args.peak, args.cases, work)
+            return
+        if args.rounds < 1:
+            parser.error(f"--rounds must be >= 1; got {args.rounds}")
+        print(f"files in {work}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+        for case in args.cases.split(","):
+            run_case(case, args, work)
+            gc.collect()
+        if not args.no_peak:
+            peaks("1024", work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import contextlib
 import errno
+import itertools
 import json
 import os
 import pathlib
@@ -556,3 +557,190 @@ def test_failed_second_rename_puts_the_replaced_checkpoint_back(tmp_path):
     assert fmt.committed_names(storage) == [STEP1]
     state = fmt.load_state(storage, STEP1)
     assert fmt.read_arrays(storage, STEP1, state)["w"].tolist() == [0.0, 0.0]
+
+
+# ------------------------------------------------------------------ the data path
+
+
+def mixed_state():
+    """Small arrays of many kinds around two large ones, to cross every batch boundary."""
+    rng = np.random.default_rng(5)
+    state = {f"p{i:02d}": rng.random(int(rng.integers(0, 40)), dtype=np.float32) for i in range(30)}
+    state["big"] = rng.random(300)
+    state["wide"] = rng.integers(0, 9, size=(7, 50), dtype=np.int32)
+    state["strided"] = np.arange(40.0)[::3]
+    state["swapped"] = np.arange(6, dtype=">i4")
+    state["scalar"] = np.array(2.5)
+    state["empty"] = np.zeros((0, 3), np.int16)
+    return state
+
+
+def assert_same_values(restored, state):
+    """Every array restored equals the saved one by value and shape (byte order aside)."""
+    assert sorted(restored) == sorted(state)
+    for key, array in state.items():
+        assert np.shape(restored[key]) == np.shape(array), key
+        assert np.asarray(restored[key]).tolist() == np.asarray(array).tolist(), key
+
+
+@pytest.fixture
+def tiny_batches(monkeypatch):
+    """Shrinks chunks and batches so that a small state crosses every batch boundary."""
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 256)
+    monkeypatch.setattr(fmt, "_GATHER_BYTES", 64)
+    monkeypatch.setattr(fmt, "_GATHER_COUNT", 3)
+    monkeypatch.setattr(fmt, "_BATCH_BYTES", 100)
+
+
+def test_small_and_large_arrays_round_trip_through_batches(tmp_path, tiny_batches):
+    """Gathered small arrays and chunked large ones restore exactly, with and without a template."""
+    state = mixed_state()
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        assert_same_values(manager.restore(), state)
+        template = {k: np.zeros(np.shape(v), np.asarray(v).dtype) for k, v in state.items()}
+        assert_same_values(manager.restore(template), state)
+        assert template["big"].tolist() == state["big"].tolist()
+        manager.verify(1)
+    loaded = load_file(str(tmp_path / STEP1 / "arrays.safetensors"))
+    assert loaded["big"].tolist() == state["big"].tolist()
+
+
+class CountingOs:
+    """The os module, counting calls of ``write``."""
+
+    def __init__(self):
+        self.writes = 0
+
+    def __getattr__(self, attribute):
+        function = getattr(os, attribute)
+        if attribute != "write":
+            return function
+
+        def counted(*args, **kwargs):
+            self.writes += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+
+def test_many_small_arrays_go_out_in_few_writes(tmp_path, monkeypatch):
+    """2,000 small arrays are staged and written in a few calls, not one call each."""
+    counting = CountingOs()
+    monkeypatch.setattr(storage_module, "os", counting)
+    state = {f"a{i:04d}": np.full(3, i, np.float32) for i in range(2000)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+    monkeypatch.undo()
+    assert counting.writes == 4  # the header, the staged arrays, state.json, the marker
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        assert_tree_equal(manager.restore(), state)
+
+
+class ShortOs:
+    """The os module whose readv fills at most 5 bytes per call."""
+
+    def __getattr__(self, attribute):
+        if attribute == "readv":
+
+            def readv(fd, views):
+                data = os.read(fd, min(5, len(views[0])))
+                views[0][: len(data)] = data
+                return len(data)
+
+            return readv
+        return getattr(os, attribute)
+
+
+def test_short_vectored_reads_resume(tmp_path, monkeypatch, tiny_batches):
+    """readv that fills only part of the buffers is resumed where it stopped."""
+    state = mixed_state()
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        template = {k: np.zeros(np.shape(v), np.asarray(v).dtype) for k, v in state.items()}
+        monkeypatch.setattr(fmt, "os", ShortOs())
+        assert_same_values(manager.restore(template), state)
+
+
+def test_a_vectored_read_that_meets_the_end_early_is_truncation(tmp_path):
+    """readv returning 0 before the buffers are full names the file as truncated."""
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(b"abc")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        views = [memoryview(bytearray(2)), memoryview(bytearray(4))]
+        with pytest.raises(CorruptCheckpointError, match=r"x\.safetensors is truncated"):
+            fmt._readv_exactly(fd, views, "x.safetensors")
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(storage_module._SYNC_FILE_RANGE is None, reason="no sync_file_range")
+def test_writeback_starts_while_the_file_is_written(tmp_path, monkeypatch):
+    """The kernel is asked to write back each piece as it is written, in order, no gap."""
+    ranges = []
+    real = storage_module._SYNC_FILE_RANGE
+    monkeypatch.setattr(storage_module, "_WRITEBACK_BYTES", 1000)
+    monkeypatch.setattr(
+        storage_module,
+        "_SYNC_FILE_RANGE",
+        lambda fd, offset, n, flags: (
+            ranges.append((offset, n, flags)) or real(fd, offset, n, flags)
+        ),
+    )
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(fmt, "_GATHER_BYTES", 1024)
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, {"w": np.arange(5000.0)})
+    assert len(ranges) >= 9
+    assert all(flags == storage_module._SYNC_FILE_RANGE_WRITE for _, _, flags in ranges)
+    assert all(a + n == b for (a, n, _), (b, _, _) in itertools.pairwise(ranges))
+    assert ranges[0][0] == 0
+
+
+def test_restore_asks_the_kernel_to_read_ahead(tmp_path, monkeypatch):
+    """Restoring a local file advises WILLNEED ahead of each chunk, in order, no gap."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, {"w": np.arange(5000.0)})
+    advised = []
+    real = os.posix_fadvise
+
+    class AdvisingOs:
+        def __getattr__(self, attribute):
+            if attribute == "posix_fadvise":
+                return lambda fd, o, n, a: advised.append((o, n, a)) or real(fd, o, n, a)
+            return getattr(os, attribute)
+
+    monkeypatch.setattr(fmt, "os", AdvisingOs())
+    monkeypatch.setattr(fmt, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(fmt, "_GATHER_BYTES", 1024)
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        assert manager.restore()["w"].tolist() == np.arange(5000.0).tolist()
+    ahead = [(o, n) for o, n, a in advised if a == os.POSIX_FADV_WILLNEED]
+    assert len(ahead) >= 3
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(ahead))
+
+
+def test_state_json_written_indented_by_earlier_versions_still_reads(tmp_path):
+    """A state.json in the indented layout earlier versions wrote restores as before."""
+    checkpoint = saved(tmp_path)
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    reseal(checkpoint, state=json.dumps(doc, indent=1).encode())
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        assert_tree_equal(manager.restore(), make_state(1))
+        manager.verify(1)
+
+
+def test_small_arrays_restored_without_template_are_aligned_and_writable(tmp_path):
+    """Small arrays read in one run are aligned, writable, C-contiguous and independent."""
+    state = {"a": np.arange(3, dtype=np.int8), "b": np.arange(5.0), "c": np.ones(2, np.int32)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        restored = manager.restore()
+    for key, array in restored.items():
+        assert array.flags.aligned, key
+        assert array.flags.writeable, key
+        assert array.flags.c_contiguous, key
+    restored["b"][:] = -1.0
+    assert restored["a"].tolist() == [0, 1, 2]
+    assert restored["c"].tolist() == [1, 1]

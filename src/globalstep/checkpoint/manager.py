@@ -1149,8 +1149,9 @@ class CheckpointManager(Closing):
         name = step_name(step)
         state = self._load(step)
         structure = state["tree"]
-        # Check the fit first, so that a misfit touches nothing in the template.
-        unflatten(structure, placeholders(structure), template, partial=partial, apply=False)
+        if template is not None:
+            # Check the fit first, so that a misfit touches nothing in the template.
+            unflatten(structure, placeholders(structure), template, partial=partial, apply=False)
         arrays = read_arrays(self._storage, name, state, into=template_arrays(structure, template))
         return unflatten(structure, arrays, template, partial=partial)
 

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,7 +107,13 @@ def check_key(key: Any, parameter: str = "state") -> str:
         >>> check_key("layer1")
         'layer1'
     """
-    if not isinstance(key, str) or key in _FORBIDDEN_KEYS or any(c in key for c in "/\\\x00"):
+    if (
+        not isinstance(key, str)
+        or key in _FORBIDDEN_KEYS
+        or "/" in key
+        or "\\" in key
+        or "\x00" in key
+    ):
         raise ConfigError(
             parameter,
             "keys must be non-empty strings without '/', '\\\\' or NUL, and not '.' or '..'",
@@ -143,10 +150,21 @@ def _ml_dtypes_name(dtype: np.dtype[Any]) -> str | None:
 
 def encode_dtype(dtype: np.dtype[Any]) -> Any:
     """Returns a JSON description of a NumPy dtype (little-endian), for state.json."""
+    known = _ENCODED.get(dtype)
+    if known is not None:
+        return copy.deepcopy(known) if isinstance(known, list | dict) else known
     name = _ml_dtypes_name(dtype)
-    if name is not None:
-        return {"ml_dtypes": name}
-    return np.lib.format.dtype_to_descr(dtype.newbyteorder("<"))
+    descr = (
+        {"ml_dtypes": name}
+        if name is not None
+        else np.lib.format.dtype_to_descr(dtype.newbyteorder("<"))
+    )
+    _ENCODED[dtype] = descr  # a state holds many arrays of a few dtypes: describe each once
+    return copy.deepcopy(descr) if isinstance(descr, list | dict) else descr
+
+
+_ENCODED: dict[np.dtype[Any], Any] = {}
+_DECODED: dict[str, np.dtype[Any]] = {}
 
 
 def decode_dtype(descr: Any) -> np.dtype[Any]:
@@ -155,6 +173,8 @@ def decode_dtype(descr: Any) -> np.dtype[Any]:
     Raises:
         CorruptCheckpointError: the description is not a dtype, or names Python objects.
     """
+    if isinstance(descr, str) and descr in _DECODED:
+        return _DECODED[descr]
     dtype: np.dtype[Any]
     try:
         if isinstance(descr, dict):
@@ -171,6 +191,8 @@ def decode_dtype(descr: Any) -> np.dtype[Any]:
         raise CorruptCheckpointError(f"state.json: bad dtype {descr!r}") from err
     if dtype.hasobject:
         raise CorruptCheckpointError(f"state.json: dtype {descr!r} holds Python objects")
+    if isinstance(descr, str):
+        _DECODED[descr] = dtype
     return dtype
 
 
@@ -309,12 +331,13 @@ def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
 
 
 _KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful", "adapted")
+_KIND_SET = frozenset(_KINDS)
 
 
 def _kind(node: Any, where: str) -> str:
     if not isinstance(node, dict):
         raise CorruptCheckpointError(f"state.json: node at {where} is not an object")
-    kinds = [k for k in _KINDS if k in node]
+    kinds: list[str] = [k for k in node if k in _KIND_SET]  # few keys: cheaper than _KINDS
     if len(kinds) != 1:
         raise CorruptCheckpointError(f"state.json: node at {where} has no single kind")
     return kinds[0]
@@ -619,13 +642,17 @@ def unflatten(
 def placeholders(structure: Any) -> dict[str, np.ndarray[Any, Any]]:
     """Returns a zero-byte stand-in for every saved array, to check a template's fit first."""
     out = {}
+    bases: dict[Any, np.ndarray[Any, Any]] = {}
     for key, node in array_nodes(structure).items():
         shape = node.get("shape")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
+        if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
             raise CorruptCheckpointError(f"state.json: bad shape for {key!r}")
-        base = np.empty(1, decode_dtype(node.get("dtype")))
+        descr = node.get("dtype")
+        base = bases.get(descr) if isinstance(descr, str) else None
+        if base is None:
+            base = np.empty(1, decode_dtype(descr))
+            if isinstance(descr, str):
+                bases[descr] = base
         # np.ndarray, not as_strided: the latter goes through the array interface's type
         # string, which cannot tell ml_dtypes' float8_e5m2 ('<f1') from other dtypes.
         out[key] = np.ndarray(tuple(shape), base.dtype, base, strides=(0,) * len(shape))
