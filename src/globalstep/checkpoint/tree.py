@@ -2,10 +2,12 @@
 
 A state tree is nested dicts (string keys), lists and tuples whose leaves are NumPy arrays
 (any fixed-size dtype, bfloat16 and the float8 types of ``ml_dtypes`` included), NumPy
-scalars, Python ``bool``/``int``/``float``/``str``, ``None``, and objects with
-``state_dict()`` / ``load_state_dict()`` (a :class:`~globalstep.clock.Clock`, triggers, ...).
-Arrays are named by their path, ``model/layer1/weight``; everything else goes into a JSON
-node. Nothing is pickled: an array of Python objects is refused.
+scalars, Python ``bool``/``int``/``float``/``str``, ``None``, objects with
+``state_dict()`` / ``load_state_dict()`` (a :class:`~globalstep.clock.Clock`, triggers, ...),
+and framework objects that an :mod:`~globalstep.checkpoint.adapters` adapter takes (torch
+modules and tensors, JAX arrays and pytrees, Keras models). Arrays are named by their path,
+``model/layer1/weight``; everything else goes into a JSON node. Nothing is pickled: an array
+of Python objects is refused.
 
 Example:
     >>> import numpy as np
@@ -24,8 +26,14 @@ from typing import Any
 import numpy as np
 
 from globalstep._optional import require
+from globalstep.checkpoint import adapters
 from globalstep.clock import Clock
-from globalstep.errors import ConfigError, CorruptCheckpointError, RestoreMismatchError
+from globalstep.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    RestoreMismatchError,
+)
 
 __all__ = [
     "SAFETENSORS_CODES",
@@ -232,6 +240,9 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
         return {"value": obj}
     if isinstance(obj, float):
         return float_to_json(obj)
+    adapter = adapters.find(obj)
+    if adapter is not None:
+        return {"adapted": adapter.name, "state": _encode(adapter.save(obj), path, out, copy)}
     if isinstance(obj, Mapping):
         return {
             "dict": {
@@ -247,9 +258,16 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
         return {"stateful": _encode(obj.state_dict(), path, out, copy)}
     raise ConfigError(
         "state",
-        "leaves must be arrays, scalars, strings, None or objects with state_dict()",
-        f"{where}: {type(obj).__name__}",
+        "leaves must be arrays, scalars, strings, None, objects with state_dict() or "
+        "framework objects globalstep has an adapter for (torch, JAX, Keras)",
+        f"{where}: {_type_name(obj)}",
     )
+
+
+def _type_name(obj: Any) -> str:
+    module = type(obj).__module__
+    name = type(obj).__qualname__
+    return name if module == "builtins" else f"{module}.{name}"
 
 
 @dataclass
@@ -290,7 +308,7 @@ def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
     return a == b or a.newbyteorder("<") == b.newbyteorder("<")
 
 
-_KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful")
+_KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful", "adapted")
 
 
 def _kind(node: Any, where: str) -> str:
@@ -331,6 +349,8 @@ def array_nodes(structure: Any) -> dict[str, dict[str, Any]]:
                 walk(child, f"{where}/{i}")
         elif kind == "stateful":
             walk(node["stateful"], where)
+        elif kind == "adapted":
+            walk(node["state"], where)
 
     walk(structure, "<root>")
     return found
@@ -351,17 +371,44 @@ def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, 
         elif kind in ("list", "tuple") and isinstance(tmpl, list | tuple):
             for child, sub in zip(node[kind], tmpl, strict=False):
                 walk(child, sub)
+        elif kind == "adapted":
+            adapter = _template_adapter(node, tmpl)
+            if adapter is not None:
+                walk(node["state"], adapter.template(tmpl))
 
     if template is not None:
         walk(structure, template)
     return found
 
 
+def _template_adapter(node: dict[str, Any], tmpl: Any) -> adapters.Adapter | None:
+    """The adapter an adapted node names, if it takes the template object."""
+    if tmpl is None:
+        return None
+    adapter = adapters.named(node["adapted"])
+    return adapter if adapter.matches(tmpl) else None
+
+
+def _same_memory(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    """True when two arrays are the same view of the same bytes (nothing to copy)."""
+    if a is b:
+        return True
+    ia, ib = a.__array_interface__, b.__array_interface__
+    return bool(
+        ia["data"][0] == ib["data"][0]
+        and a.shape == b.shape
+        and a.strides == b.strides
+        and a.dtype == b.dtype
+    )
+
+
 class _Builder:
-    def __init__(self, arrays: Mapping[str, np.ndarray[Any, Any]]) -> None:
+    def __init__(self, arrays: Mapping[str, np.ndarray[Any, Any]], apply: bool) -> None:
         self.arrays = arrays
+        self.apply = apply
         self.report = RestoreReport()
         self.loads: list[tuple[Any, Any]] = []
+        self.applies: list[tuple[adapters.Adapter, Any, Any]] = []
         self.copies: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
 
     def build(self, node: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
@@ -375,6 +422,8 @@ class _Builder:
             return float_from_json(node["float"])
         if kind == "array":
             return self._array(node, tmpl, path, has_tmpl)
+        if kind == "adapted":
+            return self._adapted(node, tmpl, path, has_tmpl)
         if kind == "stateful":
             state = self.build(node["stateful"], None, path, False)
             if not has_tmpl:
@@ -393,6 +442,34 @@ class _Builder:
             return self._dict(children, tmpl, path, has_tmpl)
         return self._sequence(kind, children, tmpl, path, has_tmpl)
 
+    def _adapted(self, node: dict[str, Any], tmpl: Any, path: str, has_tmpl: bool) -> Any:
+        if has_tmpl:
+            adapter = adapters.named(node["adapted"])
+            if not adapter.matches(tmpl):
+                self.report.mismatched.append(
+                    f"{path or '<root>'}: expected {type(tmpl).__name__}, got a {node['adapted']}"
+                )
+                return tmpl
+            # The fit is checked against the adapter's template; getting the data into the
+            # object is the adapter's own restore()/apply(), given the plain state.
+            check = _Builder(self.arrays, apply=False)
+            check.build(node["state"], adapter.template(tmpl), path, True)
+            for name in ("missing", "unexpected", "mismatched"):
+                getattr(self.report, name).extend(getattr(check.report, name))
+            if not self.apply or not check.report.ok:
+                return tmpl  # a partial restore leaves an object that does not fit untouched
+            state = self.build(node["state"], None, path, False)
+            self.applies.append((adapter, tmpl, state))
+            return adapter.restore(tmpl, state)
+        state = self.build(node["state"], None, path, False)
+        if not self.apply:
+            return state
+        try:
+            adapter = adapters.named(node["adapted"])
+        except MissingDependencyError:
+            return state  # the framework is not installed: the plain state still reads
+        return adapter.rebuild(state)
+
     def _array(self, node: dict[str, Any], tmpl: Any, path: str, has_tmpl: bool) -> Any:
         array = self.arrays[node["array"]]
         if has_tmpl:
@@ -407,7 +484,11 @@ class _Builder:
                     f"got {array.dtype}{list(array.shape)}"
                 )
                 return tmpl
-            if isinstance(tmpl, np.ndarray) and array is not tmpl and tmpl.flags.writeable:
+            if (
+                isinstance(tmpl, np.ndarray)
+                and tmpl.flags.writeable
+                and not _same_memory(array, tmpl)
+            ):
                 # Read into a new array (the template is not C-contiguous, or of the other
                 # byte order): copied over once the fit is known, so it is filled in place too.
                 self.copies.append((tmpl, array))
@@ -472,7 +553,9 @@ def unflatten(
         template: a tree of the expected shape; its stateful objects receive their state,
             and its writable arrays the saved values (copied in where ``arrays`` holds
             another array than the template's own).
-        partial: allow a template that does not fit; otherwise a misfit raises.
+        partial: allow a template that does not fit; otherwise a misfit raises. A framework
+            object (an adapted node) is restored whole or, if anything in it misfits, left
+            as it is.
         apply: call ``load_state_dict`` on the template's stateful objects; False only
             checks the fit.
 
@@ -489,7 +572,7 @@ def unflatten(
         >>> tree["n"], report.ok
         (3, True)
     """
-    builder = _Builder(arrays)
+    builder = _Builder(arrays, apply)
     try:
         tree = builder.build(structure, template, "", template is not None)
     except (KeyError, TypeError, AttributeError, IndexError) as err:
@@ -506,6 +589,8 @@ def unflatten(
             np.copyto(target, source)
         for obj, state in builder.loads:
             obj.load_state_dict(state)
+        for adapter, obj, state in builder.applies:
+            adapter.apply(obj, state)
     return tree, report
 
 
