@@ -33,11 +33,11 @@ built = {"count": 0}
 def _counting(face: type) -> type:
     init = face.__init__
 
-    def __init__(self, *args, **kwargs):
+    def counted_init(self, *args, **kwargs):
         built["count"] += 1
         init(self, *args, **kwargs)
 
-    face.__init__ = __init__
+    face.__init__ = counted_init
     return face
 
 

@@ -1,4 +1,4 @@
-"""SIGKILL mid-epoch and resume: compiled fit() on two backends, bit for bit.
+"""SIGKILL mid-epoch and resume: compiled fit() on three backends, bit for bit.
 
 Each run is a subprocess of keras_train.py (a small MLP with dropout, shuffled data, a
 compat.keras CosineDecay as Adam's learning rate, a checkpoint every 5 updates). The
@@ -57,11 +57,12 @@ def _curves(logdir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+@pytest.mark.parametrize("backend", ["jax", "tensorflow", "torch"])
 def test_sigkill_mid_epoch_and_resume_is_bit_identical(tmp_path, backend):
     """Killed at three random mid-epoch batches and resumed, the run ends bit-identical."""
     seed = random.SystemRandom().randrange(2**32)
     kills = _kill_points(random.Random(seed))
+    pytest.importorskip(backend)
     _run(backend, tmp_path / "full")
     for k in kills:
         rc = _run(backend, tmp_path / "resumed", k)

@@ -113,6 +113,17 @@ def keras_array(value: Any, parameter: str = "step") -> Any:
     return array
 
 
+def _denormals_are_zero(steps: Any, dtype: Any) -> Any:
+    """Float steps that are subnormal, in their own dtype or once cast to ``dtype``, as
+    (signed) zero: TensorFlow's kernels read subnormal inputs as zero."""
+    small = (np.abs(steps) < np.finfo(steps.dtype).tiny) | (
+        np.abs(steps.astype(dtype)) < np.finfo(dtype).tiny
+    )
+    if not small.any():
+        return steps
+    return np.where(small, np.copysign(steps.dtype.type(0), steps), steps)
+
+
 def _is_backend_tensor(step: Any) -> bool:
     """Whether ``step`` is a framework tensor or variable (not a number or NumPy array)."""
     if isinstance(step, np.generic | np.ndarray):
@@ -196,6 +207,8 @@ class _KerasSchedule(PeerSchedule):
     def _any_steps(self, steps: Any) -> Values:
         array = keras_array(steps)
         with np.errstate(all="ignore"):
+            if array.dtype.kind == "f":
+                array = _denormals_are_zero(array, self._ops.dtype)
             return self._flushed(array)
 
     def _keras(self, step: Any) -> Any:

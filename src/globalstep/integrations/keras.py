@@ -382,7 +382,16 @@ def model_state(model: Any) -> Any:
 
 class _TorchRandomState:
     """torch's global generator, which Keras' torch backend draws unseeded dropout from
-    (Dropout's SeedGenerator state stays unused there), as a state_dict object."""
+    (Dropout's SeedGenerator state stays unused there), as a state_dict object.
+
+    ``fit()`` itself draws from it before the first batch (the DataLoader's seed, the
+    symbolic build), and a resumed run calls ``fit()`` at other points than an
+    uninterrupted one, so the callback sets the generator back to ``at_batch_end`` (the
+    state after the previous update, or the restored one) at each ``fit()``'s first batch.
+    """
+
+    def __init__(self) -> None:
+        self.at_batch_end: Any = None
 
     def state_dict(self) -> dict[str, Any]:
         import torch
@@ -392,7 +401,8 @@ class _TorchRandomState:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         import torch
 
-        torch.set_rng_state(torch.from_numpy(np.array(state["cpu"], dtype=np.uint8)))
+        self.at_batch_end = torch.from_numpy(np.array(state["cpu"], dtype=np.uint8))
+        torch.set_rng_state(self.at_batch_end)
 
 
 # --------------------------------------------------------------------------- data
@@ -565,6 +575,7 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.extra = dict(extra or {})
         self._save: Trigger = save_every if isinstance(save_every, Trigger) else every(save_every)
         self._rate_fn: Any = None
+        self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
 
     def set_model(self, model: Any) -> None:
         super().set_model(model)
@@ -578,8 +589,8 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         """The checkpoint tree: model (variables and optimizer), clock, data position, and on
         the torch backend torch's global generator (unseeded dropout draws from it)."""
         tree: dict[str, Any] = {"model": model_state(self.model), "clock": self.clock}
-        if keras.backend.backend() == "torch":
-            tree["torch_random"] = _TorchRandomState()
+        if self._torch is not None:
+            tree["torch_random"] = self._torch
         if self.data is not None:
             tree["data"] = self.data
         tree.update(self.extra)
@@ -620,6 +631,10 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             )
 
     def on_train_begin(self, logs: Any = None) -> None:
+        if self._torch is not None and self._torch.at_batch_end is None:
+            import torch
+
+            self._torch.at_batch_end = torch.get_rng_state()  # a fresh run
         _sync(self.model)
         self._check()
         self._save.skip_past(self.clock)  # fire only at boundaries still ahead
@@ -653,7 +668,17 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         except (TypeError, ValueError):
             return None
 
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._torch is not None and batch == 0:  # each fit()'s first batch
+            import torch
+
+            torch.set_rng_state(self._torch.at_batch_end)
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._torch is not None:
+            import torch
+
+            self._torch.at_batch_end = torch.get_rng_state()
         _sync(self.model)
         if self.data is not None:
             self.data.position += 1
