@@ -366,3 +366,19 @@ def test_a_call_looks_up_no_dtype_limits(monkeypatch):
     monkeypatch.setattr(np, "iinfo", looked_up)
     assert lr(5) == expected
     assert lr.values([5]).tolist() == [expected]
+
+
+def test_refused_t_mul_gives_nan_in_keras(keras):
+    """Why t_mul <= 0 is refused: Keras' SGDR with t_mul=-1 returns NaN after step 0."""
+    theirs = keras.optimizers.schedules.CosineDecayRestarts(0.1, 10, t_mul=-1.0)
+    assert math.isnan(np.asarray(theirs(15)).item())
+    with pytest.raises(ConfigError, match="`t_mul` must be > 0"):
+        ck.CosineDecayRestarts(0.1, 10, t_mul=-1.0)
+
+
+def test_refused_negative_warmup_decays_before_step_0_in_keras(keras):
+    """Why warmup_steps < 0 is refused: Keras' rate at step 0 is then already decayed."""
+    theirs = keras.optimizers.schedules.CosineDecay(0.1, 10, warmup_target=0.2, warmup_steps=-5)
+    assert np.asarray(theirs(0)).item() < 0.2
+    with pytest.raises(ConfigError, match="`warmup_steps` must be >= 0"):
+        ck.CosineDecay(0.1, 10, warmup_target=0.2, warmup_steps=-5)

@@ -30,6 +30,11 @@ Deliberate differences from Keras (each warns at construction with
 - An ``initial_learning_rate`` given as a Python int computes in float32 (Keras casts
   ``decay_rate`` and friends to int32 first, so ``ExponentialDecay(1, 10, 0.5)`` gives 0
   after step 0).
+- ``CosineDecayRestarts(t_mul <= 0)`` raises ConfigError (Keras takes the log of a
+  negative number and returns NaN), and ``CosineDecay(warmup_steps < 0)`` raises
+  ConfigError (Keras shifts the cosine so that step 0 is already decayed).
+- ``PiecewiseConstantDecay`` with boundaries that do not increase warns, and then adds
+  the values of every range holding the step, as Keras does.
 
 Example:
     >>> lr = ExponentialDecay(0.1, decay_steps=1000, decay_rate=0.96)
