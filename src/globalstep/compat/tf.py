@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -155,6 +156,9 @@ def piecewise_constant(
         >>> piecewise_constant(101, [100], [1.0, 0.5])()
         0.5
     """
+    if any(b <= a for a, b in itertools.pairwise(boundaries)):
+        # compat.keras now accepts these as Keras does (with a warning); TF1's stays strict.
+        raise ConfigError("boundaries", "must be strictly increasing", list(boundaries))
     schedule = _keras.PiecewiseConstantDecay(boundaries, values, name or "PiecewiseConstant")
     return _decayed(schedule, x, name or "piecewise_constant")
 
