@@ -1,0 +1,765 @@
+"""Keras 3: globalstep schedules as Keras schedules, a step-keeping callback, and state.
+
+Imported lazily by :mod:`globalstep.checkpoint.adapters` the first time a Keras object is
+checkpointed; importing it imports Keras (on the backend ``KERAS_BACKEND`` names).
+
+- :func:`learning_rate_schedule` turns any globalstep schedule (core or compat) into a
+  registered, serialisable ``keras.optimizers.schedules.LearningRateSchedule`` that runs on
+  the symbolic step of a compiled ``fit()`` on the TensorFlow, JAX and torch backends.
+  A :mod:`globalstep.compat.keras` schedule is one already (Keras' own arithmetic, bit for
+  bit); any other schedule is evaluated on the host from inside the compiled step
+  (``tf.numpy_function``, ``jax.pure_callback``, a plain call on torch), so the rate an
+  update uses is exactly the schedule's value at the global step.
+- :class:`GlobalStepCallback` keeps a :class:`~globalstep.clock.Clock` equal to
+  ``optimizer.iterations`` (the updates applied, with ``gradient_accumulation_steps``
+  minded), writes each batch's own loss and the rate its update used, keyed by the global
+  step, to a :class:`~globalstep.summary.SummaryWriter`, and saves checkpoints with a
+  :class:`~globalstep.checkpoint.CheckpointManager`.
+- :class:`ResumableDataset` is a ``keras.utils.PyDataset`` whose batch order is a function
+  of (seed, epoch), so :func:`fit` continues a restored run at the right batch inside
+  its epoch.
+- Models, optimizers and variables go into checkpoint trees as they are (adapters named
+  ``keras.Model``, ``keras.Optimizer``, ``keras.Variable``): all of ``model.variables``
+  (the dropout seed generators' state included) and the optimizer's, the optimizer built
+  first where needed. Keys are positions in ``variables`` with the variable's name
+  (``0003.kernel``), so a model rebuilt in the same process (whose layer names Keras
+  numbers anew) restores too; ``/`` in names becomes ``.``.
+
+Example:
+    >>> import keras, numpy as np
+    >>> from globalstep.schedules import ExponentialDecay
+    >>> lr = learning_rate_schedule(ExponentialDecay(0.1, 10, 0.5))
+    >>> float(keras.ops.convert_to_numpy(lr(keras.ops.convert_to_tensor(10))))
+    0.05
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import numpy as np
+
+from globalstep.checkpoint import adapters
+from globalstep.clock import Clock
+from globalstep.compat import keras as compat_keras
+from globalstep.errors import ConfigError, StepError
+from globalstep.schedules._base import Schedule
+from globalstep.schedules._base import from_config as schedule_from_config
+from globalstep.triggers import Trigger, every
+
+__all__ = [
+    "GlobalStepCallback",
+    "GlobalStepSchedule",
+    "ResumableDataset",
+    "fit",
+    "learning_rate_schedule",
+    "model_state",
+]
+
+compat_keras.register_with_keras()
+
+_COMPAT_MODULES = (
+    "globalstep.compat.keras",
+    "globalstep.compat.tf",
+    "globalstep.compat.optax",
+    "globalstep.compat.torch",
+)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def _schedule_config(schedule: Any) -> dict[str, Any]:
+    if isinstance(schedule, Schedule):
+        return {"kind": "core", "config": schedule.to_config()}
+    module = type(schedule).__module__
+    if module in _COMPAT_MODULES and callable(getattr(schedule, "get_config", None)):
+        return {
+            "kind": "compat",
+            "module": module,
+            "class": type(schedule).__name__,
+            "config": schedule.get_config(),
+        }
+    raise ConfigError(
+        "schedule",
+        "must be a globalstep schedule (globalstep.schedules or globalstep.compat.*)",
+        schedule,
+        hint="Wrap other callables in a keras LearningRateSchedule of your own.",
+    )
+
+
+def _schedule_from(config: Mapping[str, Any]) -> Any:
+    kind = config.get("kind")
+    if kind == "core":
+        return schedule_from_config(config["config"])
+    if kind == "compat" and config.get("module") in _COMPAT_MODULES:
+        module = importlib.import_module(config["module"])
+        cls = getattr(module, str(config.get("class")), None)
+        if isinstance(cls, type) and callable(getattr(cls, "from_config", None)):
+            return cls.from_config(config["config"])  # type: ignore[attr-defined]
+    raise ConfigError(
+        "schedule",
+        "must be a config written by GlobalStepSchedule.get_config() (a core schedule, or a "
+        "class of globalstep.compat.keras/tf/optax/torch)",
+        dict(config),
+    )
+
+
+def _check_accumulation(value: Any) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError("gradient_accumulation_steps", "must be None or an int >= 1", value)
+    return value
+
+
+@keras.saving.register_keras_serializable(package="globalstep")
+class GlobalStepSchedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+    """Any globalstep schedule as a Keras ``LearningRateSchedule``, evaluated at the step.
+
+    The optimizer calls it with its micro-step counter; the schedule is read at the
+    global step, ``iterations // gradient_accumulation_steps`` (the updates applied), on
+    the host, from inside the compiled step, so its value is exactly ``schedule(step)``.
+
+    Args:
+        schedule: a core schedule or a non-Keras compat schedule.
+        gradient_accumulation_steps: the optimizer's, if it accumulates gradients.
+
+    Raises:
+        ConfigError: ``schedule`` is not a globalstep schedule, or the accumulation is not
+            an int >= 1.
+    """
+
+    def __init__(self, schedule: Any, gradient_accumulation_steps: int | None = None) -> None:
+        if isinstance(schedule, Mapping):
+            schedule = _schedule_from(schedule)
+        self._config = _schedule_config(schedule)
+        self.schedule = schedule
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self._every = _check_accumulation(gradient_accumulation_steps)
+        dtype = getattr(schedule, "dtype", None)
+        self.dtype = np.dtype("float32" if dtype is None else str(dtype))
+        if self.dtype.kind != "f":
+            self.dtype = np.dtype(np.float32)
+
+    def at(self, steps: Any) -> Any:
+        """The schedule's values at global steps (a NumPy int or array), in its dtype."""
+        array = np.asarray(steps, dtype=np.int64)
+        values = getattr(self.schedule, "values", None)
+        if values is not None:
+            out = np.asarray(values(array.reshape(-1)), dtype=self.dtype)
+        else:
+            out = np.asarray([self.schedule(int(s)) for s in array.reshape(-1)], self.dtype)
+        return out.reshape(array.shape)
+
+    def _host(self, iterations: Any) -> Any:
+        return self.at(np.asarray(iterations, dtype=np.int64) // self._every)
+
+    def __call__(self, step: Any) -> Any:
+        if not hasattr(step, "dtype") or isinstance(step, np.generic | np.ndarray):
+            return self._host(step)[()]
+        return _on_host(self._host, keras.ops.convert_to_tensor(step), self.dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "schedule": self._config,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> GlobalStepSchedule:
+        return cls(**config)
+
+
+def _on_host(fn: Any, step: Any, dtype: np.dtype[Any]) -> Any:
+    """``fn(step)`` evaluated on the host, from inside a compiled function if need be."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        if tf.executing_eagerly():
+            return tf.constant(fn(step.numpy()))
+        out = tf.numpy_function(fn, [step], tf.as_dtype(dtype), stateful=False)
+        return tf.ensure_shape(out, step.shape)
+    if backend == "jax":
+        import jax
+
+        if isinstance(step, jax.core.Tracer):
+            if dtype.itemsize > 4 and not jax.config.jax_enable_x64:
+                # No float64 without x64: float32, as the update casts the rate to anyway.
+                dtype = np.dtype(np.float32)
+            narrow = dtype
+
+            def call(s: Any) -> Any:
+                return np.asarray(fn(s), dtype=narrow)
+
+            return jax.pure_callback(
+                call, jax.ShapeDtypeStruct(step.shape, dtype), step, vmap_method="sequential"
+            )
+        return jax.numpy.asarray(fn(np.asarray(step)))
+    if backend == "torch":
+        import torch
+
+        return torch.as_tensor(fn(step.detach().cpu().numpy()), device=step.device)
+    return fn(np.asarray(step))
+
+
+def learning_rate_schedule(schedule: Any, *, gradient_accumulation_steps: int | None = None) -> Any:
+    """Returns ``schedule`` as a Keras ``LearningRateSchedule`` for an optimizer.
+
+    A :mod:`globalstep.compat.keras` schedule comes back as that same schedule's Keras
+    face (it takes Keras' micro-step, as Keras' own schedule does); any other globalstep
+    schedule as a :class:`GlobalStepSchedule` read at the global step.
+
+    Raises:
+        ConfigError: ``schedule`` is not a globalstep schedule.
+    """
+    if isinstance(schedule, compat_keras._KerasSchedule):
+        if gradient_accumulation_steps is not None:
+            raise ConfigError(
+                "gradient_accumulation_steps",
+                "must be None for a globalstep.compat.keras schedule, which takes the "
+                "optimizer's micro-steps exactly as Keras' own schedule does",
+                gradient_accumulation_steps,
+            )
+        face = compat_keras._keras_face(type(schedule))
+        return schedule if type(schedule) is face else face.from_config(schedule.get_config())  # type: ignore[attr-defined]
+    return GlobalStepSchedule(schedule, gradient_accumulation_steps=gradient_accumulation_steps)
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _variables_by_key(variables: Any, what: str) -> dict[str, Any]:
+    """Variables keyed by position and name: ``0003.kernel``.
+
+    Paths (``sequential_1/dense_2/kernel``) are not used: Keras numbers the names of a
+    second model built in one process, so they would not match on a restore in the same
+    process; the position in ``variables`` is fixed by the architecture. Optimizer slot
+    names embed those paths, so optimizer keys are the position alone.
+    """
+    out: dict[str, Any] = {}
+    for index, v in enumerate(variables):
+        name = "" if what == "optimizer" else "." + str(v.name).replace("/", ".")
+        out[f"{index:04d}{name}"] = v
+    return out
+
+
+def _sync(model: Any) -> None:
+    """On JAX, puts the training state back into the variables (fit() keeps it apart)."""
+    sync = getattr(model, "jax_state_sync", None)
+    if sync is not None:
+        sync()
+
+
+def _optimizer_of(model: Any) -> Any:
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    return optimizer
+
+
+def _numpy(variable: Any) -> Any:
+    """A variable's value as a NumPy array of its own (a tensor first: TF's variables
+    warn when NumPy converts them directly)."""
+    value = variable.value
+    if keras.backend.backend() == "tensorflow":
+        return np.array(value.numpy())
+    return np.array(keras.ops.convert_to_numpy(value))
+
+
+def _arrays(variables: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _numpy(v) for k, v in variables.items()}
+
+
+def _assign(variables: Mapping[str, Any], state: Mapping[str, Any]) -> None:
+    for key, v in variables.items():
+        v.assign(state[key])
+
+
+class _ModelAdapter(adapters.Adapter):
+    """A Keras model: all of ``model.variables`` and its optimizer's (built first)."""
+
+    name = "keras.Model"
+
+    def matches(self, obj: Any) -> bool:
+        return isinstance(obj, keras.Model)
+
+    def save(self, obj: Any) -> Any:
+        _sync(obj)
+        optimizer = _optimizer_of(obj)
+        return {
+            "variables": _arrays(_variables_by_key(obj.variables, "model")),
+            "optimizer": None
+            if optimizer is None
+            else _arrays(_variables_by_key(optimizer.variables, "optimizer")),
+        }
+
+    def apply(self, obj: Any, state: Any) -> None:
+        _sync(obj)
+        _assign(_variables_by_key(obj.variables, "model"), state["variables"])
+        optimizer = _optimizer_of(obj)
+        if optimizer is not None and state["optimizer"] is not None:
+            _assign(_variables_by_key(optimizer.variables, "optimizer"), state["optimizer"])
+
+
+class _OptimizerAdapter(adapters.Adapter):
+    """A built Keras optimizer: its ``variables`` (iterations included)."""
+
+    name = "keras.Optimizer"
+
+    def matches(self, obj: Any) -> bool:
+        return isinstance(obj, keras.optimizers.Optimizer)
+
+    def _variables(self, obj: Any) -> dict[str, Any]:
+        if not obj.built:
+            raise ConfigError(
+                "optimizer",
+                "must be built before it is checkpointed alone",
+                obj,
+                hint="Call optimizer.build(model.trainable_variables), or checkpoint the "
+                "model, which builds its optimizer itself.",
+            )
+        return _variables_by_key(obj.variables, "optimizer")
+
+    def save(self, obj: Any) -> Any:
+        return _arrays(self._variables(obj))
+
+    def apply(self, obj: Any, state: Any) -> None:
+        _assign(self._variables(obj), state)
+
+
+class _VariableAdapter(adapters.Adapter):
+    """One Keras variable, as its array."""
+
+    name = "keras.Variable"
+
+    def matches(self, obj: Any) -> bool:
+        return isinstance(obj, keras.Variable)
+
+    def save(self, obj: Any) -> Any:
+        return _numpy(obj)
+
+    def apply(self, obj: Any, state: Any) -> None:
+        obj.assign(state)
+
+
+adapters.add(_ModelAdapter())
+adapters.add(_OptimizerAdapter())
+adapters.add(_VariableAdapter())
+
+
+class _ModelState:
+    """A model's state as a state_dict object, for models of any class (see model_state)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def state_dict(self) -> Any:
+        return _ModelAdapter().save(self.model)
+
+    def load_state_dict(self, state: Any) -> None:
+        _ModelAdapter().apply(self.model, state)
+
+
+def model_state(model: Any) -> Any:
+    """Returns an object with ``state_dict()``/``load_state_dict()`` for ``model``'s state.
+
+    The adapter takes models whose class comes from Keras; this also takes a model of a
+    class defined elsewhere (your own ``keras.Model`` subclass): put it in the tree.
+
+    Raises:
+        ConfigError: ``model`` is not a Keras model.
+    """
+    if not isinstance(model, keras.Model):
+        raise ConfigError("model", "must be a keras.Model", model)
+    return _ModelState(model)
+
+
+class _TorchRandomState:
+    """torch's global generator, which Keras' torch backend draws unseeded dropout from
+    (Dropout's SeedGenerator state stays unused there), as a state_dict object.
+
+    ``fit()`` itself draws from it before the first batch (the DataLoader's seed, the
+    symbolic build), and a resumed run calls ``fit()`` at other points than an
+    uninterrupted one, so the callback sets the generator back to ``at_batch_end`` (the
+    state after the previous update, or the restored one) at each ``fit()``'s first batch.
+    """
+
+    def __init__(self) -> None:
+        self.at_batch_end: Any = None
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        return {"cpu": torch.get_rng_state().numpy().copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        import torch
+
+        self.at_batch_end = torch.from_numpy(np.array(state["cpu"], dtype=np.uint8))
+        torch.set_rng_state(self.at_batch_end)
+
+
+# --------------------------------------------------------------------------- data
+
+
+class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
+    """Batches of arrays in an order that is a function of (seed, epoch), resumable.
+
+    An endless stream: batch ``j`` of the run is batch ``j % steps_per_epoch`` of epoch
+    ``j // steps_per_epoch``, whose order is a permutation drawn from ``(seed, epoch)``.
+    The position (the batches training has consumed) is state of its own, saved with
+    ``state_dict()``; :func:`fit` passes ``steps_per_epoch`` and continues inside an epoch.
+
+    Args:
+        x: an array, or a list/tuple/dict of arrays, of the same length.
+        y: targets, likewise, or None.
+        batch_size: rows per batch, >= 1.
+        seed: the shuffling seed.
+        shuffle: reorder each epoch; False keeps the rows' order.
+        drop_remainder: drop the last, smaller batch of each epoch.
+
+    Raises:
+        ConfigError: an argument breaks its rule.
+    """
+
+    def __init__(
+        self,
+        x: Any,
+        y: Any = None,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_remainder: bool = False,
+    ) -> None:
+        super().__init__()
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError("batch_size", "must be an int >= 1", batch_size)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError("seed", "must be an int >= 0", seed)
+        self.x, self.y = x, y
+        lengths = {len(a) for a in keras.tree.flatten((x, y)) if a is not None}
+        if len(lengths) != 1:
+            raise ConfigError("x", "must hold arrays of one length (y's too)", sorted(lengths))
+        self.rows = lengths.pop()
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_remainder = drop_remainder
+        full, rest = divmod(self.rows, batch_size)
+        self.steps_per_epoch = full if drop_remainder or not rest else full + 1
+        if self.steps_per_epoch < 1:
+            raise ConfigError("batch_size", f"must be <= the {self.rows} rows", batch_size)
+        self.position = 0  # batches consumed by training
+        self._start = 0  # the position at which the running fit() began
+        self._order: tuple[int, np.ndarray] | None = None
+
+    @property
+    def num_batches(self) -> None:
+        return None  # endless: fit() takes steps_per_epoch
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The row order of ``epoch``."""
+        if self._order is None or self._order[0] != epoch:
+            rows = np.arange(self.rows)
+            if self.shuffle:
+                rows = np.random.default_rng([self.seed, epoch]).permutation(self.rows)
+            self._order = (epoch, rows)
+        return self._order[1]
+
+    def batch(self, index: int) -> Any:
+        """Batch ``index`` of the whole run (epoch ``index // steps_per_epoch``)."""
+        epoch, k = divmod(index, self.steps_per_epoch)
+        rows = self.order(epoch)[k * self.batch_size : (k + 1) * self.batch_size]
+        x = keras.tree.map_structure(lambda a: a[rows], self.x)
+        if self.y is None:
+            return (x,)
+        return x, keras.tree.map_structure(lambda a: a[rows], self.y)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.batch(self._start + index)
+
+    def begin(self) -> None:
+        """Marks the start of a fit() call at the current position (the callback does)."""
+        self._start = self.position
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position and what decides the order."""
+        return {
+            "position": self.position,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "rows": self.rows,
+            "shuffle": self.shuffle,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores the position; the order's settings must be the saved ones.
+
+        Raises:
+            ConfigError: the seed, batch size, rows or shuffle differ from the saved ones.
+        """
+        for name in ("seed", "batch_size", "rows", "shuffle"):
+            if state[name] != getattr(self, name):
+                raise ConfigError(
+                    name,
+                    f"must equal the checkpoint's ({state[name]!r}) to resume the same order",
+                    getattr(self, name),
+                )
+        self.position = int(state["position"])
+        self._start = self.position
+
+
+# --------------------------------------------------------------------------- callback
+
+
+class _BatchLossMean(keras.metrics.Mean):  # type: ignore[misc]
+    """Keras' loss tracker (the epoch's running mean), also keeping the last batch's loss."""
+
+    def __init__(self, name: str = "loss", dtype: Any = None) -> None:
+        super().__init__(name=name, dtype=dtype)
+        self.last = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="last")
+
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:
+        self.last.assign(keras.ops.cast(keras.ops.mean(values), self.dtype))
+        super().update_state(values, sample_weight=sample_weight)
+
+
+class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
+    """Keeps a clock at ``optimizer.iterations``; logs and checkpoints keyed by it.
+
+    After each batch whose update was applied (every batch, or every
+    ``gradient_accumulation_steps``-th) the clock ticks, and the callback asserts that it
+    equals ``optimizer.iterations``; writes ``loss`` (that batch's own loss) and
+    ``learning_rate`` (the rate that update used) at the update's step; and lets the
+    manager's ``save_every`` decide whether to save :meth:`state`.
+
+    Args:
+        clock: the run's clock (a new one if None).
+        writer: where to write the per-update scalars, or None.
+        manager: where to save, or None.
+        save_every: when to save: a duration (``100``, ``"1ep"``) or a Trigger; default
+            every 100 updates.
+        data: the run's :class:`ResumableDataset`, whose position is saved.
+        extra: more entries for the checkpoint tree.
+
+    Raises:
+        ConfigError: an argument of the wrong kind.
+    """
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        writer: Any = None,
+        manager: Any = None,
+        save_every: Any = 100,
+        data: ResumableDataset | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if clock is not None and not isinstance(clock, Clock):
+            raise ConfigError("clock", "must be a globalstep Clock or None", clock)
+        if data is not None and not isinstance(data, ResumableDataset):
+            raise ConfigError("data", "must be a ResumableDataset or None", data)
+        self.clock = clock if clock is not None else Clock()
+        self.writer = writer
+        self.manager = manager
+        self.data = data
+        self.extra = dict(extra or {})
+        self._save: Trigger = save_every if isinstance(save_every, Trigger) else every(save_every)
+        self._rate_fn: Any = None
+        self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        tracker = getattr(model, "_loss_tracker", None)
+        if tracker is not None and not isinstance(tracker, _BatchLossMean):
+            model._loss_tracker = _BatchLossMean(name=tracker.name, dtype=tracker.dtype)
+
+    # -- state
+
+    def state(self) -> dict[str, Any]:
+        """The checkpoint tree: model (variables and optimizer), clock, data position, and on
+        the torch backend torch's global generator (unseeded dropout draws from it)."""
+        tree: dict[str, Any] = {"model": model_state(self.model), "clock": self.clock}
+        if self._torch is not None:
+            tree["torch_random"] = self._torch
+        if self.data is not None:
+            tree["data"] = self.data
+        tree.update(self.extra)
+        return tree
+
+    def restore(self, model: Any, **kwargs: Any) -> bool:
+        """Restores the newest checkpoint into ``model``, the clock and the data, if any.
+
+        Returns:
+            Whether a checkpoint was restored.
+        """
+        if self.manager is None or self.manager.latest_step() is None:
+            return False
+        self.set_model(model)
+        self.manager.restore(self.state(), **kwargs)
+        return True
+
+    # -- steps
+
+    def _accumulation(self) -> int:
+        return int(self.model.optimizer.gradient_accumulation_steps or 1)
+
+    def _iterations(self) -> int:
+        iterations = self.model.optimizer.iterations
+        if isinstance(iterations, keras.Variable):
+            return int(_numpy(iterations))
+        return int(keras.ops.convert_to_numpy(iterations))
+
+    def _check(self) -> None:
+        iterations = self._iterations()
+        if iterations != self.clock.step:
+            raise StepError(
+                f"the clock ({self.clock.name!r}) is at step {self.clock.step} but "
+                f"optimizer.iterations is {iterations}: they must count the same updates. "
+                "Restore both from one checkpoint (GlobalStepCallback.restore), or start "
+                "both at 0.",
+                self.clock.step,
+            )
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self._torch is not None and self._torch.at_batch_end is None:
+            import torch
+
+            self._torch.at_batch_end = torch.get_rng_state()  # a fresh run
+        _sync(self.model)
+        self._check()
+        self._save.skip_past(self.clock)  # fire only at boundaries still ahead
+        if self.data is not None:
+            self.data.begin()
+        progress = self.clock.progress()
+        if progress.step_in_epoch and self.data is None:
+            warnings.warn(
+                f"resuming at step {progress.step}, inside epoch {progress.epoch} (batch "
+                f"{progress.step_in_epoch}): the data is not a ResumableDataset, so fit() "
+                "restarts this epoch from its first batch.",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def _rate(self, micro_step: int) -> float | None:
+        lr = self.model.optimizer._learning_rate
+        if isinstance(lr, GlobalStepSchedule):
+            return float(lr.at(micro_step // lr._every))
+        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+            step = keras.ops.convert_to_tensor(micro_step)
+            if keras.backend.backend() == "jax":  # the value the jitted update computed
+                import jax
+
+                if self._rate_fn is None:
+                    self._rate_fn = jax.jit(lambda s: lr(s))
+                return float(self._rate_fn(step))
+            return float(keras.ops.convert_to_numpy(lr(step)))
+        try:
+            return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        except (TypeError, ValueError):
+            return None
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._torch is not None and batch == 0:  # each fit()'s first batch
+            import torch
+
+            torch.set_rng_state(self._torch.at_batch_end)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._torch is not None:
+            import torch
+
+            self._torch.at_batch_end = torch.get_rng_state()
+        _sync(self.model)
+        if self.data is not None:
+            self.data.position += 1
+        micro = int(_numpy(self.model.optimizer._iterations))
+        if micro % self._accumulation():
+            return  # a micro-batch: gradients accumulated, no update applied
+        self.clock.tick()
+        self._check()
+        if self.writer is not None:
+            step = self.clock.step - 1  # the update just applied
+            scalars: dict[str, float] = {}
+            tracker = getattr(self.model, "_loss_tracker", None)
+            if isinstance(tracker, _BatchLossMean):
+                scalars["loss"] = float(_numpy(tracker.last))
+            rate = self._rate(micro - 1)
+            if rate is not None:
+                scalars["learning_rate"] = rate
+            self.writer.scalars(scalars, step=step)
+        if self.manager is not None and self._save.should_fire(self.clock):
+            if self.writer is not None:
+                self.writer.flush()  # the curves are durable up to the newest checkpoint
+            self.manager.save(self.clock, self.state())
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.data is None or self.data.position % self.data.steps_per_epoch == 0:
+            self.clock.end_epoch()
+
+
+def fit(
+    model: Any,
+    data: ResumableDataset,
+    *,
+    epochs: int,
+    callbacks: Any = (),
+    **kwargs: Any,
+) -> list[Any]:
+    """``model.fit`` over a :class:`ResumableDataset`, continuing inside a restored epoch.
+
+    Where the data's position is inside epoch ``e`` at batch ``k``, a first ``fit()`` runs
+    the epoch's remaining batches (``initial_epoch=e``), then a second the later epochs,
+    so every batch is the one an uninterrupted run would see.
+
+    Returns:
+        The ``History`` of each ``fit()`` call made.
+
+    Raises:
+        ConfigError: ``data`` is not a ResumableDataset, or ``epochs`` is not an int >= 1.
+    """
+    if not isinstance(data, ResumableDataset):
+        raise ConfigError("data", "must be a ResumableDataset", data)
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ConfigError("epochs", "must be an int >= 1", epochs)
+    for name in ("x", "y", "steps_per_epoch", "initial_epoch", "batch_size"):
+        if name in kwargs:
+            raise ConfigError(name, "is set by fit() from the data; leave it out", kwargs[name])
+    kwargs.setdefault("shuffle", False)  # the data shuffles itself, by (seed, epoch)
+    spe = data.steps_per_epoch
+    epoch, k = divmod(data.position, spe)
+    histories = []
+    callbacks = list(callbacks)
+    if k and epoch < epochs:
+        histories.append(
+            model.fit(
+                data,
+                epochs=epoch + 1,
+                initial_epoch=epoch,
+                steps_per_epoch=spe - k,
+                callbacks=callbacks,
+                **kwargs,
+            )
+        )
+        epoch += 1
+    if epoch < epochs:
+        histories.append(
+            model.fit(
+                data,
+                epochs=epochs,
+                initial_epoch=epoch,
+                steps_per_epoch=spe,
+                callbacks=callbacks,
+                **kwargs,
+            )
+        )
+    return histories

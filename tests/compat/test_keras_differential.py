@@ -1,0 +1,175 @@
+"""Randomised differential test: every compat.keras schedule against Keras, bit for bit.
+
+Hypothesis draws each schedule's arguments over their domain (Python floats, float32 and
+float64 rates; int and float lengths; empty and single-element boundary lists; int, float
+and NumPy values) and steps of every kind Keras takes (ints from negative to 10**12,
+floats, NumPy float64, and each boundary, decay length and warm-up end with its
+neighbours), and compares each value with Keras' (TensorFlow backend, one step at a time
+as an optimizer calls it): same bits (signed zeros included; a NaN is compared as NaN,
+its sign bit aside: TF's float64 pow gives -NaN where the C library's gives NaN), same
+dtype, or the same exception type. CI runs a
+fixed seed and budget; the slow mark runs a longer search.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from globalstep.compat import keras as ck
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    keras = pytest.importorskip("keras")
+
+CI_EXAMPLES, SLOW_EXAMPLES = 15, 300
+SCHEDULES = [
+    "CosineDecay",
+    "CosineDecayRestarts",
+    "ExponentialDecay",
+    "InverseTimeDecay",
+    "PiecewiseConstantDecay",
+    "PolynomialDecay",
+]
+tally: dict[str, list[int]] = {}  # schedule -> [configurations, steps compared]
+
+
+def rates(low: float = 1e-6, high: float = 10.0):
+    """A rate as a Python float, a float32 or a float64."""
+    value = st.floats(low, high)
+    return st.one_of(value, value.map(np.float32), value.map(np.float64))
+
+
+lengths = st.one_of(st.integers(1, 10**6), st.floats(0.5, 1e5))
+fractions = st.floats(0.0, 1.0)
+flags = st.booleans()
+
+
+@st.composite
+def configs(draw, name):
+    """A Keras schedule's name, arguments and the lengths worth stepping around."""
+    if name in ("ExponentialDecay", "InverseTimeDecay"):
+        d = draw(lengths)
+        kwargs = {
+            "initial_learning_rate": draw(rates()),
+            "decay_steps": d,
+            "decay_rate": draw(st.floats(0.01, 2.0)),
+            "staircase": draw(flags),
+        }
+        return name, kwargs, [d]
+    if name == "PolynomialDecay":
+        d = draw(lengths)
+        kwargs = {
+            "initial_learning_rate": draw(rates()),
+            "decay_steps": d,
+            "end_learning_rate": draw(st.floats(0.0, 1.0)),
+            "power": draw(st.floats(0.1, 3.0)),
+            "cycle": draw(flags),
+        }
+        return name, kwargs, [d]
+    if name == "CosineDecay":
+        d = draw(lengths)
+        kwargs = {
+            "initial_learning_rate": draw(rates(0.0)),
+            "decay_steps": d,
+            "alpha": draw(fractions),
+        }
+        edges = [d]
+        if draw(flags):
+            w = draw(st.integers(0, 1000))
+            kwargs.update(warmup_target=draw(st.floats(0.0, 10.0)), warmup_steps=w)
+            edges += [w, w + d]
+        return name, kwargs, edges
+    if name == "CosineDecayRestarts":
+        d = draw(lengths)
+        kwargs = {
+            "initial_learning_rate": draw(rates()),
+            "first_decay_steps": d,
+            "t_mul": draw(st.one_of(st.just(1.0), st.floats(0.5, 3.0))),
+            "m_mul": draw(st.floats(0.0, 1.5)),
+            "alpha": draw(fractions),
+        }
+        return name, kwargs, [d, 2 * d, 3 * d]
+    n = draw(st.integers(0, 4))
+    bounds = sorted(draw(st.sets(st.integers(-100, 10**6), min_size=n, max_size=n)))
+    if draw(flags):
+        bounds = [b + 0.5 for b in bounds]
+    kind = draw(st.sampled_from(["float", "float64", "int"]))
+    make = {"float": float, "float64": np.float64, "int": int}[kind]
+    values = [make(draw(st.integers(0, 1000)) / (1 if kind == "int" else 7)) for _ in range(n + 1)]
+    return name, {"boundaries": bounds, "values": values}, [int(b) for b in bounds]
+
+
+@st.composite
+def steps(draw, edges):
+    """A step of a kind Keras takes, often at or next to an edge."""
+    near = st.sampled_from([int(e) for e in edges] or [0]).flatmap(
+        lambda e: st.integers(e - 1, e + 1)
+    )
+    whole = st.one_of(near, st.integers(-(10**6), 10**12), st.integers(0, 100))
+    step = draw(st.one_of(whole, whole.map(float), st.floats(-1e4, 1e7), whole.map(np.float64)))
+    return step
+
+
+def _compare(name, kwargs, step_list):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = getattr(ck, name)(**kwargs)
+    theirs = getattr(keras.optimizers.schedules, name)(**kwargs)
+    counts = tally.setdefault(name, [0, 0])
+    counts[0] += 1
+    for step in step_list:
+        try:
+            expected = np.asarray(theirs(step))
+        except Exception as err:  # the type is what is compared
+            with pytest.raises(type(err)):
+                ours(step)
+            counts[1] += 1
+            continue
+        got = np.asarray(ours(step), dtype=expected.dtype)
+        if expected.dtype.kind == "f" and np.isnan(expected):  # a NaN's sign bit aside
+            assert np.isnan(got), (name, kwargs, step, got)
+        else:
+            assert got.tobytes() == expected.tobytes(), (name, kwargs, step, got, expected)
+        assert ours.values([step]).dtype == expected.dtype, (name, kwargs, step)
+        counts[1] += 1
+
+
+def _check(data, name):
+    name, kwargs, edges = data.draw(configs(name))
+    _compare(name, kwargs, data.draw(st.lists(steps(edges), min_size=1, max_size=8)))
+
+
+common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+@seed(20261130)
+@settings(max_examples=CI_EXAMPLES, **common)
+@given(data=st.data())
+def test_compat_equals_keras_bit_for_bit(data, name):
+    """Each drawn configuration and step gives Keras' value, bits and dtype, or its error."""
+    _check(data, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCHEDULES)
+@settings(max_examples=SLOW_EXAMPLES, **common)
+@given(data=st.data())
+def test_compat_equals_keras_bit_for_bit_at_length(data, name):
+    """The same comparison over a longer, unseeded search."""
+    _check(data, name)
+
+
+def test_report_the_tally(capsys):
+    """Prints the configurations and steps compared per schedule (after the tests above)."""
+    with capsys.disabled():
+        for name, (configurations, compared) in sorted(tally.items()):
+            print(f"\n{name}: {configurations} configurations, {compared} steps compared")
+    assert not tally or all(c > 0 for c, _ in tally.values())
