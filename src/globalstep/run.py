@@ -92,7 +92,7 @@ from globalstep.schedules import Schedule
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter, available_formats
 from globalstep.triggers import Trigger, every
-from globalstep.units import DurationLike
+from globalstep.units import Duration, DurationLike, Unit
 
 __all__ = ["ConfigDriftWarning", "GeneratorState", "Rollback", "Run"]
 
@@ -236,10 +236,16 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
     return lines
 
 
-def _save_trigger(value: Any) -> Trigger | None:
+def _save_trigger(value: Any) -> tuple[Trigger | None, tuple[int, int] | None]:
+    """The trigger for ``save_every``, and (interval, start) where it counts whole steps."""
     if value is None or isinstance(value, Trigger):
-        return value
-    return every(value)
+        return value, None
+    trigger = every(value)
+    duration = Duration.parse(value, "save_every")
+    if duration.unit is Unit.STEPS and duration.value.denominator == 1:
+        interval = int(duration.value)
+        return trigger, (interval, interval)
+    return trigger, None
 
 
 class Run(Closing):
@@ -357,7 +363,8 @@ class Run(Closing):
         self.clock = clock
         self.clocks = all_clocks
         self.schedules: dict[str, Any] = schedules
-        self.save_trigger = _save_trigger(save_every)
+        self.save_trigger, self._save_grid = _save_trigger(save_every)
+        self._next_save_check = 0  # the step from which update() asks the save trigger
         self.strict = strict
         self.rollback = rollback
         self.data_position = 0
@@ -371,6 +378,7 @@ class Run(Closing):
         self._writer: SummaryWriter | None = None
         self.progress: ProgressDisplay | None = None
         self._restored = False
+        self._careful = True
         self._started_at = 0
         self._saved_step: int | None = None
         self._signal: int | None = None
@@ -463,6 +471,7 @@ class Run(Closing):
 
     def _load_run_part(self, part: Mapping[str, Any]) -> None:
         self.data_position = int(part["data_position"])
+        self._next_save_check = 0
         saved = part.get("save_trigger")
         if self.save_trigger is not None:
             try:
@@ -509,6 +518,8 @@ class Run(Closing):
             self._saved_step = latest
             self._say(f"resumed from step {self.clock.step} ({self.checkpoints.directory})")
         self._restored = True
+        self._careful = self.rollback is not None
+        self._next_save_check = 0
         self._started_at = self.clock.step
         if self.done and latest is not None:
             self._say(
@@ -612,25 +623,43 @@ class Run(Closing):
             ConfigError: :meth:`restore` was not called first, or a bad tag or value.
             DivergenceError: too many rollbacks within the policy's window.
         """
-        if not self._restored:
-            self._not_restored()
-        if self.rollback is not None and not self._check_update(scalars):
-            return False
+        if self._careful:  # before restore(), with a rollback policy, or after a signal
+            if not self._restored:
+                self._not_restored()
+            if self.rollback is not None and not self._check_update(scalars):
+                return False
+        clock = self.clock
         if applied:
-            self.clock.tick()
+            clock.tick()
         if scalars:
-            writer = self._writer or self.writer
-            writer.scalars(scalars)
+            (self._writer or self.writer).scalars(scalars)
         progress = self.progress
         if progress is not None:
             progress.update(**scalars)
-        trigger = self.save_trigger
-        if trigger is not None and trigger.should_fire(self.clock):
-            self._last_metrics = scalars
-            self.save()
+        if clock.step >= self._next_save_check:
+            self._maybe_save(scalars)
         if self._signal is not None:
             self._stop_for_signal()
         return True
+
+    def _maybe_save(self, scalars: dict[str, Any]) -> None:
+        """Asks the save trigger; for a trigger of steps, notes the next step worth asking."""
+        trigger = self.save_trigger
+        if trigger is None:
+            self._next_save_check = MAX_STEP + 1
+            return
+        if trigger.should_fire(self.clock):
+            self._last_metrics = scalars
+            self.save()
+        grid = self._save_grid
+        if grid is not None:
+            # every(interval, start) fires at start + k * interval only: below the next one,
+            # should_fire is False whatever its state.
+            interval, start = grid
+            step = self.clock.step
+            self._next_save_check = (
+                start if step < start else start + ((step - start) // interval + 1) * interval
+            )
 
     def _not_restored(self) -> None:
         raise ConfigError(
@@ -752,6 +781,7 @@ class Run(Closing):
             os.kill(os.getpid(), signum)
             return
         self._signal = signum
+        self._next_save_check = 0
         name = signal.Signals(signum).name
         self._say(
             f"got {name}: saving a checkpoint after the update in flight, then exiting "

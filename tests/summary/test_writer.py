@@ -785,3 +785,36 @@ def test_sync_puts_the_points_on_disk(tmp_path):
     assert len(synced) == 3  # two files and, the first time, the directory
     assert [p.step for p in read_run(tmp_path).scalars["x"]] == [0]
     writer.close()
+
+
+def test_tensor_values_are_read_off_the_training_thread(tmp_path):
+    """A one-element tensor is queued as it is (no read on the caller's thread) and written
+    as its value."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    loss = torch.tensor([0.25])
+    writer.scalars({"loss": loss, "lr": 0.1}, step=1)
+    assert writer._queue[0][4] is loss
+    writer.close()
+    assert read_run(tmp_path).scalars["loss"][0].value == 0.25
+
+
+def test_guarded_nan_tensor_raises_at_the_next_call(tmp_path):
+    """A NaN tensor under a guard raises NonFiniteError at the call after it was read
+    (that call is not queued); the writer goes on."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalar("loss", torch.tensor(float("nan")), step=3)
+    writer._drain()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 3"):
+        writer.scalar("loss", 1.0, step=4)
+    writer.scalar("loss", 1.0, step=5)
+    writer.close()
+    assert [p.step for p in read_run(tmp_path).scalars["loss"]] == [3, 5]
+
+
+def test_tensor_of_two_elements_is_refused_at_once(writer):
+    """A tensor of more than one element raises ConfigError on the caller's thread."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ConfigError, match="exactly one element"):
+        writer.scalar("loss", torch.ones(2), step=0)
