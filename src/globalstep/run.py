@@ -236,6 +236,15 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
     return lines
 
 
+def _memoisable(schedule: Any) -> bool:
+    """Pure schedules with a vectorised ``values()`` (core and compat): not stateful ones."""
+    if isinstance(schedule, Schedule):
+        return True
+    return callable(getattr(schedule, "values", None)) and not callable(
+        getattr(schedule, "state_dict", None)
+    )
+
+
 def _save_trigger(value: Any) -> tuple[Trigger | None, tuple[int, int] | None]:
     """The trigger for ``save_every``, and (interval, start) where it counts whole steps."""
     if value is None or isinstance(value, Trigger):
@@ -575,9 +584,10 @@ class Run(Closing):
         """Returns schedule ``name`` at the clock's step: the value update number
         ``run.step`` uses.
 
-        Core schedules are read from a block of their own ``values()`` (computed once per
-        256 steps), so the result is bit-equal to ``schedule(step)``; other callables are
-        called with the step.
+        Schedules with a vectorised ``values()`` (core and compat) are read from a block of
+        it, computed once per 256 steps, so the result is bit-equal to ``schedule(step)``
+        (which equals ``values()``); stateful ones and other callables are called with the
+        step.
 
         Raises:
             KeyError: no schedule has that name.
@@ -595,12 +605,17 @@ class Run(Closing):
             raise KeyError(
                 f"no schedule named {name!r}; this run has {sorted(self.schedules)}"
             ) from None
-        if not isinstance(schedule, Schedule):
+        if not _memoisable(schedule):
             return float(schedule(step))
-        stop = min(step + _MEMO_STEPS, MAX_STEP + 1)
-        values = schedule.values(np.arange(step, stop, dtype=np.int64)).tolist()
-        self._memo[name] = (step, stop, values)
-        return float(values[0])
+        for size in (_MEMO_STEPS, 16):
+            stop = min(step + size, MAX_STEP + 1)
+            try:
+                values = schedule.values(np.arange(step, stop, dtype=np.int64)).tolist()
+            except (ValueError, ArithmeticError):
+                continue  # a schedule that ends (OneCycleLR) refuses steps past its end
+            self._memo[name] = (step, stop, values)
+            return float(values[0])
+        return float(schedule(step))
 
     def update(self, *, applied: bool = True, **scalars: Any) -> bool:
         """Reports one update: ticks the clock, logs the scalars, saves when it is time.
