@@ -226,11 +226,13 @@ def _bench_lightning(n: int, directory: str, *, log: bool, full: bool) -> float:
         callbacks=callbacks,
     )
     data = [0] * n
-    stderr, sys.stderr = sys.stderr, io.StringIO()  # the progress bar draws here
+    # The progress bar draws on the terminal: count its cost, hide its output.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
     try:
         trainer.fit(Module(), train_dataloaders=data)
     finally:
-        sys.stderr = stderr
+        sys.stdout, sys.stderr = streams
     return (times["end"] - times["start"]) / n
 
 
