@@ -60,7 +60,11 @@ def optax_timings(steps: np.ndarray, repeat: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--compat-only", action="store_true", help="only the compat section")
     args = parser.parse_args()
+    if args.compat_only:
+        compat_timings(args.repeat)
+        return
     steps = np.arange(N, dtype=np.int64)
     exp = ExponentialDecay(0.1, 1000, 0.96)
     cos = CosineDecay(0.1, N)
@@ -100,21 +104,170 @@ def main() -> None:
     compat_timings(args.repeat)
 
 
-def compat_timings(repeat: int) -> None:
-    """The float32 compat layers, which call the C library's powf once per element."""
-    from globalstep.compat import keras, optax
+def per_call_median(fn: Callable[[int], Any], start: int, calls: int = 4000) -> float:
+    """The median time of single calls ``fn(step)`` at consecutive steps, in microseconds
+    (after a first call; block fills of the memo are in the sweep, once per 1,024 steps)."""
+    fn(start)
+    clock = time.perf_counter_ns
+    samples = []
+    for step in range(start, start + calls):
+        begin = clock()
+        fn(step)
+        samples.append(clock() - begin)
+    overhead = min(-(clock() - clock()) for _ in range(1000))  # the timer's own cost
+    return max(float(np.median(samples)) - overhead, 0.0) / 1000
 
-    steps = np.arange(COMPAT_N, dtype=np.int64)
-    print(f"\ncompat exponential decay (float32) on {COMPAT_N:,} steps, best of {repeat}")
-    print(f"{'':34}{'values() s':>10}  {'us/call':>8}")
-    for name, lr in (
-        ("compat.keras ExponentialDecay", keras.ExponentialDecay(0.1, 1000, 0.96)),
-        ("compat.optax exponential_decay", optax.exponential_decay(0.1, 1000, 0.96)),
+
+def compat_cases() -> list[
+    tuple[str, Callable[[], Any], Callable[[Any], Callable[[], Any]] | None]
+]:
+    """(name, our schedule, the peer's eager call on an array of steps), per compat module."""
+    from globalstep import compat
+
+    cases: list[tuple[str, Callable[[], Any], Callable[[Any], Callable[[], Any]] | None]] = []
+
+    def tf_peer(name: str, *args: Any, **kwargs: Any) -> Callable[[Any], Callable[[], Any]]:
+        def make(steps: np.ndarray) -> Callable[[], Any]:
+            import tensorflow as tf
+
+            fn = getattr(tf.compat.v1.train, name)
+            tensor = tf.constant(steps)
+            if name == "piecewise_constant":
+                schedule = fn(tf.constant(0, tf.int64), *args, **kwargs).func
+            else:
+                schedule = fn(args[0], 0, *args[1:], **kwargs).func
+            return lambda: schedule(tensor).numpy()
+
+        return make
+
+    tf_cases = [
+        ("exponential_decay", (0.1, 1000, 0.96), {}),
+        ("natural_exp_decay", (0.1, 1000, 0.5), {}),
+        ("inverse_time_decay", (0.1, 1000, 0.5), {}),
+        ("polynomial_decay", (0.1, 10**5), {"power": 2.0}),
+        ("cosine_decay", (0.1, 10**6), {}),
+        ("cosine_decay_restarts", (0.1, 1000), {}),
+        ("linear_cosine_decay", (0.1, 10**6), {}),
+    ]
+    for name, args, kwargs in tf_cases:
+        cases.append(
+            (
+                f"tf.{name}",
+                lambda n=name, a=args, k=kwargs: (
+                    getattr(compat.tf, n)(a[0], 0, *a[1:], **k).schedule
+                ),
+                tf_peer(name, *args, **kwargs),
+            )
+        )
+    cases.append(  # TF's case() takes one scalar step: no array call to compare with
+        (
+            "tf.piecewise_constant",
+            lambda: compat.tf.piecewise_constant(0, [1000, 5000], [0.1, 0.05, 0.01]).schedule,
+            None,
+        )
+    )
+
+    def keras_peer(name: str, *args: Any, **kwargs: Any) -> Callable[[Any], Callable[[], Any]]:
+        def make(steps: np.ndarray) -> Callable[[], Any]:
+            import keras
+
+            schedule = getattr(keras.optimizers.schedules, name)(*args, **kwargs)
+            tensor = keras.ops.convert_to_tensor(steps)
+            return lambda: keras.ops.convert_to_numpy(schedule(tensor))
+
+        return make
+
+    for name, args in (
+        ("ExponentialDecay", (0.1, 1000, 0.96)),
+        ("InverseTimeDecay", (0.1, 1000, 0.5)),
+        ("PolynomialDecay", (0.1, 10**5)),
+        ("CosineDecay", (0.1, 10**6)),
+        ("CosineDecayRestarts", (0.1, 1000)),
+        ("PiecewiseConstantDecay", ([1000, 5000], [0.1, 0.05, 0.01])),
     ):
-        seconds = best(lambda lr=lr: lr.values(steps), repeat)
-        number = 20_000
-        call = min(timeit.repeat(lambda lr=lr: lr(12_345), number=number, repeat=repeat))
-        print(f"{name:34}{seconds:10.3f}  {call / number * 1e6:8.2f}")
+        cases.append(
+            (
+                f"keras.{name}",
+                lambda n=name, a=args: getattr(compat.keras, n)(*a),
+                keras_peer(name, *args),
+            )
+        )
+
+    def optax_peer(name: str, *args: Any) -> Callable[[Any], Callable[[], Any]]:
+        def make(steps: np.ndarray) -> Callable[[], Any]:
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+            import jax.numpy as jnp
+            import optax
+
+            schedule = getattr(optax, name)(*args)
+            counts = jnp.asarray(steps.astype(np.int32))
+            return lambda: schedule(counts).block_until_ready()
+
+        return make
+
+    for name, args in (
+        ("exponential_decay", (0.1, 1000, 0.96)),
+        ("polynomial_schedule", (0.1, 0.0, 2.0, 10**5)),
+        ("linear_schedule", (0.1, 0.0, 10**5)),
+        ("cosine_decay_schedule", (0.1, 10**6)),
+        ("warmup_cosine_decay_schedule", (0.0, 0.1, 1000, 10**6)),
+        ("piecewise_constant_schedule", (0.1, {1000: 0.5, 5000: 0.2})),
+    ):
+        cases.append(
+            (
+                f"optax.{name}",
+                lambda n=name, a=args: getattr(compat.optax, n)(*a),
+                optax_peer(name, *args),
+            )
+        )
+    for name, kwargs in (
+        ("StepLR", {"base_lr": 0.1, "step_size": 30, "gamma": 0.1}),
+        ("ExponentialLR", {"base_lr": 0.1, "gamma": 0.99}),
+        ("CosineAnnealingLR", {"base_lr": 0.1, "T_max": 1000}),
+        ("OneCycleLR", {"max_lr": 0.1, "total_steps": 10**6}),
+    ):
+        cases.append(
+            (f"torch.{name}", lambda n=name, k=kwargs: getattr(compat.torch, n)(**k), None)
+        )
+    return cases
+
+
+def compat_timings(repeat: int) -> None:
+    """Every compat schedule: the scalar call (median of single calls at consecutive steps)
+    and values() on 1,000,000 steps in float32 beside the peer's eager call on the same
+    steps; contenders interleaved round-robin, ``repeat`` rounds, median and spread."""
+    steps = np.arange(COMPAT_N, dtype=np.int64)
+    rows = []
+    for name, make, peer in compat_cases():
+        try:
+            ours = make()
+        except (AttributeError, TypeError) as error:  # a name another branch adds or renames
+            print(f"{name}: skipped ({error})")
+            continue
+        call = [per_call_median(ours, 12_345 + 7_000 * r) for r in range(repeat)]
+        theirs_fn = None
+        if peer is not None:
+            try:
+                theirs_fn = peer(steps)
+                theirs_fn()  # the first call (tracing, kernel set-up) is not timed
+            except Exception as error:  # no peer installed, or it takes no array of steps
+                print(f"{name}: no peer array call ({type(error).__name__})")
+                theirs_fn = None
+        mine, theirs = [], []
+        for _ in range(repeat):
+            mine.append(best(lambda ours=ours: ours.values(steps), 1))
+            if theirs_fn is not None:
+                theirs.append(best(theirs_fn, 1))
+        rows.append((name, call, mine, theirs))
+    print(f"\ncompat schedules: scalar call and values() on {COMPAT_N:,} steps, median of {repeat}")
+    print(f"{'':36}{'us/call':>8} {'(spread)':>14} {'values s':>9} {'peer s':>8} {'x peer':>7}")
+    for name, call, mine, theirs in rows:
+        spread = f"{min(call):.2f}-{max(call):.2f}"
+        ratio = f"{np.median(mine) / np.median(theirs):7.2f}" if theirs else "      -"
+        peer_s = f"{np.median(theirs):8.4f}" if theirs else "       -"
+        print(
+            f"{name:36}{np.median(call):8.2f} {spread:>14} {np.median(mine):9.4f} {peer_s} {ratio}"
+        )
 
 
 if __name__ == "__main__":

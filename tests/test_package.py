@@ -64,3 +64,41 @@ def test_unknown_attribute_is_an_attribute_error():
 def test_dir_lists_lazy_names():
     """dir(globalstep) lists the names loaded on first use."""
     assert {"CheckpointManager", "SummaryWriter", "ExponentialDecay"} <= set(dir(globalstep))
+
+
+@pytest.mark.parametrize(
+    ("path", "loaded"),
+    [
+        ("compat.tf", "globalstep.compat.tf"),
+        ("compat.keras", "globalstep.compat.keras"),
+        ("compat.optax", "globalstep.compat.optax"),
+        ("compat.torch", "globalstep.compat.torch"),
+        ("schedules", "globalstep.schedules"),
+    ],
+)
+def test_subpackages_resolve_lazily_without_a_framework(path, loaded):
+    """After a bare `import globalstep`, `globalstep.<path>` resolves and imports no framework."""
+    code = (
+        "import sys, globalstep\n"
+        f"print({loaded!r} in sys.modules)\n"
+        f"module = globalstep.{path}\n"
+        "print(module.__name__)\n"
+        "heavy = {'torch', 'tensorflow', 'jax', 'keras', 'optax', 'tensorboard', 'matplotlib'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["False", loaded, "[]"]
+
+
+def test_compat_unknown_module_is_an_attribute_error():
+    """A compat module that does not exist raises AttributeError naming it."""
+    with pytest.raises(AttributeError, match="'jaxx'"):
+        _ = globalstep.compat.jaxx
+
+
+def test_dir_lists_public_names_only():
+    """dir(globalstep) is __all__ plus the lazily imported sub-packages, nothing private."""
+    names = dir(globalstep)
+    assert set(names) == set(globalstep.__all__) | {"checkpoint", "compat", "schedules", "summary"}
+    assert not {"Any", "TYPE_CHECKING", "importlib"} & set(names)
+    assert names == sorted(names)

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -38,3 +39,106 @@ def test_checkpoint_and_writer_snippets_run(tmp_path, monkeypatch):
     namespace["writer"].close()
     namespace["manager"].close()
     assert (tmp_path / "logs").is_dir()
+
+
+# -- the compat table: "you had | you write" ------------------------------------------------
+# What each row's "..." stands for, by the name called just before it; a new row whose call
+# elides arguments needs its entry here (the test says so).
+ELIDED = {
+    "exponential_decay": "decay_steps=10, decay_rate=0.5",
+    "CosineDecay": "0.1, 100",
+    "warmup_cosine_decay_schedule": "0.0, 1.0, 10, 100",
+}
+STEPS = 130
+
+
+def compat_rows() -> list[tuple[str, str]]:
+    """The table's rows, each (you had, you write), the code without its backticks."""
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|$", README.read_text(), re.M)
+    assert rows, "README.md has no compat table"
+    return rows
+
+
+def filled(code: str) -> str:
+    """``code`` with its ``...`` replaced by the arguments ELIDED gives for the call."""
+    if "..." not in code:
+        return code
+    name = re.search(r"(\w+)\([^()]*\.\.\.", code)
+    assert name, f"no call before '...' in {code!r}"
+    assert name.group(1) in ELIDED, f"add to ELIDED the arguments '...' stands for in {code!r}"
+    return code.replace("...", ELIDED[name.group(1)])
+
+
+def series(make: object, advance: object, read: object) -> list[float]:
+    """The value at steps 0..STEPS-1, advancing the step with ``advance`` between reads."""
+    out = []
+    for _ in range(STEPS):
+        out.append(float(read()))  # type: ignore[operator]
+        advance()  # type: ignore[operator]
+    return out
+
+
+def ours(code: str) -> list[float]:
+    """Runs a "you write" cell verbatim (``...`` filled) after `import globalstep`."""
+    import globalstep
+
+    clock = globalstep.Clock()
+    made = eval(filled(code), {"globalstep": globalstep, "lr": 0.1, "clock": clock})
+    if isinstance(made, globalstep.compat.tf.DecayedLearningRate):
+        return series(made, clock.tick, made)
+    step = [0]
+
+    def advance() -> None:
+        step[0] += 1
+
+    return series(made, advance, lambda: made(step[0]))
+
+
+def peer(code: str) -> list[float]:
+    """Runs a "you had" cell (``...`` filled) with the peer imported, stepping it as its
+    users do: TF's global-step variable, a call with the step, a torch scheduler's step()."""
+    top = code.split(".")[0]
+    import importlib
+
+    module = pytest.importorskip({"tf": "tensorflow"}.get(top, top))
+    namespace: dict[str, object] = {top: module, "lr": 0.1}
+    if top == "tf":
+        namespace["global_step"] = variable = module.Variable(0, dtype=module.int64)
+        made = eval(filled(code), namespace)
+        return series(made, lambda: variable.assign_add(1), lambda: made().numpy())
+    if top == "torch":
+        importlib.import_module("torch.optim.lr_scheduler")
+        param = module.nn.Parameter(module.zeros(1))
+        namespace["opt"] = opt = module.optim.SGD([param], lr=0.1)
+        made = eval(filled(code), namespace)
+
+        def advance() -> None:
+            opt.step()
+            made.step()
+
+        return series(made, advance, lambda: opt.param_groups[0]["lr"])
+    if top == "optax":
+        import os
+
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    made = eval(filled(code), namespace)
+    step = [0]
+
+    def advance() -> None:
+        step[0] += 1
+
+    return series(made, advance, lambda: made(step[0]))
+
+
+@pytest.mark.parametrize(("had", "write"), compat_rows(), ids=[r[1] for r in compat_rows()])
+def test_compat_table_row_runs_and_matches_the_peer(had, write):
+    """A row's "you write" cell runs verbatim and gives the peer's values at every step."""
+    mine = ours(write)
+    assert len(set(mine)) > 1  # the schedule moves over the steps compared
+    if had.startswith("torch."):
+        # PyTorch multiplies the rate step after step (lr *= gamma) in float64; the closed
+        # form agrees to the last bit or two (StepLR at step 120: 1.0000000000000003e-05
+        # against PyTorch's 1.0000000000000004e-05).
+        assert mine == pytest.approx(peer(had), rel=1e-13, abs=0)
+    else:
+        assert mine == peer(had)

@@ -102,7 +102,14 @@ _LAZY = {
 }
 
 
+# Sub-packages reachable as attributes (``globalstep.compat.tf.exponential_decay(...)``)
+# after a bare ``import globalstep``, imported on first use; none imports a framework.
+_SUBMODULES = ("checkpoint", "compat", "schedules", "summary")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"globalstep.{name}")  # also binds globalstep.<name>
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'globalstep' has no attribute {name!r}")
@@ -112,7 +119,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    """The public names only: ``__all__`` and the sub-packages reachable as attributes."""
+    return sorted({*__all__, *_SUBMODULES})
 
 
 __all__ = [

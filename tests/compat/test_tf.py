@@ -17,6 +17,7 @@ import pytest
 
 from globalstep import Clock, ConfigError, StepError
 from globalstep.compat import tf as ctf
+from globalstep.compat._common import CompatDifferenceWarning
 from globalstep.guards import FrozenStepWarning
 
 from .parity import max_ulp, parity_steps
@@ -131,7 +132,8 @@ def test_noisy_without_noise_matches_linear_cosine(tf):
     steps = parity_steps([1000])
     kwargs = {"decay_steps": 1000, "initial_variance": 0.0}
     reference = _reference(tf, tf.compat.v1.train.noisy_linear_cosine_decay, steps, 0.1, **kwargs)
-    ours = _ours(ctf.noisy_linear_cosine_decay, steps, 0.1, **kwargs)
+    with pytest.warns(CompatDifferenceWarning, match="unseeded noise"):
+        ours = _ours(ctf.noisy_linear_cosine_decay, steps, 0.1, **kwargs)
     assert max_ulp(ours, reference) == 0
 
 
@@ -248,15 +250,28 @@ def test_missing_global_step():
 
 
 def test_global_step_of_wrong_type():
-    """A global step that is neither a Clock nor an int is refused."""
+    """A global step that is neither a Clock nor a number is refused."""
     with pytest.raises(ConfigError, match="`global_step` must be a globalstep Clock"):
-        ctf.cosine_decay(0.1, 1.5, 10)
+        ctf.cosine_decay(0.1, "1.5", 10)
 
 
-def test_negative_int_global_step():
-    """A negative int global step is refused."""
-    with pytest.raises(StepError, match="step=-2"):
-        ctf.cosine_decay(0.1, -2, 10)
+def test_negative_and_float_global_steps_give_tfs_values(tf):
+    """A negative or float global step is taken, as TF takes it, with TF's value."""
+    train = tf.compat.v1.train
+    for step in (-2, -999, 2.5, -0.5):
+        for ours, theirs in (
+            (ctf.cosine_decay(0.1, step, 10), train.cosine_decay(0.1, step, 10)),
+            (
+                ctf.exponential_decay(0.1, step, 10, 0.5),
+                train.exponential_decay(0.1, step, 10, 0.5),
+            ),
+        ):
+            assert ours() == float(theirs().numpy())
+
+
+def test_piecewise_before_the_first_boundary_is_the_first_value():
+    """piecewise_constant at step -999 gives its first value, as TF does."""
+    assert ctf.piecewise_constant(-999, [10, 20], [1.0, 2.0, 3.0])() == 1.0
 
 
 @pytest.mark.parametrize(

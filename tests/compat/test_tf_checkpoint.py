@@ -2,11 +2,12 @@
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
 
-from globalstep import Clock, ConfigError, CorruptCheckpointError
+from globalstep import Clock, ConfigError, CorruptCheckpointError, RestoreMismatchError
 from globalstep.compat._tf_checkpoint import Checkpoint, CheckpointManager, latest_checkpoint
 
 
@@ -393,3 +394,25 @@ def test_failed_deletion_stays_listed_and_is_retried(tmp_path, monkeypatch):
     manager.save()
     assert names(manager.checkpoints) == ["ckpt-3"]
     assert on_disk(tmp_path) == ["ckpt-3"]
+
+
+def test_restore_into_another_shape_raises_at_restore(tmp_path):
+    """Restoring into an array of another shape raises ValueError at restore(), nothing filled."""
+    path = Checkpoint(a=np.ones(2), w=np.arange(3.0)).save(str(tmp_path / "ckpt"))
+    a, w = np.zeros(2), np.zeros(4)
+    target = Checkpoint(a=a, w=w)
+    with pytest.raises(RestoreMismatchError, match=r"shape \(3,\) .* shape \(4,\)") as info:
+        target.restore(path)
+    assert isinstance(info.value, ValueError)
+    assert a.tolist() == [0.0, 0.0]
+    assert target.save_counter.numpy() == 0
+
+
+def test_tensorflow_also_raises_value_error_for_another_shape(tmp_path):
+    """TF's own Checkpoint raises ValueError at restore() for a variable of another shape."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tf = pytest.importorskip("tensorflow")
+    path = tf.train.Checkpoint(w=tf.Variable(np.arange(3.0))).save(str(tmp_path / "tf"))
+    with pytest.raises(ValueError, match=r"shape \(3,\).*shape \(4,\)"):
+        tf.train.Checkpoint(w=tf.Variable(np.zeros(4))).restore(path)

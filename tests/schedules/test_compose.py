@@ -199,7 +199,7 @@ def test_float32_part_inside_float64_join():
 
 
 def test_warmup_past_its_end_computes_only_the_schedule(monkeypatch):
-    """After the warm-up a call evaluates the wrapped schedule once (no ramp target)."""
+    """After the warm-up values() evaluates the wrapped schedule once (no ramp target)."""
     inner = CosineDecay(1.0, 100)
     lr, expected = warmup(inner, 10), inner(50)
     seen = []
@@ -207,10 +207,10 @@ def test_warmup_past_its_end_computes_only_the_schedule(monkeypatch):
     monkeypatch.setattr(
         CosineDecay, "_compute", lambda self, s: seen.append(s.tolist()) or real(self, s)
     )
-    assert lr(60) == expected
+    assert lr.values([60])[0] == expected
     assert seen == [[50]]
     seen.clear()
-    assert lr(5) == 0.5
+    assert lr.values([5])[0] == 0.5
     assert seen == [[0]]
 
 

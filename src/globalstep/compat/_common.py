@@ -21,35 +21,57 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep.errors import ConfigError
-from globalstep.schedules._base import Schedule, Steps, Values, check_number
+from globalstep.clock import MAX_STEP
+from globalstep.errors import ConfigError, StepError
+from globalstep.schedules._base import (
+    MEMO_BITS,
+    MEMO_MASK,
+    Schedule,
+    Steps,
+    Values,
+    check_number,
+    memo_fill,
+)
 
-__all__ = ["F32Ops", "Formula", "PeerSchedule", "check_positive_steps"]
+__all__ = [
+    "CompatDifferenceWarning",
+    "F32Ops",
+    "Formula",
+    "PeerSchedule",
+    "check_positive_steps",
+    "step_array",
+]
 
 
-def _libm(fn: Callable[..., float]) -> Callable[..., float]:
-    """``fn`` from the C library (as Eigen's and XLA's float64 kernels call it), or inf/NaN."""
+class CompatDifferenceWarning(UserWarning):
+    """A compat schedule deliberately differs from its peer here (the docstring says how):
+    warned at construction, so that a migration never changes numbers silently."""
+
+
+def _libm(fn: Callable[..., float], ufunc: np.ufunc) -> Callable[..., float]:
+    """``fn`` from the C library (as Eigen's and XLA's float64 kernels call it); where
+    Python's ``math`` raises instead of returning C's inf or NaN (pow(0, -1), log(0),
+    cos(inf), an overflow), NumPy's scalar ``ufunc``, which returns C's IEEE value."""
 
     def safe(*args: float) -> float:
         try:
             return fn(*args)
-        except OverflowError:
-            return math.inf
-        except ValueError:
-            return math.nan
+        except (OverflowError, ValueError):
+            with np.errstate(all="ignore"):
+                return float(ufunc(*(np.float64(a) for a in args)))
 
     return safe
 
 
 _FLOAT64: dict[np.ufunc, np.ufunc] = {
-    np.power: np.frompyfunc(_libm(math.pow), 2, 1),
-    np.exp: np.frompyfunc(_libm(math.exp), 1, 1),
-    np.log: np.frompyfunc(_libm(math.log), 1, 1),
-    np.cos: np.frompyfunc(_libm(math.cos), 1, 1),
+    np.power: np.frompyfunc(_libm(math.pow, np.power), 2, 1),
+    np.exp: np.frompyfunc(_libm(math.exp, np.exp), 1, 1),
+    np.log: np.frompyfunc(_libm(math.log, np.log), 1, 1),
+    np.cos: np.frompyfunc(_libm(math.cos, np.cos), 1, 1),
 }
 
 
@@ -83,6 +105,62 @@ def _libm_float32() -> dict[np.ufunc, np.ufunc]:
             fn.argtypes = [ctypes.c_float] * arity
             _FLOAT32[ufunc] = np.frompyfunc(fn, arity, 1)
     return _FLOAT32
+
+
+_NUMPY_IS_LIBM: dict[tuple[np.ufunc, str], bool] = {}
+
+
+def _probe(ufunc: np.ufunc, dtype: np.dtype[Any]) -> list[Any]:
+    """Arguments over the ranges schedules use (and past them) to compare kernels on."""
+    rng = np.random.default_rng(20261130)
+    n = 4096
+    if ufunc is np.power:
+        base = np.concatenate([rng.uniform(0.0, 2.0, n), rng.uniform(-2.0, 0.0, 64), [0.0, 1.0]])
+        exponent = np.concatenate(
+            [
+                rng.uniform(-60.0, 2000.0, n // 2),
+                np.floor(rng.uniform(0, 50, n // 2)),
+                rng.uniform(0, 3, 66),
+            ]
+        )
+        return [base.astype(dtype), exponent.astype(dtype)]
+    if ufunc is np.exp:
+        return [rng.uniform(-110.0, 110.0, n).astype(dtype)]
+    if ufunc is np.log:
+        return [np.exp(rng.uniform(-80.0, 80.0, n)).astype(dtype)]
+    return [
+        np.concatenate([rng.uniform(-4.0, 4.0, n), rng.uniform(-1e5, 1e5, n // 4)]).astype(dtype)
+    ]
+
+
+def numpy_is_libm(ufunc: np.ufunc, dtype: Any, libm: np.ufunc) -> bool:
+    """Whether NumPy's own ``ufunc`` kernel in ``dtype`` gives the C library's bits (it
+    calls it, rather than a SIMD approximation), checked once per process on a probe of
+    thousands of arguments: where it does, a whole array is computed at NumPy's speed."""
+    dtype = np.dtype(dtype)
+    key = (ufunc, dtype.name)
+    if key not in _NUMPY_IS_LIBM:
+        args = _probe(ufunc, dtype)
+        with np.errstate(all="ignore"):
+            ours = np.asarray(ufunc(*args), dtype=dtype)
+            theirs = np.asarray(libm(*args), dtype=dtype)
+        _NUMPY_IS_LIBM[key] = ours.tobytes() == theirs.tobytes() or bool(
+            np.array_equal(ours, theirs, equal_nan=True)
+            and np.array_equal(np.signbit(ours), np.signbit(theirs))
+        )
+    return _NUMPY_IS_LIBM[key]
+
+
+def _numpy_call(fn: np.ufunc, args: list[Any]) -> Any:
+    """``fn(*args)`` in NumPy's loop that calls the C library. For power the exponent is
+    made a real array first: with a scalar (or broadcast) exponent of 0.5, 2 or -1 NumPy
+    takes sqrt, a square or a reciprocal instead of pow, which differ in the last bit."""
+    if fn is not np.power:
+        return np.asarray(fn(*args))
+    base, exponent = np.broadcast_arrays(*args)
+    shape = base.shape
+    out = fn(np.atleast_1d(base), np.atleast_1d(np.array(exponent)))
+    return np.asarray(out).reshape(shape)
 
 
 class F32Ops:
@@ -123,11 +201,17 @@ class F32Ops:
 
     def _round(self, fn: np.ufunc, *args: Any) -> Any:
         if self.dtype == np.float64:
-            # NumPy's SIMD float64 kernels differ from the C library's in the last bit.
+            # NumPy's SIMD float64 kernels (AVX-512) differ from the C library's in the last
+            # bit; where NumPy calls the C library instead, its array loop is used.
+            if numpy_is_libm(fn, np.float64, _FLOAT64[fn]):
+                return _numpy_call(fn, [np.asarray(a, dtype=np.float64) for a in args])
             return np.asarray(_FLOAT64[fn](*args), dtype=np.float64)
         if fn in self._libm32:
             narrow = [np.asarray(a, dtype=np.float32) for a in args]
-            return self.flush(np.asarray(self._libm32[fn](*narrow), dtype=np.float32))
+            libm = self._libm32[fn]
+            if numpy_is_libm(fn, np.float32, libm):
+                return self.flush(_numpy_call(fn, narrow))
+            return self.flush(np.asarray(libm(*narrow), dtype=np.float32))
         wide = [np.asarray(a, dtype=np.float64) for a in args]
         return self.flush(np.asarray(fn(*wide)).astype(self.dtype))
 
@@ -171,6 +255,24 @@ class Formula(Schedule):
         return self.fn(steps)
 
 
+def step_array(step: Any) -> Any:
+    """A scalar step as a one-element array in the dtype TensorFlow converts it to: a
+    Python float as float32, a Python int as int64, a NumPy scalar in its own dtype.
+
+    Raises:
+        StepError: ``step`` is not a real number (a bool, a string, None, ...).
+    """
+    if isinstance(step, bool) or not isinstance(step, int | float | np.integer | np.floating):
+        raise StepError(f"`step` must be a number; got step={step!r}.", step)
+    if isinstance(step, np.integer | np.floating):
+        return np.asarray([step])
+    if isinstance(step, float):
+        return np.asarray([step], dtype=np.float32)
+    if not -(2**63) <= step <= MAX_STEP:
+        raise StepError(f"`step` must fit in int64; got step={step!r}.", step)
+    return np.asarray([step], dtype=np.int64)
+
+
 def check_positive_steps(parameter: str, value: Any) -> None:
     """Raises ConfigError unless ``value`` is a finite number > 0."""
     check_number(parameter, value)
@@ -183,9 +285,24 @@ class PeerSchedule(ABC):
 
     Called with a step (an int >= 0) it returns the value as a Python float (exactly the
     peer's float32 value); ``values(steps)`` is the vectorised form, bit for bit the same.
+
+    The scalar call of an int step in ``[0, 2**63)`` is answered from a memo of
+    ``values()`` over the aligned block of 1024 steps around it (see
+    :func:`globalstep.schedules._base.memo_fill`): after the first call in a block it costs
+    a dict and a list lookup, and it equals ``values()`` by construction. Every other step
+    (a float, a negative int, a NumPy scalar) goes to :meth:`_call_other`, never to the memo.
+
+    A subclass gets the memo with nothing to do, as long as it keeps ``__call__`` and its
+    ``values(steps)`` is a pure function of each step (no state, no randomness drawn per
+    call). A subclass that overrides ``__call__`` should answer int steps as this one does
+    and hand the rest to ``super().__call__``. Set ``_any_step = True`` where the peer
+    takes float and negative steps (TensorFlow, Keras): they are then computed by
+    :meth:`_formula` on a one-element array, in the step's own dtype (a Python float as
+    float32, as TensorFlow converts it), instead of being refused.
     """
 
     _fields: tuple[str, ...] = ()
+    _any_step: ClassVar[bool] = False
 
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
@@ -200,11 +317,35 @@ class PeerSchedule(ABC):
         """The peer's values at ``steps`` (int64, checked), before flush-to-zero."""
 
     def __call__(self, step: int) -> float:
-        """Returns the value at ``step``, an int >= 0."""
+        """Returns the value at ``step``, an int >= 0 (any real number where ``_any_step``)."""
+        if type(step) is int and 0 <= step <= MAX_STEP:
+            try:
+                return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]  # type: ignore[no-any-return]
+            except KeyError:
+                return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
+        return self._call_other(step)
+
+    def _call_other(self, step: Any) -> float:
+        """The value at a step the memo does not hold: refused unless ``_any_step``."""
+        if self._any_step:
+            value: float = self._values_any(step_array(step)).reshape(-1)[0].item()
+            return value
         return self._schedule(step)
+
+    def _values_any(self, steps: Any) -> Values:
+        """The values at an array of any real steps (ints of any sign, floats)."""
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            out = self._flushed(steps.reshape(-1))
+        return np.asarray(out, dtype=self._ops.dtype).reshape(steps.shape)
 
     def values(self, steps: Any) -> Values:
         """Returns the values at every step of ``steps``, in the peer's dtype."""
+        if self._any_step:
+            array = np.asarray(steps)
+            if array.dtype.kind not in "iuf" or (array.dtype.kind == "f" and array.size == 0):
+                return self._schedule.values(steps)
+            if array.dtype.kind == "f" or (array.size and array.min() < 0):
+                return self._values_any(array)
         return self._schedule.values(steps)
 
     def get_config(self) -> dict[str, Any]:

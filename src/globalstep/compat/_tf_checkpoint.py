@@ -48,13 +48,19 @@ from globalstep.checkpoint.format import (
 from globalstep.checkpoint.storage import Storage, open_storage
 from globalstep.checkpoint.tree import (
     RestoreReport,
+    array_nodes,
     check_key,
     flatten,
     template_arrays,
     unflatten,
 )
 from globalstep.clock import Clock
-from globalstep.errors import CheckpointNotFoundError, ConfigError, CorruptCheckpointError
+from globalstep.errors import (
+    CheckpointNotFoundError,
+    ConfigError,
+    CorruptCheckpointError,
+    RestoreMismatchError,
+)
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager"]
 
@@ -233,6 +239,8 @@ class Checkpoint:
         Raises:
             CheckpointNotFoundError: nothing is committed at ``save_path``.
             CorruptCheckpointError: the checkpoint fails verification.
+            RestoreMismatchError: (a ValueError, as TF raises here) a saved array has
+                another shape than the array it would restore into; nothing is restored.
         """
         if save_path is None:
             return CheckpointLoadStatus(None, None)
@@ -242,7 +250,9 @@ class Checkpoint:
             raise CheckpointNotFoundError(f"no committed checkpoint at {save_path}", save_path)
         state = load_state(storage, name)
         template = self._tree()
-        arrays = read_arrays(storage, name, state, into=template_arrays(state["tree"], template))
+        into = template_arrays(state["tree"], template)
+        _check_shapes(state["tree"], into)
+        arrays = read_arrays(storage, name, state, into=into)
         tree, report = unflatten(state["tree"], arrays, template, partial=True)
         counter = tree.get(_COUNTER) if isinstance(tree, dict) else None
         if isinstance(counter, int) and not isinstance(counter, bool):
@@ -251,6 +261,21 @@ class Checkpoint:
         if isinstance(objects, dict):
             self._objects.update(objects)
         return CheckpointLoadStatus(report, save_path, tuple(self._objects))
+
+
+def _check_shapes(structure: Any, into: dict[str, Any]) -> None:
+    """Raises RestoreMismatchError, as TF raises ValueError at restore time, when a saved
+    array would restore into an array of another shape (before anything is restored)."""
+    for key, node in array_nodes(structure).items():
+        target = into.get(key)
+        if target is None or list(target.shape) == node.get("shape"):
+            continue
+        saved = tuple(node.get("shape") or ())
+        raise RestoreMismatchError(
+            f"Received incompatible tensor with shape {saved} when attempting to restore "
+            f"variable with shape {target.shape} and name {key}. Restore into an array of "
+            f"shape {saved}, or save a new checkpoint after changing the shape."
+        )
 
 
 def _all(items: Any, kind: Any) -> bool:

@@ -37,13 +37,12 @@ from typing import Any
 import numpy as np
 
 from globalstep.clock import Clock
-from globalstep.compat import keras as _keras
-from globalstep.compat._common import F32Ops, PeerSchedule, check_positive_steps
+from globalstep.compat import _tf_schedules as _tfs
+from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
 from globalstep.errors import ConfigError
 from globalstep.guards import StaleStepDetector
-from globalstep.schedules._base import Steps, Values, check_number, check_step
-from globalstep.schedules.core import standard_normal
+from globalstep.schedules._base import check_number, check_step
 
 __all__ = [
     "Checkpoint",  # noqa: F822 (module __getattr__)
@@ -88,17 +87,18 @@ class DecayedLearningRate:
     """The zero-argument callable a decay returns: the schedule at the global step now.
 
     Attributes:
-        schedule: the schedule (with Keras' names), callable with a step.
-        global_step: the Clock read at each call, or the fixed int step.
+        schedule: the schedule (TF's ``learning_rate_schedule`` class), callable with a step.
+        global_step: the Clock read at each call, or the fixed step (any real number, as TF
+            takes: a float, a negative int).
     """
 
     __slots__ = ("_detector", "global_step", "schedule")
 
-    def __init__(self, schedule: PeerSchedule, global_step: Clock | int, what: str) -> None:
+    def __init__(self, schedule: PeerSchedule, global_step: Clock | float, what: str) -> None:
         if isinstance(global_step, Clock):
             self._detector: StaleStepDetector | None = StaleStepDetector(what)
         else:
-            check_step(global_step)
+            step_array(global_step)  # a number TF takes, or StepError now
             self._detector = None
         self.schedule = schedule
         self.global_step = global_step
@@ -110,26 +110,29 @@ class DecayedLearningRate:
             step = clock.step
             self._detector.observe(step, clock.name)  # type: ignore[union-attr]
             return self.schedule(step)
-        return self.schedule(clock)
+        return self.schedule(clock)  # type: ignore[arg-type]  # TF takes any real step
 
     def __repr__(self) -> str:
         return f"DecayedLearningRate({self.schedule!r}, global_step={self.global_step!r})"
 
 
-def _decayed(schedule: PeerSchedule, global_step: Clock | int, what: str) -> DecayedLearningRate:
+def _decayed(schedule: PeerSchedule, global_step: Clock | float, what: str) -> DecayedLearningRate:
     if global_step is None:
         raise ConfigError(
-            "global_step", "is required for decay (a Clock, or an int step)", global_step
+            "global_step",
+            "is required for decay (TF raises ValueError at the first call without it)",
+            global_step,
+            "Pass a globalstep Clock (or a number of steps).",
         )
-    if not isinstance(global_step, Clock | int) or isinstance(global_step, bool):
-        raise ConfigError("global_step", "must be a globalstep Clock or an int step", global_step)
+    if not isinstance(global_step, Clock | int | float | np.integer | np.floating):
+        raise ConfigError("global_step", "must be a globalstep Clock or a number", global_step)
     return DecayedLearningRate(schedule, global_step, what)
 
 
 def exponential_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     decay_rate: float,
     staircase: bool = False,
     name: str | None = None,
@@ -140,29 +143,43 @@ def exponential_decay(
         >>> exponential_decay(0.1, 0, decay_steps=100_000, decay_rate=0.96)()
         0.10000000149011612
     """
-    schedule = _keras.ExponentialDecay(
-        learning_rate, decay_steps, decay_rate, staircase, name or "ExponentialDecay"
-    )
+    _tfs.check_rate(learning_rate, "learning_rate", float64=True)
+    schedule = _tfs.ExponentialDecay(learning_rate, decay_steps, decay_rate, staircase, name)
     return _decayed(schedule, global_step, name or "exponential_decay")
 
 
 def piecewise_constant(
-    x: Clock | int, boundaries: Sequence[int], values: Sequence[float], name: str | None = None
+    x: Clock | float, boundaries: Sequence[Any], values: Sequence[Any], name: str | None = None
 ) -> DecayedLearningRate:
     """``values[i]`` for ``boundaries[i-1] < x <= boundaries[i]`` (the change comes at b + 1).
+
+    As in TF, each boundary must have the dtype of ``x`` (a Clock's step is int64, as TF's
+    global-step variable; a Python int is int32, a float float32), an int32 boundary may
+    meet an int64 ``x``, and the values must share one dtype (int values give ints).
+
+    Raises:
+        ConfigError: (a ValueError, as TF raises) a boundary of another dtype than ``x``,
+            values of two dtypes, or one boundary too many or too few.
 
     Example:
         >>> piecewise_constant(101, [100], [1.0, 0.5])()
         0.5
+        >>> piecewise_constant(-999, [100], [1.0, 0.5])()
+        1.0
     """
-    schedule = _keras.PiecewiseConstantDecay(boundaries, values, name or "PiecewiseConstant")
+    boundaries, values = list(boundaries), list(values)
+    if not isinstance(x, Clock) and x is not None:
+        _tfs.check_piecewise_dtypes(x, boundaries)
+    elif isinstance(x, Clock):
+        _tfs.check_piecewise_dtypes(np.int64(0), boundaries)
+    schedule = _tfs.PiecewiseConstantDecay(boundaries, values, name)
     return _decayed(schedule, x, name or "piecewise_constant")
 
 
 def polynomial_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     end_learning_rate: float = 0.0001,
     power: float = 1.0,
     cycle: bool = False,
@@ -174,16 +191,17 @@ def polynomial_decay(
         >>> polynomial_decay(1.0, 10, 10, end_learning_rate=0.0)()
         0.0
     """
-    schedule = _keras.PolynomialDecay(
-        learning_rate, decay_steps, end_learning_rate, power, cycle, name or "PolynomialDecay"
+    _tfs.check_rate(learning_rate, "learning_rate", float64=True)
+    schedule = _tfs.PolynomialDecay(
+        learning_rate, decay_steps, end_learning_rate, power, cycle, name
     )
     return _decayed(schedule, global_step, name or "polynomial_decay")
 
 
 def natural_exp_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     decay_rate: float,
     staircase: bool = False,
     name: str | None = None,
@@ -192,26 +210,35 @@ def natural_exp_decay(
     ``exp(-decay_rate)`` once, in float32 (in float64 for a float64 ``decay_rate``), casts
     it to the dtype of ``learning_rate`` and raises it to the power, and so does this.
 
+    Raises:
+        ConfigError: an int ``decay_rate`` (TF fails at the first call: no int exp).
+
     Example:
         >>> natural_exp_decay(1.0, 0, 10, 0.5)()
         1.0
     """
     check_number("decay_rate", decay_rate)
+    if isinstance(decay_rate, int | np.integer):
+        raise ConfigError(
+            "decay_rate",
+            "must be a float: TF takes exp(-decay_rate) in the int dtype of an int and fails",
+            decay_rate,
+            f"Write decay_rate={float(decay_rate)!r}.",
+        )
     rate: Any
     if isinstance(decay_rate, np.float64):
         rate = np.float64(math.exp(-decay_rate))
     else:
-        rate = float(F32Ops(np.float32).exp(-np.float32(decay_rate)))
-    schedule = _keras.ExponentialDecay(
-        learning_rate, decay_steps, rate, staircase, name or "ExponentialDecay"
-    )
+        rate = np.float32(F32Ops(np.float32).exp(-np.float32(decay_rate)))
+    _tfs.check_rate(learning_rate, "learning_rate", float64=True)
+    schedule = _tfs.ExponentialDecay(learning_rate, decay_steps, rate, staircase, name)
     return _decayed(schedule, global_step, name or "natural_exp_decay")
 
 
 def inverse_time_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     decay_rate: float,
     staircase: bool = False,
     name: str | None = None,
@@ -222,33 +249,37 @@ def inverse_time_decay(
         >>> inverse_time_decay(1.0, 10, 10, 1.0)()
         0.5
     """
-    schedule = _keras.InverseTimeDecay(
-        learning_rate, decay_steps, decay_rate, staircase, name or "InverseTimeDecay"
-    )
+    _tfs.check_rate(learning_rate, "learning_rate", float64=True)
+    schedule = _tfs.InverseTimeDecay(learning_rate, decay_steps, decay_rate, staircase, name)
     return _decayed(schedule, global_step, name or "inverse_time_decay")
 
 
 def cosine_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     alpha: float = 0.0,
     name: str | None = None,
 ) -> DecayedLearningRate:
     """``learning_rate * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, d) / d)) + alpha)``.
 
+    Raises:
+        ConfigError: a float64 or int ``learning_rate`` (TF fails at the first call: its
+            ``pi`` is a float32 constant).
+
     Example:
         >>> cosine_decay(1.0, 100, 100)()
         0.0
     """
-    schedule = _keras.CosineDecay(learning_rate, decay_steps, alpha, name or "CosineDecay")
+    _tfs.check_rate(learning_rate, "learning_rate", float64=False)
+    schedule = _tfs.CosineDecay(learning_rate, decay_steps, alpha, name)
     return _decayed(schedule, global_step, name or "cosine_decay")
 
 
 def cosine_decay_restarts(
     learning_rate: float,
-    global_step: Clock | int,
-    first_decay_steps: int,
+    global_step: Clock | float,
+    first_decay_steps: float,
     t_mul: float = 2.0,
     m_mul: float = 1.0,
     alpha: float = 0.0,
@@ -260,78 +291,15 @@ def cosine_decay_restarts(
         >>> cosine_decay_restarts(1.0, 0, 10)()
         1.0
     """
-    schedule = _keras.CosineDecayRestarts(
-        learning_rate, first_decay_steps, t_mul, m_mul, alpha, name or "SGDRDecay"
-    )
+    _tfs.check_rate(learning_rate, "learning_rate", float64=False)
+    schedule = _tfs.CosineDecayRestarts(learning_rate, first_decay_steps, t_mul, m_mul, alpha, name)
     return _decayed(schedule, global_step, name or "cosine_decay_restarts")
-
-
-class _LinearCosineDecay(PeerSchedule):
-    """TF's LinearCosineDecay and NoisyLinearCosineDecay (noise when a seed is given)."""
-
-    _fields = (
-        "initial_learning_rate",
-        "decay_steps",
-        "num_periods",
-        "alpha",
-        "beta",
-        "initial_variance",
-        "variance_decay",
-        "seed",
-    )
-
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        decay_steps: int,
-        num_periods: float = 0.5,
-        alpha: float = 0.0,
-        beta: float = 0.001,
-        initial_variance: float = 1.0,
-        variance_decay: float = 0.55,
-        seed: int | None = None,
-    ) -> None:
-        for name, value in (
-            ("learning_rate", initial_learning_rate),
-            ("num_periods", num_periods),
-            ("alpha", alpha),
-            ("beta", beta),
-            ("initial_variance", initial_variance),
-            ("variance_decay", variance_decay),
-        ):
-            check_number(name, value)
-        check_positive_steps("decay_steps", decay_steps)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ConfigError("seed", "must be an int >= 0", seed)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.num_periods = num_periods
-        self.alpha = alpha
-        self.beta = beta
-        self.initial_variance = initial_variance
-        self.variance_decay = variance_decay
-        self.seed = seed
-        self._init(initial_learning_rate)
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        d = o.c(self.decay_steps)
-        t = np.minimum(steps.astype(o.dtype), d)
-        linear = (d - t) / d
-        if self.seed is not None:
-            variance = o.c(self.initial_variance) / o.pow(1.0 + t, o.c(self.variance_decay))
-            noise = standard_normal(self.seed, steps).astype(o.dtype) * np.sqrt(variance)
-            linear = linear + noise
-        fraction = 2.0 * o.c(self.num_periods) * (t / d)
-        cosine = 0.5 * (o.c(1.0) + o.cos(o.exact(math.pi) * fraction))
-        decayed = (o.c(self.alpha) + linear) * cosine + o.c(self.beta)
-        return o.c(self.initial_learning_rate) * decayed
 
 
 def linear_cosine_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     num_periods: float = 0.5,
     alpha: float = 0.0,
     beta: float = 0.001,
@@ -343,14 +311,15 @@ def linear_cosine_decay(
         >>> linear_cosine_decay(1.0, 100, 100, beta=0.0)()
         0.0
     """
-    schedule = _LinearCosineDecay(learning_rate, decay_steps, num_periods, alpha, beta)
+    _tfs.check_rate(learning_rate, "learning_rate", float64=False)
+    schedule = _tfs.LinearCosineDecay(learning_rate, decay_steps, num_periods, alpha, beta, name)
     return _decayed(schedule, global_step, name or "linear_cosine_decay")
 
 
 def noisy_linear_cosine_decay(
     learning_rate: float,
-    global_step: Clock | int,
-    decay_steps: int,
+    global_step: Clock | float,
+    decay_steps: float,
     initial_variance: float = 1.0,
     variance_decay: float = 0.55,
     num_periods: float = 0.5,
@@ -362,17 +331,31 @@ def noisy_linear_cosine_decay(
 ) -> DecayedLearningRate:
     """:func:`linear_cosine_decay` with Gaussian noise on the linear part.
 
-    TF draws unseeded noise at every call; here the draw at a step is a pure function of
+    A deliberate difference, warned at construction (CompatDifferenceWarning): TF draws
+    unseeded noise at every call; here the draw at a step is a pure function of
     ``(seed, step)``, so a run is reproducible and resumes with the same noise.
 
     Example:
-        >>> lr = noisy_linear_cosine_decay(1.0, 5, 100, seed=1)
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     lr = noisy_linear_cosine_decay(1.0, 5, 100, seed=1)
         >>> lr() == lr()
         True
     """
-    schedule = _LinearCosineDecay(
-        learning_rate, decay_steps, num_periods, alpha, beta, initial_variance, variance_decay, seed
+    _tfs.check_rate(learning_rate, "learning_rate", float64=False)
+    schedule = _tfs.LinearCosineDecay(
+        learning_rate,
+        decay_steps,
+        num_periods,
+        alpha,
+        beta,
+        name,
+        initial_variance=initial_variance,
+        variance_decay=variance_decay,
+        seed=seed,
     )
+    _tfs.warn_unseeded_noise("noisy_linear_cosine_decay")
     return _decayed(schedule, global_step, name or "noisy_linear_cosine_decay")
 
 

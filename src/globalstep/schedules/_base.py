@@ -119,6 +119,48 @@ def check_steps(steps: Any) -> Steps:
     return array.astype(np.int64, copy=False)
 
 
+# -- the scalar memo ---------------------------------------------------------------------
+MEMO_BITS = 10
+MEMO_BLOCK = 1 << MEMO_BITS
+"""Steps per memo block: a scalar call computes ``values()`` on the aligned block around it."""
+MEMO_MASK = MEMO_BLOCK - 1
+MEMO_BLOCKS = 4
+"""Blocks a schedule keeps (the oldest filled is dropped first): 4 x 1024 steps."""
+
+
+def memo_fill(schedule: Any, block: int) -> list[float]:
+    """Computes ``schedule.values()`` on steps ``[block * MEMO_BLOCK, (block + 1) * MEMO_BLOCK)``
+    and keeps them, as Python floats, in ``schedule.__dict__["_memo"]``; returns them.
+
+    The memo makes a scalar call cost two lookups after the first call in a block, and
+    equal to ``values()`` bit for bit by construction. It is safe to read from several
+    threads: each step is a pure function of the schedule's fields, a block is stored
+    whole with one dict assignment, and a block computed twice by two threads is the same.
+    It lives in the instance's ``__dict__`` (not a field), so it takes no part in equality,
+    hashing, ``repr`` or configs.
+
+    A class gets the memo by answering ``type(step) is int and 0 <= step <= MAX_STEP`` with::
+
+        try:
+            return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]
+        except KeyError:
+            return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
+
+    and a ``values(steps)`` of int64 steps that is a pure function of each step.
+    """
+    memo: dict[int, list[float]] = schedule.__dict__.setdefault("_memo", {})
+    start = block << MEMO_BITS
+    steps = np.int64(start) + np.arange(MEMO_BLOCK, dtype=np.int64)  # never past 2**63-1
+    values: list[float] = schedule.values(steps).tolist()
+    while len(memo) >= MEMO_BLOCKS:
+        try:
+            del memo[next(iter(memo))]
+        except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+            break
+    memo[block] = values
+    return values
+
+
 class Schedule(ABC):
     """A pure function of the step; subclasses are frozen dataclasses.
 
@@ -222,7 +264,11 @@ class Schedule(ABC):
         """Returns the values at ``steps`` (int64, >= 0, validated)."""
 
     def __call__(self, step: int) -> float:
-        """Returns the value at ``step`` (an int >= 0).
+        """Returns the value at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
+
+        An int step is answered from a memo of :meth:`values` over the aligned block of
+        ``MEMO_BLOCK`` steps around it (see :func:`memo_value`), so a call after the first
+        in a block costs a dict and a list lookup.
 
         Example:
             >>> from globalstep.schedules import Linear
@@ -233,8 +279,13 @@ class Schedule(ABC):
             StepError: ``step`` is negative or not an int.
             ConversionError: a length is a duration that was not resolved.
         """
+        if type(step) is int and 0 <= step <= MAX_STEP:
+            try:
+                return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]  # type: ignore[no-any-return]
+            except KeyError:
+                return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
         array = np.array([check_step(step)], dtype=np.int64)
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             return float(self._compute(array)[0])
 
     def values(self, steps: Any) -> Values:
@@ -250,7 +301,7 @@ class Schedule(ABC):
         """
         array = check_steps(steps)
         flat = array.reshape(-1)
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             out = self._compute(flat)
         return np.asarray(out, dtype=self._dt).reshape(array.shape)
 

@@ -56,10 +56,6 @@ def _dtype() -> Any:
     return field(default="float64", kw_only=True)
 
 
-_POWER = np.power
-_ARRAY = np.array
-
-
 def _decay_exponent(schedule: Any, steps: Steps) -> Values:
     """``max(s - begin, 0) / decay_steps``, floored when ``staircase``."""
     begin = schedule._len("begin") if "begin" in schedule.lengths else 0
@@ -201,35 +197,6 @@ class ExponentialDecay(Schedule):
             raise ConfigError(
                 "end_value", "must be given as a ceiling when rate > 1", self.end_value
             )
-        # The scalar fast path needs float64, no growth, and both lengths in steps; its
-        # constants are computed once here.
-        fast = self.dtype == "float64" and self.rate <= 1
-        if fast and {"begin", "decay_steps"} <= self._n.keys():
-            end = -math.inf if self.end_value is None else float(self.end_value)
-            self.__dict__["_scalar"] = (
-                self._n["begin"],
-                float(self._n["decay_steps"]),
-                float(self.initial),
-                np.float64(self.rate),
-                self.staircase,
-                end,
-            )
-        else:
-            self.__dict__["_scalar"] = None
-
-    def __call__(self, step: int) -> float:
-        # A scalar fast path with the operations of _compute, so the same bits.
-        constants = self.__dict__["_scalar"]
-        if constants is None or type(step) is not int or not 0 <= step < 2**53:
-            return super().__call__(step)
-        begin, decay_steps, initial, rate, staircase, end = constants
-        p = (step - begin if step > begin else 0) / decay_steps
-        if staircase:
-            p = float(math.floor(p))
-        # A 1-element array: NumPy's scalar power is the C library's, its array power SIMD;
-        # they differ in the last bit (e.g. 0.01 ** 2.0), and values() takes the array one.
-        value: float = initial * _POWER(rate, _ARRAY((p,)))[0].item()
-        return value if value > end else end
 
     def _compute(self, steps: Steps) -> Values:
         value = self._c(self.initial) * self._f(
