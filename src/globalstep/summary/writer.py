@@ -174,29 +174,38 @@ def _as_float(tag: str, value: Any) -> float:
     return number
 
 
+_TENSOR_TYPES: set[type] = set()  # framework tensor types seen (not NumPy's)
+
+
 def _tensor_or_float(tag: str, value: Any) -> Any:
     """Returns a framework tensor of one real element as it is (its value is read off the
     training thread, so no device synchronisation happens here), anything else as a float.
 
     Only metadata is checked here: one element, a real dtype.
     """
-    shape = getattr(value, "shape", None)
-    if (
-        shape is None
-        or isinstance(value, int | float)
-        or type(value).__module__.startswith("numpy")
-        or not callable(getattr(value, "item", None))
-    ):
-        return _as_float(tag, value)
-    try:
-        count = math.prod(int(n) for n in shape)
-    except (TypeError, ValueError):
-        count = -1
-    dtype = getattr(value, "dtype", None)
+    kind = type(value)
+    if kind not in _TENSOR_TYPES:
+        if (
+            getattr(value, "shape", None) is None
+            or isinstance(value, int | float)
+            or kind.__module__.startswith("numpy")
+            or not callable(getattr(value, "item", None))
+        ):
+            return _as_float(tag, value)
+        _TENSOR_TYPES.add(kind)
+    shape = value.shape
+    if shape:  # a 0-d tensor (a loss) needs no count
+        try:
+            count = math.prod(int(n) for n in shape)
+        except (TypeError, ValueError):
+            count = -1
+        if count != 1:
+            return _as_float(tag, value)  # raises, naming the rule
+    dtype = value.dtype
     complex_dtype = getattr(dtype, "is_complex", None)
     if complex_dtype is None:
         complex_dtype = "complex" in str(dtype)
-    if count != 1 or complex_dtype:
+    if complex_dtype:
         return _as_float(tag, value)  # raises, naming the rule
     return value
 
