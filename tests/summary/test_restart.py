@@ -168,3 +168,14 @@ def test_restart_refuses_a_bad_step(tmp_path):
         pytest.raises(ConfigError, match="`purge_step` must be >= 0"),
     ):
         writer.restart(-1)
+
+
+def test_servers_python_loader_purges_at_the_first_restart(tmp_path):
+    """The loader of `tensorboard --load_fast=false` (plugin_event_accumulator), which
+    ignores a run's first START event, still drops the crashed attempt's points."""
+    pea = pytest.importorskip("tensorboard.backend.event_processing.plugin_event_accumulator")
+    _crash_and_resume(tmp_path)
+    acc = pea.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Tensors("loss")]
+    assert steps == list(range(201))
