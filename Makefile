@@ -35,3 +35,5 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/bench_schedules.py
 	$(BIN)/python bench/bench_summary.py
 	$(BIN)/python bench/bench_checkpoint.py
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python bench/bench_run.py

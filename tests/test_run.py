@@ -361,3 +361,37 @@ def test_closed_run_refuses_restore(tmp_path):
     run.close()
     with pytest.raises(ConfigError, match="`run` must be open"):
         run.restore({})
+
+
+def test_compat_schedule_values_are_bit_equal(tmp_path):
+    """A compat schedule read through run.value() equals its own call, bit for bit."""
+    from globalstep.compat.torch import OneCycleLR
+
+    schedule = OneCycleLR(max_lr=0.1, total_steps=400)
+    with Run(tmp_path, schedules={"lr": schedule}, progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        for _ in range(399):
+            assert run.value("lr") == schedule(run.step)
+            run.update()
+
+
+def test_readme_run_block_runs(tmp_path, monkeypatch):
+    """README.md's Run example runs as written, with a stand-in gradient, to step 1000."""
+    import re
+    from pathlib import Path
+
+    import globalstep
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Run(" in b]
+    monkeypatch.chdir(tmp_path)
+    namespace = {
+        "globalstep": globalstep,
+        "weights": np.zeros(2),
+        "gradient": lambda w, batch: w - 1.0,
+        "loss": 0.5,
+    }
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    exec(block, namespace)
+    assert namespace["run"].step == 1000
+    assert np.allclose(namespace["weights"], 1.0)

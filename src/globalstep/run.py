@@ -92,7 +92,7 @@ from globalstep.schedules import Schedule
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter, available_formats
 from globalstep.triggers import Trigger, every
-from globalstep.units import DurationLike
+from globalstep.units import Duration, DurationLike, Unit
 
 __all__ = ["ConfigDriftWarning", "GeneratorState", "Rollback", "Run"]
 
@@ -236,10 +236,25 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
     return lines
 
 
-def _save_trigger(value: Any) -> Trigger | None:
+def _memoisable(schedule: Any) -> bool:
+    """Pure schedules with a vectorised ``values()`` (core and compat): not stateful ones."""
+    if isinstance(schedule, Schedule):
+        return True
+    return callable(getattr(schedule, "values", None)) and not callable(
+        getattr(schedule, "state_dict", None)
+    )
+
+
+def _save_trigger(value: Any) -> tuple[Trigger | None, tuple[int, int] | None]:
+    """The trigger for ``save_every``, and (interval, start) where it counts whole steps."""
     if value is None or isinstance(value, Trigger):
-        return value
-    return every(value)
+        return value, None
+    trigger = every(value)
+    duration = Duration.parse(value, "save_every")
+    if duration.unit is Unit.STEPS and duration.value.denominator == 1:
+        interval = int(duration.value)
+        return trigger, (interval, interval)
+    return trigger, None
 
 
 class Run(Closing):
@@ -357,7 +372,8 @@ class Run(Closing):
         self.clock = clock
         self.clocks = all_clocks
         self.schedules: dict[str, Any] = schedules
-        self.save_trigger = _save_trigger(save_every)
+        self.save_trigger, self._save_grid = _save_trigger(save_every)
+        self._next_save_check = 0  # the step from which update() asks the save trigger
         self.strict = strict
         self.rollback = rollback
         self.data_position = 0
@@ -371,6 +387,7 @@ class Run(Closing):
         self._writer: SummaryWriter | None = None
         self.progress: ProgressDisplay | None = None
         self._restored = False
+        self._careful = True
         self._started_at = 0
         self._saved_step: int | None = None
         self._signal: int | None = None
@@ -463,6 +480,7 @@ class Run(Closing):
 
     def _load_run_part(self, part: Mapping[str, Any]) -> None:
         self.data_position = int(part["data_position"])
+        self._next_save_check = 0
         saved = part.get("save_trigger")
         if self.save_trigger is not None:
             try:
@@ -509,6 +527,8 @@ class Run(Closing):
             self._saved_step = latest
             self._say(f"resumed from step {self.clock.step} ({self.checkpoints.directory})")
         self._restored = True
+        self._careful = self.rollback is not None
+        self._next_save_check = 0
         self._started_at = self.clock.step
         if self.done and latest is not None:
             self._say(
@@ -564,9 +584,10 @@ class Run(Closing):
         """Returns schedule ``name`` at the clock's step: the value update number
         ``run.step`` uses.
 
-        Core schedules are read from a block of their own ``values()`` (computed once per
-        256 steps), so the result is bit-equal to ``schedule(step)``; other callables are
-        called with the step.
+        Schedules with a vectorised ``values()`` (core and compat) are read from a block of
+        it, computed once per 256 steps, so the result is bit-equal to ``schedule(step)``
+        (which equals ``values()``); stateful ones and other callables are called with the
+        step.
 
         Raises:
             KeyError: no schedule has that name.
@@ -584,12 +605,17 @@ class Run(Closing):
             raise KeyError(
                 f"no schedule named {name!r}; this run has {sorted(self.schedules)}"
             ) from None
-        if not isinstance(schedule, Schedule):
+        if not _memoisable(schedule):
             return float(schedule(step))
-        stop = min(step + _MEMO_STEPS, MAX_STEP + 1)
-        values = schedule.values(np.arange(step, stop, dtype=np.int64)).tolist()
-        self._memo[name] = (step, stop, values)
-        return float(values[0])
+        for size in (_MEMO_STEPS, 16):
+            stop = min(step + size, MAX_STEP + 1)
+            try:
+                values = schedule.values(np.arange(step, stop, dtype=np.int64)).tolist()
+            except (ValueError, ArithmeticError):
+                continue  # a schedule that ends (OneCycleLR) refuses steps past its end
+            self._memo[name] = (step, stop, values)
+            return float(values[0])
+        return float(schedule(step))
 
     def update(self, *, applied: bool = True, **scalars: Any) -> bool:
         """Reports one update: ticks the clock, logs the scalars, saves when it is time.
@@ -612,25 +638,43 @@ class Run(Closing):
             ConfigError: :meth:`restore` was not called first, or a bad tag or value.
             DivergenceError: too many rollbacks within the policy's window.
         """
-        if not self._restored:
-            self._not_restored()
-        if self.rollback is not None and not self._check_update(scalars):
-            return False
+        if self._careful:  # before restore(), with a rollback policy, or after a signal
+            if not self._restored:
+                self._not_restored()
+            if self.rollback is not None and not self._check_update(scalars):
+                return False
+        clock = self.clock
         if applied:
-            self.clock.tick()
+            clock.tick()
         if scalars:
-            writer = self._writer or self.writer
-            writer.scalars(scalars)
+            (self._writer or self.writer).scalars(scalars)
         progress = self.progress
         if progress is not None:
             progress.update(**scalars)
-        trigger = self.save_trigger
-        if trigger is not None and trigger.should_fire(self.clock):
-            self._last_metrics = scalars
-            self.save()
+        if clock.step >= self._next_save_check:
+            self._maybe_save(scalars)
         if self._signal is not None:
             self._stop_for_signal()
         return True
+
+    def _maybe_save(self, scalars: dict[str, Any]) -> None:
+        """Asks the save trigger; for a trigger of steps, notes the next step worth asking."""
+        trigger = self.save_trigger
+        if trigger is None:
+            self._next_save_check = MAX_STEP + 1
+            return
+        if trigger.should_fire(self.clock):
+            self._last_metrics = scalars
+            self.save()
+        grid = self._save_grid
+        if grid is not None:
+            # every(interval, start) fires at start + k * interval only: below the next one,
+            # should_fire is False whatever its state.
+            interval, start = grid
+            step = self.clock.step
+            self._next_save_check = (
+                start if step < start else start + ((step - start) // interval + 1) * interval
+            )
 
     def _not_restored(self) -> None:
         raise ConfigError(
@@ -752,6 +796,7 @@ class Run(Closing):
             os.kill(os.getpid(), signum)
             return
         self._signal = signum
+        self._next_save_check = 0
         name = signal.Signals(signum).name
         self._say(
             f"got {name}: saving a checkpoint after the update in flight, then exiting "

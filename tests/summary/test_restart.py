@@ -2,7 +2,7 @@
 
 import pytest
 
-from globalstep import Clock, SummaryWriter
+from globalstep import Clock, ConfigError, SummaryWriter
 from globalstep.summary.reader import read_run
 
 
@@ -93,3 +93,89 @@ def test_crashed_half_line_is_skipped(tmp_path):
     run = read_run(tmp_path)
     assert [(p.step, p.value) for p in run.scalars["x"]] == [(0, 1.0), (1, 2.0)]
     assert run.skipped_lines == 1
+
+
+def test_writer_opened_before_the_restore_keeps_history(tmp_path):
+    """A writer opened at step 0, before the clock is restored to 110, marks the restart at
+    111 on its first point: steps 0..110 stay."""
+    clock = Clock()
+    _attempt(tmp_path, clock, 150, float)
+    resumed = Clock()
+    with SummaryWriter(tmp_path, clock=resumed) as writer:
+        resumed.load_state_dict({**resumed.state_dict(), "step": 110, "step_in_epoch": 110})
+        for _ in range(90):
+            resumed.tick()
+            writer.scalar("loss", -float(resumed.step))
+    assert writer.purge_step == 111
+    run = read_run(tmp_path)
+    assert [p.step for p in run.scalars["loss"]] == list(range(201))
+    assert run.scalars["loss"][110].value == 110.0
+
+
+def test_logging_before_tick_rewrites_the_restored_step(tmp_path):
+    """A loop that logs at the restored step S itself (before tick) gets a mark at S."""
+    clock = Clock()
+    _attempt(tmp_path, clock, 150, float)
+    resumed = Clock()
+    resumed.load_state_dict({**clock.state_dict(), "step": 110, "step_in_epoch": 110})
+    with SummaryWriter(tmp_path, clock=resumed) as writer:
+        writer.scalar("loss", -110.0)
+    assert writer.purge_step == 110
+    points = read_run(tmp_path).scalars["loss"]
+    assert [(p.step, p.value) for p in points[-2:]] == [(109, 109.0), (110, -110.0)]
+
+
+def test_restart_check_reads_every_format(tmp_path):
+    """Event files a batch ahead of the JSONL file (a kill between the two) still make the
+    writer mark the restart, in both formats."""
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    with SummaryWriter(tmp_path, formats=("tensorboard",)) as writer:
+        for step in range(1, 101):
+            writer.scalar("x", 1.0, step=step)
+    with open(tmp_path / "metrics.jsonl", "w") as file:
+        for step in range(1, 51):
+            file.write(f'{{"step": {step}, "wall_time": 0.0, "tag": "x", "value": 1.0}}\n')
+    clock = Clock()
+    clock.load_state_dict({**clock.state_dict(), "step": 59, "step_in_epoch": 59})
+    with SummaryWriter(tmp_path, clock=clock) as writer:
+        clock.tick()
+        writer.scalar("x", 2.0)
+    assert writer.purge_step == 60
+    acc = ea.EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("x")] == list(range(1, 61))
+    assert read_run(tmp_path).restarts == [60]
+
+
+def test_restart_marks_a_rollback(tmp_path):
+    """restart(P) in an open writer voids the points at P and above written before it."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        for step in range(10):
+            writer.scalar("x", 1.0, step=step)
+        writer.restart(5)
+        for step in range(5, 8):
+            writer.scalar("x", 2.0, step=step)
+    points = read_run(tmp_path).scalars["x"]
+    assert [(p.step, p.value) for p in points] == [(s, 1.0) for s in range(5)] + [
+        (s, 2.0) for s in range(5, 8)
+    ]
+
+
+def test_restart_refuses_a_bad_step(tmp_path):
+    """restart() with a step out of range raises ConfigError naming purge_step."""
+    with (
+        SummaryWriter(tmp_path, formats=("jsonl",)) as writer,
+        pytest.raises(ConfigError, match="`purge_step` must be >= 0"),
+    ):
+        writer.restart(-1)
+
+
+def test_servers_python_loader_purges_at_the_first_restart(tmp_path):
+    """The loader of `tensorboard --load_fast=false` (plugin_event_accumulator), which
+    ignores a run's first START event, still drops the crashed attempt's points."""
+    pea = pytest.importorskip("tensorboard.backend.event_processing.plugin_event_accumulator")
+    _crash_and_resume(tmp_path)
+    acc = pea.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Tensors("loss")]
+    assert steps == list(range(201))

@@ -698,3 +698,123 @@ def test_a_restart_mark_that_cannot_be_written_closes_the_files(tmp_path, monkey
     with pytest.raises(ConfigError, match="No space left on device"):
         SummaryWriter(tmp_path, formats=("jsonl",), purge_step=5)
     assert closed == [str(tmp_path / "metrics.jsonl")]
+
+
+# --- a writer no bad call can break ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "rule"),
+    [
+        (lambda w: w.scalar("x", 1.0, step=2**63), r"`step` must be <= 2\*\*63-1"),
+        (lambda w: w.scalar("x", 1.0, step=np.uint64(2**64 - 1)), r"`step` must be <= 2\*\*63-1"),
+        (lambda w: w.scalar("x", 10**400, step=1), r"must fit a float64.*401 digits"),
+        (lambda w: w.scalar("x", 1e39, step=1), r"must fit TensorBoard's float32"),
+        (lambda w: w.scalars({"x": 1.0, "y": -1e300}, step=1), r"value of 'y'` must fit"),
+        (lambda w: w.scalar("x", np.ones((1, 2)), step=1), r"exactly one element"),
+        (lambda w: w.scalar("x", np.complex128(1j), step=1), r"must be a real number"),
+        (lambda w: w.histogram("x", [1.0], step=-3), r"`step` must be >= 0"),
+        (lambda w: w.text("x", "t", step=2**64), r"`step` must be <= 2\*\*63-1"),
+    ],
+)
+def test_writer_poison(tmp_path, call, rule):
+    """A bad call between good ones raises ConfigError; every good call is readable after,
+    in TensorBoard's reader and in `globalstep logs`."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl", "tensorboard"))
+    writer.scalar("x", 1.0, step=0)
+    with pytest.raises(ConfigError, match=rule):
+        call(writer)
+    writer.scalar("x", 2.0, step=1)
+    writer.scalars({"x": 3.0}, step=2)
+    writer.close()
+    assert [(p.step, p.value) for p in read_run(tmp_path).scalars["x"]] == [
+        (0, 1.0),
+        (1, 2.0),
+        (2, 3.0),
+    ]
+    assert [(e.step, e.value) for e in accumulator(tmp_path).Scalars("x")] == [
+        (0, 1.0),
+        (1, 2.0),
+        (2, 3.0),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "globalstep", "logs", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.splitlines()[2].split() == ["x", "3", "0", "2", "3", "1", "3"]
+
+
+def test_large_values_fit_jsonl_only(tmp_path):
+    """Without event files a value beyond float32 is written as it is."""
+    with SummaryWriter(tmp_path, formats=("jsonl",)) as writer:
+        writer.scalar("x", 1e300, step=0)
+        writer.scalar("y", math.inf, step=0)
+    assert read_run(tmp_path).scalars["x"][0].value == 1e300
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1), (1, 1, 1)])
+def test_one_element_arrays_of_any_shape(writer, tmp_path, shape):
+    """A NumPy array of one element is one number whatever its shape."""
+    writer.scalar("x", np.full(shape, 0.25, dtype=np.float32), step=0)
+    writer.flush()
+    assert read_run(tmp_path).scalars["x"][0].value == 0.25
+
+
+def test_one_element_tensors_of_any_shape(writer, tmp_path):
+    """A torch tensor of one element is one number whatever its shape."""
+    torch = pytest.importorskip("torch")
+    for step, shape in enumerate([(), (1,), (1, 1)]):
+        writer.scalar("x", torch.full(shape, 0.5), step=step)
+    writer.flush()
+    assert [p.value for p in read_run(tmp_path).scalars["x"]] == [0.5, 0.5, 0.5]
+
+
+def test_sync_puts_the_points_on_disk(tmp_path):
+    """sync() writes what is queued, with a long flush period, and calls fsync on each file."""
+    synced = []
+    real = os.fsync
+    writer = SummaryWriter(tmp_path, formats=("jsonl", "tensorboard"), flush_seconds=3600)
+    writer.scalar("x", 1.0, step=0)
+    try:
+        os.fsync = lambda fd: synced.append(fd) or real(fd)
+        writer.sync()
+    finally:
+        os.fsync = real
+    assert len(synced) == 3  # two files and, the first time, the directory
+    assert [p.step for p in read_run(tmp_path).scalars["x"]] == [0]
+    writer.close()
+
+
+def test_tensor_values_are_read_off_the_training_thread(tmp_path):
+    """A one-element tensor is queued as it is (no read on the caller's thread) and written
+    as its value."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    loss = torch.tensor([0.25])
+    writer.scalars({"loss": loss, "lr": 0.1}, step=1)
+    assert writer._queue[0][4] is loss
+    writer.close()
+    assert read_run(tmp_path).scalars["loss"][0].value == 0.25
+
+
+def test_guarded_nan_tensor_raises_at_the_next_call(tmp_path):
+    """A NaN tensor under a guard raises NonFiniteError at the call after it was read
+    (that call is not queued); the writer goes on."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalar("loss", torch.tensor(float("nan")), step=3)
+    writer._drain()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 3"):
+        writer.scalar("loss", 1.0, step=4)
+    writer.scalar("loss", 1.0, step=5)
+    writer.close()
+    assert [p.step for p in read_run(tmp_path).scalars["loss"]] == [3, 5]
+
+
+def test_tensor_of_two_elements_is_refused_at_once(writer):
+    """A tensor of more than one element raises ConfigError on the caller's thread."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ConfigError, match="exactly one element"):
+        writer.scalar("loss", torch.ones(2), step=0)

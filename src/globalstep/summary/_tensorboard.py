@@ -4,7 +4,8 @@ Messages are TensorBoard's protobufs (``tensorboard.compat.proto``), framed as T
 (:mod:`globalstep.summary._records`). Each tag's scalars reuse one ``Event``, so that
 encoding a scalar costs well under a microsecond. A restart is TensorBoard's own mechanism:
 an event at the purge step whose ``session_log`` status is ``START``, after which
-TensorBoard drops the points at that step and above written before it.
+TensorBoard drops the points at that step and above written before it. It is written twice,
+because the server's Python loader ignores the first START of a run.
 """
 
 from __future__ import annotations
@@ -78,13 +79,17 @@ class TensorBoardBackend:
         self._file.write(self._restart_record(purge_step, wall_time))
 
     def _restart_record(self, purge_step: int, wall_time: float) -> bytes:
+        """Two identical START events: TensorBoard's server with its Python loader
+        (``--load_fast=false``) takes the first START of a run for the session's beginning
+        and purges nothing at it; every reader purges at the second, and a repeated purge
+        changes nothing."""
         event = self._event_pb2.Event(
             step=purge_step,
             wall_time=wall_time,
             session_log=self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START),
         )
         data: bytes = self._frame(event.SerializeToString())
-        return data
+        return data + data
 
     def write(self, items: list[Item]) -> None:
         frame = self._frame

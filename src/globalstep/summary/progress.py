@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ProgressDisplay", "Throughput", "ThroughputMeter", "format_seconds"]
 
+_BAR_SECONDS = 0.1  # the live bar's shortest redraw interval
+
 
 @dataclass(frozen=True)
 class Throughput:
@@ -184,6 +186,10 @@ class ProgressDisplay(Closing):
         self._meter = ThroughputMeter(clock, time_fn=time_fn)
         self._line = every(every_n_steps)
         self._line.skip_past(clock)  # a resumed run prints at the boundaries still ahead
+        self._every = every_n_steps
+        self._next_line = 0  # the first update asks the trigger
+        self._bar_time = -math.inf
+        self._bar_scalars: dict[str, Any] = {}
         self._rate = math.nan
         self._rate_time = time_fn()
         self._time_fn = time_fn
@@ -212,15 +218,31 @@ class ProgressDisplay(Closing):
             parts.append(f"{rate} steps/s")
             if self._total is not None and self._rate > 0:
                 parts.append(f"ETA {format_seconds((self._total - p.step) / self._rate)}")
-        parts += [
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in scalars.items()
-        ]
+        for k, v in scalars.items():
+            if not isinstance(v, float | int) and callable(getattr(v, "item", None)):
+                v = v.item()  # a tensor: read only when a line is drawn
+            parts.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
         return "  ".join(parts)
 
     def update(self, **scalars: Any) -> None:
-        """Refreshes the display; call once per step with the scalars to show (``loss=...``)."""
+        """Refreshes the display; call once per step with the scalars to show (``loss=...``).
+
+        A call between two lines costs a comparison; the live bar is redrawn at most ten
+        times a second (and at close).
+        """
         step = self._clock.step
+        bar = self._bar
+        if step < self._next_line:
+            if bar is None:
+                return
+            now = self._time_fn()
+            if now - self._bar_time < _BAR_SECONDS:
+                self._bar_scalars = scalars
+                return
+            self._bar_time = now
         line_due = self._line.should_fire(self._clock)
+        # The next step at which a line can be due: the next multiple of every_n_steps.
+        self._next_line = (step // self._every + 1) * self._every
         if line_due or (self._bar is not None and self._time_fn() - self._rate_time >= 0.5):
             self._refresh_rate()
         if line_due:
@@ -232,6 +254,7 @@ class ProgressDisplay(Closing):
                 self._stream.write(line + "\n")
                 self._stream.flush()
         if self._bar is not None:
+            self._bar_scalars = scalars
             self._bar.update(self._task, completed=step, info=self._describe(scalars))
 
     def _refresh_rate(self) -> None:
@@ -243,5 +266,7 @@ class ProgressDisplay(Closing):
     def close(self) -> None:
         """Stops the live bar, if any."""
         if self._bar is not None:
+            info = self._describe(self._bar_scalars)
+            self._bar.update(self._task, completed=self._clock.step, info=info)
             self._bar.stop()
             self._bar = None

@@ -147,11 +147,15 @@ def _read_event_file(path: str, run: RunLog) -> None:
     with open(path, "rb") as file:
         buffer = file.read()
     start = event_pb2.SessionLog.START
+    previous = b""
     for data in iter_records(buffer):
         event = event_pb2.Event.FromString(data)
         if event.HasField("session_log") and event.session_log.status == start:
-            run._purge(event.step)
+            if data != previous:  # our writer writes each mark twice (see _tensorboard)
+                run._purge(event.step)
+            previous = data
             continue
+        previous = b""
         for value in event.summary.value:
             _add_value(run, value, event.step, event.wall_time)
 

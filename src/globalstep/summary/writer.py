@@ -8,7 +8,12 @@ writes the queue in batches, every ``flush_seconds`` or sooner when it fills. ``
 background (disk full) raises :class:`~globalstep.errors.SummaryWriteError` at the next
 call or at ``close()``, once; the writer goes on and writes the later calls. Every value
 and step is checked on the caller's thread before it is queued, so a bad call raises
-:class:`~globalstep.errors.ConfigError` and leaves the writer as it was.
+:class:`~globalstep.errors.ConfigError` and leaves the writer as it was. A framework tensor
+(torch, JAX, TensorFlow) of one real element is the exception: its shape and dtype are
+checked on the caller's thread, and its value is read in the background, so that logging a
+GPU loss never waits for the device; a guarded tensor that turns out NaN or infinite raises
+:class:`~globalstep.errors.NonFiniteError` at the next call (``scalar(..., guard=True)``
+reads the value at once instead).
 
 Restarts: the first point a writer writes decides. Where the run's logs already reach that
 point's step P (a run resumed from a checkpoint, whose crashed attempt logged past it), the
@@ -53,7 +58,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from globalstep.clock import MAX_STEP, Clock
-from globalstep.errors import ConfigError, MissingDependencyError, SummaryWriteError
+from globalstep.errors import (
+    ConfigError,
+    MissingDependencyError,
+    NonFiniteError,
+    SummaryWriteError,
+)
 from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
 from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, TEXT, Backend, Closing, Item
 from globalstep.summary.finite import NonFiniteHandler, check_finite
@@ -162,6 +172,42 @@ def _as_float(tag: str, value: Any) -> float:
             value,
         ) from err
     return number
+
+
+_TENSOR_TYPES: set[type] = set()  # framework tensor types seen (not NumPy's)
+
+
+def _tensor_or_float(tag: str, value: Any) -> Any:
+    """Returns a framework tensor of one real element as it is (its value is read off the
+    training thread, so no device synchronisation happens here), anything else as a float.
+
+    Only metadata is checked here: one element, a real dtype.
+    """
+    kind = type(value)
+    if kind not in _TENSOR_TYPES:
+        if (
+            getattr(value, "shape", None) is None
+            or isinstance(value, int | float)
+            or kind.__module__.startswith("numpy")
+            or not callable(getattr(value, "item", None))
+        ):
+            return _as_float(tag, value)
+        _TENSOR_TYPES.add(kind)
+    shape = value.shape
+    if shape:  # a 0-d tensor (a loss) needs no count
+        try:
+            count = math.prod(int(n) for n in shape)
+        except (TypeError, ValueError):
+            count = -1
+        if count != 1:
+            return _as_float(tag, value)  # raises, naming the rule
+    dtype = value.dtype
+    complex_dtype = getattr(dtype, "is_complex", None)
+    if complex_dtype is None:
+        complex_dtype = "complex" in str(dtype)
+    if complex_dtype:
+        return _as_float(tag, value)  # raises, naming the rule
+    return value
 
 
 def _check_step(step: Any, parameter: str = "step") -> int:
@@ -280,6 +326,7 @@ class SummaryWriter(Closing):
         self._warned_order = False
         self._dir_synced = False
         self._float32 = "tensorboard" in formats
+        self._tensors = False  # whether a tensor (read in the background) was queued
 
         # The restart check: the highest step already logged, in any format. Without an
         # explicit purge_step, the first point written decides whether to mark a restart.
@@ -372,6 +419,18 @@ class SummaryWriter(Closing):
             self._error, self._error_path, self._error_lost = None, None, 0
         if error is None:
             return
+        if isinstance(error, NonFiniteError):  # a guarded tensor, read in the background
+            if self._on_nonfinite is not None:
+                self._on_nonfinite(error)
+                return
+            raise error
+        if isinstance(error, ConfigError):
+            raise ConfigError(
+                error.parameter,
+                error.rule,
+                error.value,
+                hint="That tensor was read after the call returned; the point was not written.",
+            ) from error
         lost_text = f"{lost} points were lost; " if lost else ""
         raise SummaryWriteError(
             f"the summary writer could not write {path}: {error} ({lost_text}the writer goes "
@@ -449,13 +508,15 @@ class SummaryWriter(Closing):
     def _enqueue(self, item: Item) -> None:
         queue = self._queue
         queue.append(item)
-        queued = len(queue)
-        if queued >= _BATCH_ITEMS:
-            if queued == _BATCH_ITEMS:
-                self._wake.set()
-            elif queued >= _MAX_QUEUED:
-                # The disk is slower than the training loop: write here rather than grow.
-                self._drain()
+        if len(queue) >= _BATCH_ITEMS:
+            self._queue_grew()
+
+    def _queue_grew(self) -> None:
+        if len(self._queue) >= _MAX_QUEUED:
+            # The disk is slower than the training loop: write here rather than grow.
+            self._drain()
+        else:
+            self._wake.set()
 
     def scalar(self, tag: str, value: Any, step: int | None = None, *, guard: bool = False) -> None:
         """Queues one scalar.
@@ -482,9 +543,12 @@ class SummaryWriter(Closing):
         if not known:
             self._known_tags.add(_check_tag(tag))
         if type(value) is not float:
-            value = _as_float(tag, value)
-        if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
-            self._check_float32(tag, value)
+            value = _as_float(tag, value) if guard else _tensor_or_float(tag, value)
+        if type(value) is float:
+            if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
+                self._check_float32(tag, value)
+        else:
+            self._tensors = True
         step = self._resolve_step(step)
         # _repeats() inlined (this is the hot path); observe() is called here, not in a
         # helper, so that its warning points at the caller's line.
@@ -493,7 +557,7 @@ class SummaryWriter(Closing):
             self._stale.observe(step, self._clock_name)
         elif tag == self._stale_tag:
             self._stale.observe(step, self._clock_name)
-        if (guard or tag in self._guarded) and value - value != 0.0:
+        if (guard or tag in self._guarded) and type(value) is float and value - value != 0.0:
             check_finite(tag, value, step, self._on_nonfinite)
         self._enqueue((SCALAR, tag, step, time.time(), value))
 
@@ -515,31 +579,51 @@ class SummaryWriter(Closing):
                 (then none of them is queued).
             NonFiniteError: a guarded value is NaN or infinite.
         """
-        self._check_open()
-        if not isinstance(values, Mapping):
+        if self._error is not None or self._closed:
+            self._check_open()
+        if type(values) is not dict and not isinstance(values, Mapping):
             raise ConfigError("values", "must be a mapping from tag to number", values)
         known, guarded = self._known_tags, self._guarded
-        checked = [
-            (
-                t if t in known else _check_tag(t),
-                v if type(v) is float else _as_float(t, v),
-            )
-            for t, v in values.items()
-        ]
-        if self._float32:
-            for tag, value in checked:
-                if value > _FLOAT32_MAX or value < -_FLOAT32_MAX:
-                    self._check_float32(tag, value)
-        step = self._resolve_step(step)
-        if checked and self._repeats(step, checked[0][0]):
+        if step is None and self._clock is not None:
+            number = self._clock.step
+        else:
+            number = step if type(step) is int and 0 <= step <= MAX_STEP else _check_step(step)
+        checked = []
+        for tag, value in values.items():
+            try:
+                new = tag not in known
+            except TypeError:  # an unhashable tag: _check_tag names the rule
+                new = True
+            if new:
+                known.add(_check_tag(tag))
+            if type(value) is not float:
+                value = _tensor_or_float(tag, value)
+                if type(value) is not float:
+                    self._tensors = True
+                    checked.append((tag, value))
+                    continue
+            if value - value != 0.0:  # NaN or infinite
+                if tag in guarded:
+                    check_finite(tag, value, number, self._on_nonfinite)
+            elif (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
+                self._check_float32(tag, value)
+            checked.append((tag, value))
+        if not checked:
+            return
+        step = self._resolve_step(number)
+        first = checked[0][0]
+        # _repeats() inlined: this is the hot path.
+        if step != self._stale_step:
+            self._stale_step, self._stale_tag = step, first
             self._stale.observe(step, self._clock_name)
-        for tag, value in checked:
-            if value - value != 0.0 and tag in guarded:  # NaN or infinite
-                check_finite(tag, value, step, self._on_nonfinite)
+        elif first == self._stale_tag:
+            self._stale.observe(step, self._clock_name)
         wall_time = time.time()
+        queue = self._queue
         for tag, value in checked:
-            known.add(tag)
-            self._enqueue((SCALAR, tag, step, wall_time, value))
+            queue.append((SCALAR, tag, step, wall_time, value))
+        if len(queue) >= _BATCH_ITEMS:
+            self._queue_grew()
 
     def histogram(self, tag: str, values: Any, step: int | None = None) -> None:
         """Queues a histogram of ``values`` (any array-like of finite numbers; copied).
@@ -642,6 +726,8 @@ class SummaryWriter(Closing):
                 while queue:
                     count = min(len(queue), _BATCH_ITEMS)
                     items = [queue.popleft() for _ in range(count)]
+                    if self._tensors:
+                        items = self._read_tensors(items)
                     for backend in self._backends:
                         backend.write(items)
                     items = []
@@ -654,6 +740,30 @@ class SummaryWriter(Closing):
                     self._sync_directory()
             except Exception as err:
                 self._record_error(err, backend.path if backend else self.logdir, len(items))
+
+    def _read_tensors(self, items: list[Item]) -> list[Item]:
+        """Reads the tensors queued as values (a device synchronisation, off the training
+        thread); applies the guards and the float32 rule that need the value. A value that
+        breaks them is recorded, to be raised at the training thread's next call."""
+        out: list[Item] = []
+        for item in items:
+            kind, tag, step, wall_time, payload = item
+            if kind != SCALAR or type(payload) is float:
+                out.append(item)
+                continue
+            try:
+                value = _as_float(tag, payload)
+                if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
+                    self._check_float32(tag, value)
+            except ConfigError as err:
+                self._record_error(err, self.logdir, 1)
+                continue
+            if value - value != 0.0 and tag in self._guarded:
+                error = NonFiniteError(tag, value, step)
+                if self._error is None:
+                    self._error, self._error_path = error, self.logdir
+            out.append((kind, tag, step, wall_time, value))
+        return out
 
     def _sync_directory(self) -> None:
         """Makes the new files' names durable (once: later syncs only grow the files)."""

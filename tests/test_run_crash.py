@@ -1,0 +1,233 @@
+"""Run under SIGKILL: weights bit-identical and every step logged once, in every viewer.
+
+A Run-based NumPy loop (tests/run_loop.py) is killed at 10 random moments, some just
+after a checkpoint began to commit and some at random times between the writer's
+flushes, and resumed after each kill; the final run is compared with an uninterrupted one.
+"""
+
+import csv
+import io
+import json
+import os
+import pathlib
+import queue
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+
+from globalstep.summary.reader import read_run
+
+LOOP = str(pathlib.Path(__file__).with_name("run_loop.py"))
+TOTAL_STEPS = 200
+SLEEP_SECONDS = 0.003
+_SERVER_SECONDS = 120
+
+
+def _start(directory, writer):
+    """Starts the loop; a thread queues its output lines."""
+    process = subprocess.Popen(
+        [sys.executable, LOOP, str(directory), str(TOTAL_STEPS), writer, str(SLEEP_SECONDS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = queue.Queue()
+
+    def pump():
+        with process.stdout:
+            for line in process.stdout:
+                lines.put(line.strip())
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return process, lines
+
+
+def _wait_for(lines, prefix):
+    """Returns the first line starting with prefix, or None if the process ended first."""
+    while True:
+        line = lines.get(timeout=120)
+        if line is None:
+            return None
+        if line.startswith(prefix):
+            return line
+
+
+def _run_to_end(directory, writer):
+    process, lines = _start(directory, writer)
+    output = []
+    while (line := lines.get(timeout=300)) is not None:
+        output.append(line)
+    assert process.wait(timeout=60) == 0, "\n".join(output)
+
+
+def _crash_and_resume(directory, writer, seed):
+    """Kills the loop at 10 moments (4 inside a save, 6 at random), then runs it to the end.
+
+    Returns how many kills left a checkpoint half written (a temporary directory).
+    """
+    rng = random.Random(seed)
+    moments = ["save"] * 4 + ["random"] * 6
+    rng.shuffle(moments)
+    inside_saves = 0
+    for moment in moments:
+        process, lines = _start(directory, writer)
+        assert _wait_for(lines, "ready") is not None
+        if moment == "save":
+            _wait_for(lines, "save ")
+            time.sleep(rng.uniform(0, 0.002))
+        else:
+            time.sleep(rng.uniform(0.0, 0.4))
+        process.kill()
+        process.wait(timeout=60)
+        checkpoints = pathlib.Path(directory, "checkpoints")
+        inside_saves += any(p.name.startswith(".tmp") for p in checkpoints.iterdir())
+    assert not pathlib.Path(directory, "weights").exists(), "a run ended before its kill"
+    _run_to_end(directory, writer)
+    return inside_saves
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get_json(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.loads(response.read())
+    except (urllib.error.URLError, ConnectionError, json.JSONDecodeError, TimeoutError):
+        return None
+
+
+def _served_series(logdir, runs, load_fast, results):
+    """Starts `tensorboard` on logdir and stores the (step, value) pairs it serves per run."""
+    port = _free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(logdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload_interval",
+        "1",
+        f"--load_fast={load_fast}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    log = pathlib.Path(logdir, f"tensorboard-{load_fast}.log")
+    with open(log, "wb") as log_file:
+        server = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?"
+    served = {}
+    try:
+        deadline = time.monotonic() + _SERVER_SECONDS
+        while time.monotonic() < deadline and server.poll() is None and len(served) < len(runs):
+            for run in runs:
+                series = _get_json(base + urllib.parse.urlencode({"run": run, "tag": "loss"}))
+                # The server loads in the background: wait until it has read the last step.
+                if isinstance(series, list) and series and series[-1][1] == TOTAL_STEPS:
+                    served[run] = series
+            time.sleep(0.5)
+        time.sleep(1.5)  # one more reload: nothing may change once the last step is in
+        for run in served:
+            served[run] = _get_json(base + urllib.parse.urlencode({"run": run, "tag": "loss"}))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    results[load_fast] = (served, log.read_text(errors="replace")[-2000:])
+
+
+def _in_threads(*calls):
+    """Runs each (function, args) in a thread; re-raises the first failure."""
+    errors = []
+
+    def call(function, args):
+        try:
+            function(*args)
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=call, args=c) for c in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.slow
+def test_sigkilled_run_resumes_exactly(tmp_path):
+    """10 SIGKILLs and resumes, with the writer opened before and after the restore: the
+    weights match bit for bit and each step 1..N is logged once with the uninterrupted
+    run's value, in the JSONL reader, `globalstep logs`, EventAccumulator and a real
+    TensorBoard server with either loader."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    reference = tmp_path / "reference"
+    inside = {}
+    _in_threads(
+        (_run_to_end, (reference, "after")),
+        *[
+            (
+                lambda w, seed: inside.__setitem__(w, _crash_and_resume(tmp_path / w, w, seed)),
+                (w, i),
+            )
+            for i, w in enumerate(("before", "after"))
+        ],
+    )
+    print(f"kills inside a checkpoint commit, of 10: {inside}")
+    expected = [(p.step, p.value) for p in read_run(reference / "logs").scalars["loss"]]
+    assert [s for s, _ in expected] == list(range(1, TOTAL_STEPS + 1))
+    float32 = [(s, float(np.float32(v))) for s, v in expected]
+
+    for writer in ("before", "after"):
+        crashed = tmp_path / writer
+        assert (crashed / "weights").read_bytes() == (reference / "weights").read_bytes()
+
+        # The JSONL reader.
+        log = read_run(crashed / "logs")
+        assert [(p.step, p.value) for p in log.scalars["loss"]] == expected, writer
+        assert log.restarts, "the kills should have left restart marks"
+
+        # `globalstep logs DIR --csv -`.
+        out = subprocess.run(
+            [sys.executable, "-m", "globalstep", "logs", str(crashed / "logs"), "--csv", "-"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = [r for r in csv.DictReader(io.StringIO(out)) if r["tag"] == "loss"]
+        assert [(int(r["step"]), float(r["value"])) for r in rows] == expected, writer
+
+        # TensorBoard's Python reader, on the event files alone.
+        accumulator = EventAccumulator(str(crashed / "logs"), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == float32, writer
+
+    # A real server, with its Python loader and with its default one, side by side.
+    results = {}
+    runs = ["before/logs", "after/logs"]
+    _in_threads(*[(_served_series, (tmp_path, runs, mode, results)) for mode in ("false", "auto")])
+    for mode, (served, server_log) in results.items():
+        for run in runs:
+            series = served.get(run)
+            assert isinstance(series, list), (
+                f"--load_fast={mode} did not serve {run}:\n{server_log}"
+            )
+            assert [(step, value) for _wall, step, value in series] == float32, (mode, run)
