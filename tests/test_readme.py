@@ -156,3 +156,18 @@ def test_evaluator_snippet_follows_the_run(tmp_path, monkeypatch):
     code = python_blocks()[2].replace("timeout_seconds=600", "after=0, timeout_seconds=0")
     exec(code, {"globalstep": globalstep, "evaluate": lambda w, step: seen.append((w[0], step))})
     assert seen == [(10.0, 10), (20.0, 20)]
+
+
+def test_jax_quick_start_runs_and_resumes(tmp_path, monkeypatch):
+    """The JAX snippet trains to step 100; run again, it restores step 100 and stops."""
+    pytest.importorskip("jax")
+    pytest.importorskip("optax")
+    monkeypatch.chdir(tmp_path)
+    (block,) = [b for b in python_blocks() if "integrations.jax import" in b]
+    first: dict[str, object] = {}
+    exec(block, first)
+    assert first["clock"].step == 100  # type: ignore[attr-defined]
+    again: dict[str, object] = {}
+    exec(block, again)
+    assert again["clock"].step == 100  # type: ignore[attr-defined]
+    assert (again["params"]["w"] == first["params"]["w"]).all()  # type: ignore[index]
