@@ -88,7 +88,6 @@ from globalstep._closing import Closing
 from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, DivergenceError
-from globalstep.schedules import Schedule
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter, available_formats
 from globalstep.triggers import Trigger, every
@@ -96,7 +95,6 @@ from globalstep.units import Duration, DurationLike, Unit
 
 __all__ = ["ConfigDriftWarning", "GeneratorState", "Rollback", "Run"]
 
-_MEMO_STEPS = 256  # schedule values computed per block, by the schedule's own values()
 _EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -234,15 +232,6 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
         if old != new or type(old) is not type(new):
             lines.append(f"{key}: {old!r} (checkpoint) -> {new!r} (now)")
     return lines
-
-
-def _memoisable(schedule: Any) -> bool:
-    """Pure schedules with a vectorised ``values()`` (core and compat): not stateful ones."""
-    if isinstance(schedule, Schedule):
-        return True
-    return callable(getattr(schedule, "values", None)) and not callable(
-        getattr(schedule, "state_dict", None)
-    )
 
 
 def _save_trigger(value: Any) -> tuple[Trigger | None, tuple[int, int] | None]:
@@ -383,7 +372,6 @@ class Run(Closing):
         self._stream = stream if stream is not None else sys.stdout
         self._show_progress = progress
         self._log_every = log_every
-        self._memo: dict[str, tuple[int, int, list[float]]] = {}
         self._writer: SummaryWriter | None = None
         self.progress: ProgressDisplay | None = None
         self._restored = False
@@ -584,38 +572,20 @@ class Run(Closing):
         """Returns schedule ``name`` at the clock's step: the value update number
         ``run.step`` uses.
 
-        Schedules with a vectorised ``values()`` (core and compat) are read from a block of
-        it, computed once per 256 steps, so the result is bit-equal to ``schedule(step)``
-        (which equals ``values()``); stateful ones and other callables are called with the
-        step.
+        Core and compat schedules answer an int step from their own memo of ``values()``
+        (see :func:`globalstep.schedules._base.memo_fill`), so this costs a lookup and stays
+        bit-equal to ``values()``; other callables are called with the step.
 
         Raises:
             KeyError: no schedule has that name.
         """
-        step = self.clock.step
-        memo = self._memo.get(name)
-        if memo is not None and memo[0] <= step < memo[1]:
-            return memo[2][step - memo[0]]
-        return self._read_schedule(name, step)
-
-    def _read_schedule(self, name: str, step: int) -> float:
         try:
             schedule = self.schedules[name]
         except KeyError:
             raise KeyError(
                 f"no schedule named {name!r}; this run has {sorted(self.schedules)}"
             ) from None
-        if not _memoisable(schedule):
-            return float(schedule(step))
-        for size in (_MEMO_STEPS, 16):
-            stop = min(step + size, MAX_STEP + 1)
-            try:
-                values = schedule.values(np.arange(step, stop, dtype=np.int64)).tolist()
-            except (ValueError, ArithmeticError):
-                continue  # a schedule that ends (OneCycleLR) refuses steps past its end
-            self._memo[name] = (step, stop, values)
-            return float(values[0])
-        return float(schedule(step))
+        return float(schedule(self.clock.step))
 
     def update(self, *, applied: bool = True, **scalars: Any) -> bool:
         """Reports one update: ticks the clock, logs the scalars, saves when it is time.

@@ -48,9 +48,10 @@ import numpy as np
 import torch
 
 from globalstep.clock import Clock
-from globalstep.errors import ConfigError, GlobalStepError, StepError
+from globalstep.errors import ConfigError, StepError
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
+from globalstep.schedules._base import Schedule
 
 __all__ = [
     "Attachment",
@@ -61,43 +62,13 @@ __all__ = [
     "skip_ahead",
 ]
 
-_BLOCK = 256  # steps of a schedule computed at once with values(), then read by index
 
-
-class _Table:
-    """A schedule read at one step at a time, computed a block of steps at once.
-
-    ``values(steps)`` equals ``schedule(step)`` bit for bit (the schedule protocol), so
-    reading a block computed ahead gives the very numbers a call would, at a list index's
-    cost. A schedule without ``values`` is called directly.
-    """
-
-    __slots__ = ("_fn", "_start", "_stop", "_values", "_vector")
-
-    def __init__(self, fn: Callable[[int], float]) -> None:
-        self._fn = fn
-        self._vector = callable(getattr(fn, "values", None))
-        self._start = 0
-        self._stop = 0
-        self._values: list[float] = []
-
-    def __call__(self, step: int) -> float:
-        if self._start <= step < self._stop:
-            return self._values[step - self._start]
-        if not self._vector:
-            return float(self._fn(step))
-        size = _BLOCK
-        while True:
-            try:
-                block = self._fn.values(np.arange(step, step + size, dtype=np.int64))  # type: ignore[attr-defined]
-                break
-            except GlobalStepError:
-                if size == 1:
-                    raise
-                size //= 2  # e.g. OneCycleLR refuses steps past its end: a shorter block
-        self._values = [float(v) for v in np.asarray(block).reshape(-1)]
-        self._start, self._stop = step, step + len(self._values)
-        return self._values[0]
+def _floats(fn: Callable[[int], Any]) -> Callable[[int], float]:
+    """``fn`` itself for a globalstep schedule (Python floats, from its memo of ``values()``,
+    see :func:`globalstep.schedules._base.memo_fill`); other callables wrapped in float()."""
+    if isinstance(fn, Schedule):
+        return fn
+    return lambda step: float(fn(step))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,8 +389,8 @@ def attach(
     attachment = Attachment(
         optimizer,
         clock,
-        [_Table(s) if s is not None else None for s in schedules],
-        [_Table(m) if m is not None else None for m in moments],
+        [_floats(s) if s is not None else None for s in schedules],
+        [_floats(m) if m is not None else None for m in moments],
         scheduler,
     )
     _ATTACHED[id(optimizer)] = attachment
