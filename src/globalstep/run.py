@@ -749,7 +749,7 @@ class Run(Closing):
         writer.restart(target + 1)
         writer.scalar("run/rollback_from_step", float(bad_step), step=target)
         message = (
-            f"rolled back: `{policy.tag}` was {value!r} at step {bad_step} ({reason}); "
+            f"rolled back: `{policy.tag}` was {value:.6g} at step {bad_step} ({reason}); "
             f"restored step {target}, skipped {policy.skip_batches} batches after the bad one "
             f"(data position {position})"
         )

@@ -232,3 +232,13 @@ def test_table_for_several_directories_names_each(tmp_path, capsys):
     assert main(["logs", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("run ")]
     assert heads == ["run a (jsonl)", "run b (jsonl)"]
+
+
+def test_png_plot_of_a_runs_logs_directory_is_named_by_the_run(tmp_path, monkeypatch):
+    """A Run's <run>/logs directory is titled with the run's name, not 'logs'."""
+    pytest.importorskip("matplotlib")
+    _write_run(tmp_path / "exp1" / "logs")
+    seen = _figure_texts(monkeypatch)
+    target = str(tmp_path / "loss.png")
+    assert main(["logs", str(tmp_path / "exp1" / "logs"), "--tag", "loss", "--plot", target]) == 0
+    assert seen["title"] == "loss: exp1"

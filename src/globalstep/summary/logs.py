@@ -114,7 +114,10 @@ def _write_csv(runs: list[RunLog], tag: str | None, out: TextIO) -> None:
 
 def _label(run: RunLog, logdir: str, several: bool) -> str:
     """A run's name for a legend: the directory's own name for a run at the top."""
-    base = os.path.basename(os.path.normpath(logdir)) or logdir
+    path = os.path.normpath(os.path.abspath(logdir))
+    base = os.path.basename(path) or logdir
+    if base == "logs":  # a Run's <run>/logs: the run's own name says more
+        base = os.path.basename(os.path.dirname(path)) or base
     if run.name == ".":
         return base
     return f"{base}/{run.name}" if several else run.name
