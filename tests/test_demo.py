@@ -12,6 +12,7 @@ import pytest
 
 from globalstep.cli import main
 from globalstep.demo import run_demo
+from globalstep.errors import ConfigError
 from globalstep.schedules import CosineDecay, warmup
 from globalstep.summary.reader import read_run
 
@@ -199,3 +200,60 @@ def test_demo_interrupted_by_sigint_resumes(uninterrupted, tmp_path):
     assert [s for s, _ in events] == list(range(1, 1001))
     assert [v for _, v in events] == [np.float32(full[s]) for s in range(1, 1001)]
     assert all(a < b for a, b in itertools.pairwise(s for s, _ in events))
+
+
+def test_demo_numpy_and_torch_models_agree(uninterrupted):
+    """The NumPy model follows the torch one: same rollback, losses within 1e-12 relative."""
+    pytest.importorskip("torch")
+    full = uninterrupted[0]
+    numpy_run = run_demo_in_temp(framework="numpy")
+    assert numpy_run.rollbacks == full.rollbacks == [650]
+    assert sorted(numpy_run.losses) == sorted(full.losses)
+    gap = max(abs(numpy_run.losses[s] - full.losses[s]) / full.losses[s] for s in full.losses)
+    assert 0 <= gap < 1e-12
+
+
+def run_demo_in_temp(**kwargs):
+    """A whole demo run in a temporary directory, quietly."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        return run_demo(directory, stream=io.StringIO(), **kwargs)
+
+
+def test_demo_auto_trains_torch_where_installed(tmp_path):
+    """`--framework auto` names PyTorch in its first line and saves torch's optimizer state."""
+    pytest.importorskip("torch")
+    out = io.StringIO()
+    run_demo(tmp_path, steps=100, bad_batch=None, stream=out)
+    assert out.getvalue().startswith("globalstep demo: PyTorch ")
+    state = (tmp_path / "checkpoints" / "step-000000000100" / "state.json").read_text()
+    assert "momentum_buffer" in state
+
+
+def test_demo_puts_torch_threads_back(tmp_path):
+    """The torch demo runs on one thread and leaves torch's thread count as it found it."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    run_demo(tmp_path, steps=60, bad_batch=None, stream=io.StringIO(), framework="torch")
+    assert torch.get_num_threads() == before
+
+
+def test_demo_refuses_to_resume_with_another_framework(tmp_path, capsys):
+    """A run started with NumPy is not resumed by torch: the config names the change."""
+    pytest.importorskip("torch")
+    run_demo(tmp_path, steps=60, bad_batch=None, stream=io.StringIO(), framework="numpy")
+    assert main(["demo", "--dir", str(tmp_path), "--steps", "60", "--framework", "torch"]) == 1
+    assert "config.framework: 'numpy' (checkpoint) -> 'torch' (now)" in capsys.readouterr().err
+
+
+def test_demo_framework_errors(tmp_path, monkeypatch, capsys):
+    """An unknown framework is refused; torch asked for without torch names the extra."""
+    with pytest.raises(ConfigError, match="`framework` must be one of auto, torch, numpy"):
+        run_demo(tmp_path, framework="tensorflow")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["demo", "--dir", str(tmp_path / "run"), "--framework", "torch"]) == 1
+    err = capsys.readouterr().err
+    assert "globalstep[torch]" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run").exists()

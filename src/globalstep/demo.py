@@ -3,7 +3,10 @@
 The model is a two-layer perceptron (8 inputs, 32 tanh units, 4 outputs) fitted by SGD
 with momentum to a data set of 1,000 rows generated from ``--seed`` (a fixed random
 teacher network plus noise), in shuffled mini-batches of 50 rows: 20 updates per epoch,
-1,000 updates in all. Everything goes through :class:`~globalstep.run.Run`:
+1,000 updates in all. It is a ``torch.nn`` model with ``torch.optim.SGD`` where PyTorch is
+installed (``--framework torch``), the same network in NumPy otherwise
+(``--framework numpy``); both start from the same weights and follow the same updates.
+Everything goes through :class:`~globalstep.run.Run`:
 
 - the learning rate warms up over 50 steps, then follows a cosine decay to the end;
 - a checkpoint every 100 steps (the newest three kept), with the weights, the momentum,
@@ -36,13 +39,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from globalstep._optional import require
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError
 from globalstep.run import Rollback, Run
 from globalstep.schedules import CosineDecay, warmup
 from globalstep.units import Duration, DurationLike
 
-__all__ = ["DemoResult", "add_parser", "run_demo"]
+__all__ = ["FRAMEWORKS", "DemoResult", "add_parser", "run_demo"]
+
+FRAMEWORKS = ("auto", "torch", "numpy")
 
 ROWS, INPUTS, HIDDEN, OUTPUTS, BATCH = 1000, 8, 32, 4, 50
 BATCHES_PER_EPOCH = ROWS // BATCH
@@ -115,6 +121,85 @@ def _loss_and_gradients(
     }
 
 
+class _NumpyModel:
+    """The network in NumPy: SGD with momentum 0.9 (``v = 0.9 v + g; w -= rate v``)."""
+
+    name = "NumPy"
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        self.weights = weights
+        self.velocity = {name: np.zeros_like(value) for name, value in weights.items()}
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.weights, "momentum": self.velocity}
+
+    def close(self) -> None:
+        pass
+
+    def update(self, x: np.ndarray, y: np.ndarray, rate: float) -> float:
+        loss, gradients = _loss_and_gradients(self.weights, x, y)
+        for name, gradient in gradients.items():
+            self.velocity[name] *= 0.9
+            self.velocity[name] += gradient
+            self.weights[name] -= rate * self.velocity[name]
+        return loss
+
+
+class _TorchModel:
+    """The same network as ``torch.nn`` layers in float64, with ``torch.optim.SGD``."""
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        import torch
+
+        self.torch = torch
+        self.name = f"PyTorch {torch.__version__.split('+')[0]}"
+        layers = [
+            torch.nn.Linear(INPUTS, HIDDEN),
+            torch.nn.Tanh(),
+            torch.nn.Linear(HIDDEN, OUTPUTS),
+        ]
+        self.model = torch.nn.Sequential(*layers).double()
+        with torch.no_grad():
+            for layer, (w, b) in ((layers[0], ("w1", "b1")), (layers[2], ("w2", "b2"))):
+                layer.weight.copy_(torch.from_numpy(weights[w].T))
+                layer.bias.copy_(torch.from_numpy(weights[b]))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0, momentum=0.9)
+        # Matrices of 50x32 gain nothing from more threads, and spinning threads slow a
+        # busy machine down many times; the setting is put back by close().
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def close(self) -> None:
+        self.torch.set_num_threads(self._threads)
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.optimizer}
+
+    def update(self, x: np.ndarray, y: np.ndarray, rate: float) -> float:
+        torch = self.torch
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.optimizer.zero_grad()
+        error = self.model(torch.from_numpy(x)) - torch.from_numpy(y)
+        loss = torch.mean(error**2)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.item())
+
+
+def _framework(framework: str) -> str:
+    """``framework`` with ``auto`` resolved: torch where it imports, numpy otherwise."""
+    if framework not in FRAMEWORKS:
+        raise ConfigError("framework", f"must be one of {', '.join(FRAMEWORKS)}", framework)
+    if framework != "auto":
+        return framework
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "numpy"
+    return "torch"
+
+
 def _check_int(parameter: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(parameter, f"must be an int >= {minimum}", value)
@@ -135,6 +220,7 @@ def run_demo(
     pace_seconds: float = 0.0,
     progress: bool = True,
     stream: TextIO | None = None,
+    framework: str = "auto",
 ) -> DemoResult:
     """Trains the demo's model in ``directory``, resuming from its newest checkpoint.
 
@@ -153,10 +239,13 @@ def run_demo(
         pace_seconds: sleep this long after each update, to watch the run or stop it.
         progress: show the progress display.
         stream: where the output goes; standard output by default.
+        framework: ``torch`` (a ``torch.nn`` model and ``torch.optim.SGD``), ``numpy``, or
+            ``auto``: torch where it is installed.
 
     Raises:
         ConfigError: a parameter is out of range, the directory is not usable, or the
             configuration differs from the one the run in ``directory`` was started with.
+        MissingDependencyError: ``framework="torch"`` without PyTorch installed.
     """
     _check_int("steps", steps, 1)
     _check_int("log_every", log_every, 1)
@@ -173,14 +262,16 @@ def run_demo(
             rule = "a finite number > 0" if low == 0 else "a finite number >= 0"
             raise ConfigError(name, f"must be {rule}", value)
     Duration.parse(save_every, "save_every")
+    framework = _framework(framework)
+    if framework == "torch":
+        require("torch", "torch", "globalstep demo --framework torch")
     root = Path(directory)
     if root.exists() and not root.is_dir():
         raise ConfigError("--dir", "must be a directory (or a path to create one at)", str(root))
     out = stream if stream is not None else sys.stdout
 
     inputs, targets = _data(seed)
-    model = _model(seed)
-    velocity = {name: np.zeros_like(value) for name, value in model.items()}
+    weights = _model(seed)
     schedule = warmup(CosineDecay(learning_rate, steps - warmup_steps), warmup_steps)
     clock = Clock(steps_per_epoch=BATCHES_PER_EPOCH, batch_size=BATCH)
     result = DemoResult(final_step=0)
@@ -190,7 +281,12 @@ def run_demo(
         clock=clock,
         schedules={"lr": schedule},
         save_every=save_every,
-        config={"seed": seed, "bad_batch": bad_batch, "model": f"mlp {INPUTS}-{HIDDEN}-{OUTPUTS}"},
+        config={
+            "seed": seed,
+            "bad_batch": bad_batch,
+            "model": f"mlp {INPUTS}-{HIDDEN}-{OUTPUTS}",
+            "framework": framework,
+        },
         strict=True,
         rollback=Rollback(tag="loss", spike_factor=20.0, median_of=50, skip_batches=5),
         progress=progress,
@@ -198,9 +294,11 @@ def run_demo(
         stream=out,
         checkpoint_options={"max_to_keep": keep},
     )
+    model = _TorchModel(weights) if framework == "torch" else _NumpyModel(weights)
     try:
         with run:
-            run.restore({"model": model, "momentum": velocity})
+            out.write(f"globalstep demo: {model.name} MLP {INPUTS}-{HIDDEN}-{OUTPUTS}\n")
+            run.restore(model.state())
             if run.step > 0:
                 result.resumed_from = run.step
             while not run.done:
@@ -213,11 +311,7 @@ def run_demo(
                 if position == bad_batch:
                     y = y * 1000.0  # the corrupt batch: its loss spikes
                 rate = run.value("lr")  # the rate update number run.step uses
-                loss, gradients = _loss_and_gradients(model, x, y)
-                for name, gradient in gradients.items():
-                    velocity[name] *= 0.9
-                    velocity[name] += gradient
-                    model[name] -= rate * velocity[name]
+                loss = model.update(x, y, rate)
                 step = run.step
                 if run.update(loss=loss, lr=rate):
                     result.losses[run.step] = loss
@@ -227,6 +321,8 @@ def run_demo(
                     time.sleep(pace_seconds)
     except _PreemptedError:
         pass
+    finally:
+        model.close()
     result.final_step = clock.step
     result.data_position = run.data_position
     return result
@@ -247,6 +343,7 @@ def _run(args: argparse.Namespace) -> int:
             seed=args.seed,
             bad_batch=None if args.bad_batch < 0 else args.bad_batch,
             pace_seconds=args.pace,
+            framework=args.framework,
         )
     finally:
         if os.path.isdir(directory):
@@ -285,5 +382,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--pace", type=float, default=0.0, metavar="SECONDS", help="sleep after each update"
+    )
+    parser.add_argument(
+        "--framework",
+        default="auto",
+        choices=FRAMEWORKS,
+        help="the model's framework: torch, numpy, or auto (torch where installed)",
     )
     parser.set_defaults(func=_run)
