@@ -27,8 +27,10 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy --strict src
 
+# Two workers (pytest-xdist) on CI's two cores: the suite is mostly single-threaded Python
+# and subprocesses, and takes about half the time; worksteal evens out the slow tests.
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/bench_import.py
