@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import json
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,7 @@ from globalstep.checkpoint.format import (
     read_arrays,
     remove_checkpoint,
 )
+from globalstep.checkpoint.manager import CheckpointWarning
 from globalstep.checkpoint.storage import Storage, open_storage
 from globalstep.checkpoint.tree import (
     RestoreReport,
@@ -56,6 +58,7 @@ from globalstep.checkpoint.tree import (
 )
 from globalstep.clock import Clock
 from globalstep.errors import (
+    CheckpointError,
     CheckpointNotFoundError,
     ConfigError,
     CorruptCheckpointError,
@@ -441,17 +444,27 @@ class CheckpointManager:
     def _sweep(self) -> None:
         if not self._max_to_keep:
             return
-        while len(self._maybe_delete) > self._max_to_keep:
-            path, stamp = next(iter(self._maybe_delete.items()))
+        excess = len(self._maybe_delete) - self._max_to_keep
+        for path, stamp in list(self._maybe_delete.items())[: max(0, excess)]:
             if self._keep_hours and stamp - self._keep_hours * 3600.0 >= (
                 self._last_preserved_timestamp
             ):
                 self._last_preserved_timestamp = stamp
             else:
                 name = _split(path)[1]
-                if self._storage.exists(self._storage.join(name)):
-                    remove_checkpoint(self._storage, name)
-            # Forgotten only once deleted: a failed deletion stays listed and is retried.
+                try:
+                    if self._storage.exists(self._storage.join(name)):
+                        remove_checkpoint(self._storage, name)
+                except CheckpointError as err:
+                    # The save itself is committed: a deletion that fails must not fail
+                    # it. The checkpoint stays listed and is tried again at the next save.
+                    warnings.warn(
+                        f"retention could not delete {path} ({err}); it is tried again "
+                        "at the next save",
+                        CheckpointWarning,
+                        stacklevel=3,
+                    )
+                    continue
             del self._maybe_delete[path]
 
     def save(self, checkpoint_number: Any = None, check_interval: bool = True) -> str | None:
