@@ -5,7 +5,10 @@ A state tree is nested dicts (string keys), lists and tuples whose leaves are Nu
 scalars, Python ``bool``/``int``/``float``/``str``, ``None``, objects with
 ``state_dict()`` / ``load_state_dict()`` (a :class:`~globalstep.clock.Clock`, triggers, ...),
 and framework objects that an :mod:`~globalstep.checkpoint.adapters` adapter takes (torch
-modules and tensors, JAX arrays and pytrees, Keras models). Arrays are named by their path,
+modules and tensors, JAX arrays and pytrees, Keras models). A dataclass instance is saved
+as a dict of its fields and a namedtuple as a tuple; restored against a template of the
+same kind they come back as the template's class (without one, as a dict and a tuple: no
+class is ever looked up by a name read from a file). Arrays are named by their path,
 ``model/layer1/weight``; everything else goes into a JSON node. Nothing is pickled: an array
 of Python objects is refused.
 
@@ -19,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -274,16 +278,36 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
     if isinstance(obj, list | tuple):
         kind = "list" if isinstance(obj, list) else "tuple"
         return {kind: [_encode(v, (*path, str(i)), out, copy) for i, v in enumerate(obj)]}
+    fields = _dataclass_fields(obj)
+    if fields is not None:
+        return _encode(fields, path, out, copy)
     if is_stateful(obj):
         if isinstance(obj, Clock):
             out.clocks.append(obj.progress().to_dict())
         return {"stateful": _encode(obj.state_dict(), path, out, copy)}
     raise ConfigError(
         "state",
-        "leaves must be arrays, scalars, strings, None, objects with state_dict() or "
-        "framework objects globalstep has an adapter for (torch, JAX, Keras)",
+        "leaves must be arrays, scalars, strings, None, dataclasses, objects with "
+        "state_dict() or framework objects globalstep has an adapter for (torch, JAX, Keras)",
         f"{where}: {_type_name(obj)}",
     )
+
+
+def _dataclass_fields(obj: Any) -> dict[str, Any] | None:
+    """A dataclass instance's fields by name (None for anything else or a stateful one)."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type) or is_stateful(obj):
+        return None
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _rebuilt_dataclass(tmpl: Any, values: dict[str, Any]) -> Any:
+    """A new instance of ``tmpl``'s dataclass with ``values`` (its ``__init__`` runs)."""
+    fields = dataclasses.fields(tmpl)
+    made = dataclasses.replace(tmpl, **{f.name: values[f.name] for f in fields if f.init})
+    for f in fields:
+        if not f.init:
+            object.__setattr__(made, f.name, values[f.name])
+    return made
 
 
 def _type_name(obj: Any) -> str:
@@ -387,6 +411,8 @@ def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, 
         kind = _kind(node, "<template>")
         if kind == "array" and isinstance(tmpl, np.ndarray):
             found[node["array"]] = tmpl
+        elif kind == "dict" and _dataclass_fields(tmpl) is not None:
+            walk(node, _dataclass_fields(tmpl))
         elif kind == "dict" and isinstance(tmpl, Mapping):
             for k, child in node["dict"].items():
                 if k in tmpl:
@@ -543,6 +569,10 @@ class _Builder:
         return array
 
     def _dict(self, children: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
+        fields = _dataclass_fields(tmpl) if has_tmpl else None
+        if fields is not None:
+            values = self._dict(children, fields, path, True)
+            return _rebuilt_dataclass(tmpl, values)
         if has_tmpl and not isinstance(tmpl, Mapping):
             self.report.mismatched.append(
                 f"{path or '<root>'}: expected {type(tmpl).__name__}, got a dict"
@@ -579,6 +609,9 @@ class _Builder:
             for i in range(len(children), len(tmpl)):
                 self.report.missing.append(f"{path}/{i}" if path else str(i))
                 items.append(tmpl[i])
+        named = kind == "tuple" and has_tmpl and isinstance(tmpl, tuple) and hasattr(tmpl, "_make")
+        if named and len(items) == len(tmpl):
+            return tmpl._make(items)  # a namedtuple comes back as the template's class
         return tuple(items) if kind == "tuple" else items
 
 
