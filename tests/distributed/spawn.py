@@ -1,14 +1,16 @@
 """Starts the ranks of a multi-process test around one TCPStore held by the test process.
 
-The ranks are forked from the test process, which has imported torch already: starting a
-fresh interpreter per rank would import torch again in each (seconds apiece on a loaded
-machine). Each rank runs :func:`workers.main` and writes its result to a JSON file.
+The ranks are forked by a fork server that has imported torch (and torch._dynamo, which
+DDP's constructor imports) once: a fresh interpreter per rank would import them again in
+each, seconds apiece on a loaded machine. Forking the test process itself instead can hang
+a child on a lock that one of the test process's threads (the store's server, torch's
+thread pool) held at the fork. Each rank runs :func:`workers.main` and writes its result to
+a JSON file.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
 import json
 import multiprocessing
 import os
@@ -37,9 +39,6 @@ def spawn(scenario: str, size: int, out: Path) -> list[dict[str, Any]]:
     """
     import torch.distributed as dist
 
-    if scenario != "counter":
-        # DDP's constructor imports torch._dynamo (seconds): once here, not once per rank.
-        importlib.import_module("torch._dynamo")
     store = dist.TCPStore(
         "127.0.0.1",
         0,
@@ -47,7 +46,8 @@ def spawn(scenario: str, size: int, out: Path) -> list[dict[str, Any]]:
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
     )
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers"])
     children = [
         context.Process(target=_rank, args=(scenario, r, size, store.port, out))
         for r in range(size)

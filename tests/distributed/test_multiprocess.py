@@ -78,3 +78,54 @@ def test_each_worker_sees_its_indices_increase(counter):
     """Indices reach each worker in increasing order."""
     for worker in counter:
         assert worker["indices"] == sorted(worker["indices"])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Two ranks each making a Run in one directory, scalars reduced, checks every 5."""
+    out = tmp_path_factory.mktemp("run")
+    return out / "run", spawn("run", 2, out)
+
+
+def test_only_the_writer_rank_shows_progress_and_messages(run):
+    """Rank 0 prints the run's messages and progress lines; rank 1 prints nothing."""
+    _, ranks = run
+    assert "globalstep: new run in" in ranks[0]["output"]
+    assert "step 12/12" in ranks[0]["output"]
+    assert ranks[1]["output"] == ""
+
+
+def test_the_writer_logs_the_mean_over_ranks(run):
+    """The JSONL log holds each step once, with the mean of both ranks' losses."""
+    import json
+
+    directory, _ = run
+    [log] = (directory / "logs").glob("*.jsonl")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    losses = {row["step"]: row["value"] for row in rows if row.get("tag") == "loss"}
+    # rank r logs (r + 1) * step_before_update at step_before_update + 1: the mean is 1.5x.
+    assert losses == {step: 1.5 * (step - 1) for step in range(1, 13)}
+
+
+def test_only_the_writer_rank_saves_checkpoints(run):
+    """Both ranks share one checkpoint directory without a lock error; steps 6 and 12 exist."""
+    from globalstep import CheckpointManager
+
+    directory, _ = run
+    with CheckpointManager(directory / "checkpoints", read_only=True) as manager:
+        assert manager.steps() == [6, 12]
+
+
+def test_a_run_on_several_ranks_checks_its_steps(run):
+    """The Run's step agreement check was called on every update of both ranks."""
+    _, ranks = run
+    assert [r["checks"] for r in ranks] == [12, 12]
+
+
+def test_a_run_catches_a_rank_that_skipped_an_update(run):
+    """With the default Ranks(), rank 1 skipping update 3 raises at update 100, naming it."""
+    _, ranks = run
+    for seen in ranks:
+        assert seen["skip"]["at"] == 100
+        assert seen["skip"]["ranks"] == [1]
+        assert "rank 1 is at step 99" in seen["skip"]["message"]

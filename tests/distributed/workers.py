@@ -8,7 +8,8 @@ to ``OUT_DIRECTORY/<scenario>-<rank>.json``:
   reduce_metrics with each op and with mismatched tags, then a run in which rank 1 skips one
   tick and the next check raises.
 - ``counter``: 1,000 indices from a SharedStepCounter, no process group needed.
-- ``run``: a Run on every rank in one directory, metrics reduced, agreement every 5 updates.
+- ``run``: a Run on every rank in one directory, metrics reduced, agreement every 5 updates;
+  then a Run with the default Ranks() in which rank 1 reports one update as skipped.
 """
 
 import datetime
@@ -103,6 +104,7 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
     import io
 
     from globalstep import Run
+    from globalstep.errors import StepMismatchError
     from globalstep.run import Ranks
 
     stream = io.StringIO()
@@ -121,7 +123,16 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
         while not run.done:
             run.update(loss=float(rank + 1) * run.step)
         checks = run.ranks_check.calls if run.ranks_check is not None else None
-    return {"output": stream.getvalue(), "checks": checks}
+    updates = 0
+    try:
+        with Run(directory / "skip", progress=False, handle_signals=False) as run:
+            run.restore()
+            for _ in range(100):
+                updates += 1
+                run.update(applied=rank != 1 or updates != 3)  # rank 1 skips update 3
+    except StepMismatchError as err:
+        skip = {"message": str(err), "ranks": err.ranks, "at": updates}
+    return {"output": stream.getvalue(), "checks": checks, "skip": skip}
 
 
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
