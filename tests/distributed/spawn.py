@@ -14,6 +14,7 @@ import datetime
 import json
 import multiprocessing
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,13 @@ def _rank(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
         raise
 
 
-def spawn(scenario: str, size: int, out: Path) -> list[dict[str, Any]]:
+def spawn(
+    scenario: str, size: int, out: Path, *, killed: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
     """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
+
+    The ranks in ``killed`` must end by SIGKILL (the scenario kills them); the others
+    must exit with status 0.
 
     The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
     Ranks that do not finish within the timeout are killed and the call fails.
@@ -66,7 +72,7 @@ def spawn(scenario: str, size: int, out: Path) -> list[dict[str, Any]]:
         f"rank {r} of {scenario!r} exited with {child.exitcode}: "
         + _read(out / f"{scenario}-{r}.error")
         for r, child in enumerate(children)
-        if child.exitcode != 0
+        if child.exitcode != (-signal.SIGKILL if r in killed else 0)
     ]
     assert not failed, "\n".join(failed)
     del store

@@ -67,6 +67,21 @@ def test_ranks_with_other_tags_raise_on_every_rank(group):
         assert "must have the same tags on every rank" in seen["tags_error"]
 
 
+@pytest.fixture(scope="module")
+def counter_kill(tmp_path_factory):
+    """Three workers on one counter; worker 0 is SIGKILLed after taking 100 indices."""
+    return spawn("counter-kill", 3, tmp_path_factory.mktemp("counter-kill"), killed=(0,))
+
+
+def test_a_killed_worker_loses_only_its_own_indices(counter_kill):
+    """The killed worker's 100 indices and the survivors' 2,000 are 0..2099, each once."""
+    dead = counter_kill[0]["indices"]
+    alive = [index for worker in counter_kill[1:] for index in worker["indices"]]
+    assert len(dead) == 100
+    assert len(alive) == 2000
+    assert sorted(dead + alive) == list(range(2100))
+
+
 def test_four_workers_share_the_indices_exactly_once(counter):
     """Four workers taking 1,000 indices each get exactly 0..3999, each once."""
     taken = [index for worker in counter for index in worker["indices"]]

@@ -8,6 +8,7 @@ to ``OUT_DIRECTORY/<scenario>-<rank>.json``:
   reduce_metrics with each op and with mismatched tags, then a run in which rank 1 skips one
   tick and the next check raises.
 - ``counter``: 1,000 indices from a SharedStepCounter, no process group needed.
+- ``counter-kill``: as ``counter``, but rank 0 is SIGKILLed after taking 100 indices.
 - ``run``: a Run on every rank in one directory, metrics reduced, agreement every 5 updates;
   then a Run with the default Ranks() in which rank 1 reports one update as skipped.
 """
@@ -99,6 +100,22 @@ def counter_scenario(store: Any) -> dict[str, Any]:
     return {"indices": [counter.next() for _ in range(1000)]}
 
 
+def counter_kill_scenario(store: Any, rank: int, out: Path) -> dict[str, Any]:
+    """Rank 0 takes 100 indices, records them and is SIGKILLed; the others take 1,000."""
+    import os
+    import signal
+
+    from globalstep.distributed import SharedStepCounter
+
+    counter = SharedStepCounter(store, "test/killed")
+    if rank != 0:
+        return {"indices": [counter.next() for _ in range(1000)]}
+    taken = [counter.next() for _ in range(100)]
+    (out / f"counter-kill-{rank}.json").write_text(json.dumps({"indices": taken}))
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL ends the process")
+
+
 def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
     """A Run on every rank of the group in one directory."""
     import io
@@ -137,15 +154,17 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
 
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
     """Runs one scenario on this rank and writes its result."""
-    store = connect(rank, size, port, group=scenario != "counter")
+    store = connect(rank, size, port, group=not scenario.startswith("counter"))
     if scenario == "group":
         result = group_scenario(rank, size)
     elif scenario == "counter":
         result = counter_scenario(store)
+    elif scenario == "counter-kill":
+        result = counter_kill_scenario(store, rank, out)
     else:
         result = run_scenario(rank, out / "run")
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
-    if scenario != "counter":
+    if not scenario.startswith("counter"):
         import torch.distributed as dist
 
         dist.destroy_process_group()
