@@ -18,7 +18,9 @@ GUIDE = Path(__file__).resolve().parents[2] / "docs" / "several-processes.md"
 @pytest.mark.slow
 def test_the_guides_script_runs_under_torchrun_on_two_ranks(tmp_path):
     """torchrun --nproc-per-node=2 train.py: rank 0 alone speaks, logs and saves 100, 200."""
-    [script] = re.findall(r"```python\n(# train\.py.*?)```", GUIDE.read_text(), re.S)
+    [script] = re.findall(
+        r"```python\n# requires: torch\n(# train\.py.*?)```", GUIDE.read_text(), re.S
+    )
     (tmp_path / "train.py").write_text(script)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     done = subprocess.run(
