@@ -1,8 +1,8 @@
 """Child processes for the multi-process tests: one rank of a gloo group on 127.0.0.1.
 
-Forked by spawn.py as ``main(SCENARIO, RANK, WORLD_SIZE, PORT, OUT_DIRECTORY)``; the test process
-holds the TCPStore on PORT; each child connects to it, runs SCENARIO and writes what it saw
-to ``OUT_DIRECTORY/<scenario>-<rank>.json``:
+Forked by spawn.py as ``main(SCENARIO, RANK, WORLD_SIZE, PORT, OUT_DIRECTORY)``; the test
+process holds the TCPStore on PORT; each child connects to it, runs SCENARIO and writes what
+it saw to ``OUT_DIRECTORY/<scenario>-<rank>.json``:
 
 - ``group``: a DDP model trained for 30 updates with a StepAgreement every 10, then
   reduce_metrics with each op and with mismatched tags, then a run in which rank 1 skips one
