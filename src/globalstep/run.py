@@ -416,6 +416,12 @@ class Run(Closing):
         size = distributed.world_size()
         if ranks is None and size > 1:
             ranks = Ranks()
+        if ranks is not None and ranks.writer >= size:
+            raise ConfigError(
+                "ranks.writer",
+                f"must be a rank below the world size, {size}",
+                ranks.writer,
+            )
         self.ranks = ranks
         self.is_writer = ranks is None or distributed.is_writer(ranks.writer)
         self.ranks_check = (

@@ -72,7 +72,10 @@ def test_rollback_on_several_ranks_is_refused(tmp_path, second_rank):
 
 def test_a_writer_rank_beyond_the_world_is_refused(tmp_path, second_rank):
     """Ranks(writer=2) with two ranks raises."""
-    with pytest.raises(ConfigError, match=r"`writer_rank` must be an int in \[0, 2\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"`ranks.writer` must be a rank below the world size, 2; got ranks.writer=2",
+    ):
         Run(tmp_path, ranks=Ranks(writer=2))
 
 
