@@ -11,6 +11,7 @@ The tree::
     ├── ConfigError (ValueError)                  bad parameter: .parameter, .value, .rule
     │   └── DurationError                         malformed duration string: .text
     ├── StepError (ValueError)                    bad step or tick: .step
+    │   └── StepMismatchError                     ranks at different steps: .steps, .ranks
     ├── ConversionError (ValueError)              a duration that cannot become steps: .missing
     ├── MissingDependencyError (ImportError)      an optional extra is not installed: .extra
     ├── CheckpointError (OSError)                 saving or restoring failed: .path
@@ -51,6 +52,7 @@ __all__ = [
     "NonFiniteError",
     "RestoreMismatchError",
     "StepError",
+    "StepMismatchError",
     "SummaryWriteError",
 ]
 
@@ -93,6 +95,19 @@ class StepError(GlobalStepError, ValueError):
     def __init__(self, message: str, step: Any = None) -> None:
         self.step = step
         super().__init__(message)
+
+
+class StepMismatchError(StepError):
+    """The ranks of a distributed run are at different steps.
+
+    ``steps`` lists every rank's step (index = rank in the group), ``ranks`` the ranks
+    whose step differs from the most common one, ``step`` that most common step.
+    """
+
+    def __init__(self, message: str, steps: list[int], ranks: list[int], step: int) -> None:
+        self.steps = steps
+        self.ranks = ranks
+        super().__init__(message, step)
 
 
 class ConversionError(GlobalStepError, ValueError):

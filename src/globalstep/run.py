@@ -84,6 +84,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from globalstep import distributed
 from globalstep._closing import Closing
 from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import MAX_STEP, Clock
@@ -93,7 +94,7 @@ from globalstep.summary.writer import SummaryWriter, available_formats
 from globalstep.triggers import Trigger, every
 from globalstep.units import Duration, DurationLike, Unit
 
-__all__ = ["ConfigDriftWarning", "GeneratorState", "Rollback", "Run"]
+__all__ = ["ConfigDriftWarning", "GeneratorState", "Ranks", "Rollback", "Run"]
 
 _EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -234,6 +235,53 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
     return lines
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """How a :class:`Run` behaves on several ranks (processes of torch.distributed).
+
+    Rank ``writer`` alone writes the summaries, shows the progress display, prints the
+    run's messages and saves the checkpoints (the state of data-parallel training is the
+    same on every rank); the other ranks restore from the same directory without taking
+    its lock. Every ``check_every`` calls of :meth:`Run.update` the ranks' steps are
+    compared (:func:`globalstep.distributed.assert_steps_agree`, one small collective);
+    with ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
+    (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
+    the writer logs them. A Run on several ranks uses ``Ranks()`` unless told otherwise.
+
+    Args:
+        writer: the rank that writes, >= 0 (and below the world size).
+        reduce: ``"mean"``, ``"sum"``, ``"max"`` or ``"min"`` to reduce the scalars;
+            None (the default) logs the writer's own values.
+        check_every: updates between step agreement checks, >= 1; None never checks.
+
+    Raises:
+        ConfigError: a field breaks its rule.
+
+    Example:
+        >>> Ranks(reduce="mean")
+        Ranks(writer=0, reduce='mean', check_every=100)
+    """
+
+    writer: int = 0
+    reduce: str | None = None
+    check_every: int | None = 100
+
+    def __post_init__(self) -> None:
+        if isinstance(self.writer, bool) or not isinstance(self.writer, int) or self.writer < 0:
+            raise ConfigError("writer", "must be an int >= 0 (a rank)", self.writer)
+        if self.reduce is not None and self.reduce not in distributed.REDUCE_OPS:
+            raise ConfigError(
+                "reduce",
+                f"must be one of {', '.join(map(repr, distributed.REDUCE_OPS))} or None",
+                self.reduce,
+            )
+        every = self.check_every
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int) or every < 1
+        ):
+            raise ConfigError("check_every", "must be an int >= 1 or None", every)
+
+
 def _save_trigger(value: Any) -> tuple[Trigger | None, tuple[int, int] | None]:
     """The trigger for ``save_every``, and (interval, start) where it counts whole steps."""
     if value is None or isinstance(value, Trigger):
@@ -274,6 +322,9 @@ class Run(Closing):
             (``max_to_keep``, ``keep_best``, ``async_save``, ...).
         writer_options: keywords for the :class:`~globalstep.summary.SummaryWriter`
             (``formats``, ``flush_seconds``, ``guard_tags``, ...).
+        ranks: how the run behaves on several ranks (see :class:`Ranks`); None uses
+            ``Ranks()`` where torch.distributed runs more than one process (see
+            :func:`globalstep.distributed.world_size`), and nothing of it on one.
 
     Raises:
         ConfigError: a parameter breaks its rule.
@@ -286,6 +337,10 @@ class Run(Closing):
         checkpoints: the CheckpointManager.
         writer: the SummaryWriter (opened when first used).
         progress: the ProgressDisplay, or None.
+        is_writer: whether this rank writes summaries, progress and checkpoints (True on
+            one process).
+        ranks_check: the :class:`~globalstep.distributed.StepAgreement` that
+            :meth:`update` calls, or None.
         state: the state tree given to :meth:`restore`, as restored.
         data_position: batches drawn so far (see :meth:`next_batch`).
         config: the configuration stored with each checkpoint.
@@ -309,6 +364,7 @@ class Run(Closing):
         handle_signals: bool = True,
         checkpoint_options: Mapping[str, Any] | None = None,
         writer_options: Mapping[str, Any] | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
         if not isinstance(directory, str | os.PathLike):
             raise ConfigError("directory", "must be a path", directory)
@@ -355,6 +411,35 @@ class Run(Closing):
         if "clock" in self._writer_kwargs:
             raise ConfigError("writer_options", "must not hold clock (the Run's is used)", None)
         self._writer_kwargs.setdefault("formats", available_formats())
+        if ranks is not None and not isinstance(ranks, Ranks):
+            raise ConfigError("ranks", "must be a globalstep.run.Ranks or None", ranks)
+        size = distributed.world_size()
+        if ranks is None and size > 1:
+            ranks = Ranks()
+        if ranks is not None and ranks.writer >= size:
+            raise ConfigError(
+                "ranks.writer",
+                f"must be a rank below the world size, {size}",
+                ranks.writer,
+            )
+        self.ranks = ranks
+        self.is_writer = ranks is None or distributed.is_writer(ranks.writer)
+        self.ranks_check = (
+            distributed.StepAgreement(ranks.check_every)
+            if ranks is not None and ranks.check_every is not None and size > 1
+            else None
+        )
+        if rollback is not None and size > 1:
+            raise ConfigError(
+                "rollback",
+                "is not supported on several ranks yet",
+                rollback,
+                hint=f"Pass rollback=None (this run has {size} ranks).",
+            )
+        # update()'s one extra check: anything to do per update on this rank?
+        self._per_rank = ranks is not None and (
+            self.ranks_check is not None or ranks.reduce is not None or not self.is_writer
+        )
 
         self.directory = Path(directory)
         self.total_steps = total_steps
@@ -389,6 +474,9 @@ class Run(Closing):
         self._rollbacks: list[int] = []
         self._last_metrics: dict[str, float] = {}
 
+        # The other ranks read the writer's checkpoints without taking the directory's lock.
+        if not self.is_writer:
+            checkpoint_kwargs["read_only"] = True
         self.checkpoints = CheckpointManager(self.directory / "checkpoints", **checkpoint_kwargs)
         if handle_signals and threading.current_thread() is threading.main_thread():
             for signum in _EXIT_STATUS:
@@ -527,7 +615,7 @@ class Run(Closing):
         return self.state
 
     def _start_progress(self) -> None:
-        if self._show_progress and self.progress is None:
+        if self._show_progress and self.progress is None and self.is_writer:
             self.progress = ProgressDisplay(
                 self.clock,
                 self.total_steps or None,
@@ -553,6 +641,14 @@ class Run(Closing):
         writer = self._writer
         if writer is None:
             self._check_usable()
+            if not self.is_writer:
+                raise ConfigError(
+                    "writer",
+                    "is open on the writer rank only",
+                    f"rank {distributed.rank()}",
+                    hint="Guard the call with `if run.is_writer:`, or pass the values to "
+                    "run.update (reduced across ranks with Ranks(reduce=...)).",
+                )
             writer = self._writer = SummaryWriter(
                 self.directory / "logs", clock=self.clock, **self._writer_kwargs
             )
@@ -616,6 +712,8 @@ class Run(Closing):
         clock = self.clock
         if applied:
             clock.tick()
+        if self._per_rank:
+            scalars = self._rank_update(scalars)
         if scalars:
             (self._writer or self.writer).scalars(scalars)
         progress = self.progress
@@ -626,6 +724,18 @@ class Run(Closing):
         if self._signal is not None:
             self._stop_for_signal()
         return True
+
+    def _rank_update(self, scalars: dict[str, Any]) -> dict[str, Any]:
+        """On several ranks: checks the steps when due, reduces the scalars, and returns
+        what this rank logs (nothing, off the writer rank)."""
+        check = self.ranks_check
+        if check is not None:
+            check(self.clock)
+        ranks = self.ranks
+        assert ranks is not None
+        if ranks.reduce is not None:
+            scalars = distributed.reduce_metrics(scalars, op=ranks.reduce)
+        return scalars if self.is_writer else {}
 
     def _maybe_save(self, scalars: dict[str, Any]) -> None:
         """Asks the save trigger; for a trigger of steps, notes the next step worth asking."""
@@ -658,7 +768,8 @@ class Run(Closing):
     def save(self) -> None:
         """Saves a checkpoint at the clock's step, after flushing and fsyncing the logs.
 
-        A step saved already by this run is not saved again.
+        A step saved already by this run is not saved again. Off the writer rank (see
+        :class:`Ranks`) nothing is written.
 
         Raises:
             CheckpointError: the save failed.
@@ -666,6 +777,9 @@ class Run(Closing):
         self._check_usable()
         step = self.clock.step
         if step == self._saved_step:
+            return
+        if not self.is_writer:
+            self._saved_step = step
             return
         if self._writer is not None:
             self._writer.sync()  # the curves up to `step` reach the disk before the checkpoint
@@ -790,6 +904,8 @@ class Run(Closing):
             signal.signal(signum, handler)
 
     def _say(self, line: str) -> None:
+        if not self.is_writer:
+            return
         self._stream.write(f"globalstep: {line}\n")
         self._stream.flush()
 

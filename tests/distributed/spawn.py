@@ -1,0 +1,85 @@
+"""Starts the ranks of a multi-process test around one TCPStore held by the test process.
+
+The ranks are forked by a fork server that has imported torch (and torch._dynamo, which
+DDP's constructor imports) once: a fresh interpreter per rank would import them again in
+each, seconds apiece on a loaded machine. Forking the test process itself instead can hang
+a child on a lock that one of the test process's threads (the store's server, torch's
+thread pool) held at the fork. Each rank runs :func:`workers.main` and writes its result to
+a JSON file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import workers
+
+# For all ranks together; generous: a hang fails the test after this, not CI's timeout.
+CHILD_TIMEOUT_SECONDS = 60
+
+
+def _rank(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
+    try:
+        workers.main(scenario, rank, size, port, out)
+    except BaseException as err:
+        (out / f"{scenario}-{rank}.error").write_text(f"{type(err).__name__}: {err}")
+        raise
+
+
+def spawn(
+    scenario: str, size: int, out: Path, *, killed: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
+    """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
+
+    The ranks in ``killed`` must end by SIGKILL (the scenario kills them); the others
+    must exit with status 0.
+
+    The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
+    Ranks that do not finish within the timeout are killed and the call fails.
+    """
+    import torch.distributed as dist
+
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
+    )
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers"])
+    children = [
+        context.Process(target=_rank, args=(scenario, r, size, store.port, out))
+        for r in range(size)
+    ]
+    for child in children:
+        child.start()
+    deadline = time.monotonic() + CHILD_TIMEOUT_SECONDS
+    try:
+        for child in children:
+            child.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
+                child.join()
+    failed = [
+        f"rank {r} of {scenario!r} exited with {child.exitcode}: "
+        + _read(out / f"{scenario}-{r}.error")
+        for r, child in enumerate(children)
+        if child.exitcode != (-signal.SIGKILL if r in killed else 0)
+    ]
+    assert not failed, "\n".join(failed)
+    del store
+    return [json.loads((out / f"{scenario}-{r}.json").read_text()) for r in range(size)]
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if os.path.exists(path) else "(no error recorded: killed?)"
