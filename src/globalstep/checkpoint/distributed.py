@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -322,11 +323,23 @@ class SaveRound:
     def _key(self, name: str) -> str:
         return f"{self.c.prefix}/{self.seq}/{name}"
 
+    def _store(self, method: str, *args: Any) -> Any:
+        """Calls the Store; a Store that stopped answering is a failed save, not a crash."""
+        try:
+            return getattr(self.c.store, method)(*args)
+        except Exception as err:  # the Store's errors are RuntimeError or DistStoreError
+            raise self._fail(
+                f"the torch.distributed Store stopped answering ({type(err).__name__}: "
+                f"{err}); the rank that hosts it (rank 0 for tcp:// and env:// "
+                "initialisation) has probably died",
+                [0],
+            ) from err
+
     def _set(self, name: str, value: Any) -> None:
-        self.c.store.set(self._key(name), json.dumps(value))
+        self._store("set", self._key(name), json.dumps(value))
 
     def _get(self, name: str) -> Any:
-        raw = self.c.store.get(self._key(name))
+        raw = self._store("get", self._key(name))
         try:
             return json.loads(bytes(raw).decode())
         except (UnicodeDecodeError, ValueError):
@@ -354,7 +367,7 @@ class SaveRound:
         while True:
             still = []
             for name in missing:
-                if not self.c.store.check([self._key(name)]):
+                if not self._store("check", [self._key(name)]):
                     still.append(name)
                 elif "error" in self._get(name):
                     return [name]
@@ -378,7 +391,7 @@ class SaveRound:
         others = [r for r in range(self.c.world) if r != self.c.rank]
         since = time.monotonic()
         missing = self._wait_for([f"rank{r}" for r in others], since)
-        failed = [int(n[4:]) for n in missing if self.c.store.check([self._key(n)])]
+        failed = [int(n[4:]) for n in missing if self._store("check", [self._key(n)])]
         if failed:
             report = self._get(f"rank{failed[0]}")
             raise self._fail(f"rank {failed[0]} failed: {report.get('error')}", failed)
@@ -431,8 +444,8 @@ class SaveRound:
             if not self._dir_sent:
                 self._set("dir", {"error": f"the writer (rank {self.c.rank}) failed: {message}"})
             self._set("outcome", {"error": f"the writer (rank {self.c.rank}) failed: {message}"})
-        except Exception:
-            return
+        except DistributedCheckpointError:
+            return  # the Store is gone: the others fail on it too
 
     # ------------------------------------------------------------ the other ranks
 
@@ -456,7 +469,8 @@ class SaveRound:
         try:
             report = write_chunks(self.c.storage, str(told["staging"]), self.c.rank, self.chunks)
         except BaseException as err:
-            self._set(f"rank{self.c.rank}", {"error": f"{type(err).__name__}: {err}"})
+            with contextlib.suppress(DistributedCheckpointError):
+                self._set(f"rank{self.c.rank}", {"error": f"{type(err).__name__}: {err}"})
             raise
         self._set(f"rank{self.c.rank}", report)
         since = time.monotonic()
