@@ -173,6 +173,7 @@ def main() -> None:
     ]
     speeds: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
     ratios: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
+    versus_dcp: dict[str, list[float]] = {"gs-2": [], "gs-4": []}
     size = 0
     try:
         for round_ in range(args.warmup + args.rounds):
@@ -187,6 +188,8 @@ def main() -> None:
             for name in this:
                 speeds[name].append(this[name])
                 ratios[name].append(this[name] / this["gs-1"])
+            for name in versus_dcp:
+                versus_dcp[name].append(this[name] / this[name.replace("gs", "dcp")])
     finally:
         for group in groups.values():
             group.close()
