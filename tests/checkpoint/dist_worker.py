@@ -8,7 +8,8 @@ rank on stdin: argv, env, output file; it answers "PID <pid>" and, when a rank e
 "EXIT <pid> <code>"), so a test that starts ten ranks pays for one torch import, not ten.
 
 Modes:
-  fsdp-save      FSDP2 model + Adam, saves steps 1 and 2 (async), writes ref-<step>.safetensors
+  fsdp-save      FSDP2 model + Adam, saves step 1, then step 2 with a second (async) manager;
+                 writes ref-<step>.safetensors
                  with the full tensors (model and optimizer state) for the test to compare.
   fsdp-restore   FSDP2 model + a fresh Adam on WORLD ranks restores the newest checkpoint and
                  compares the full tensors with ref-2.safetensors; prints RESTORED-OK.
@@ -82,8 +83,8 @@ def fsdp_save() -> None:
     model, optimizer = fsdp_model()
     clock = Clock()
     options = gs_dist.DistributedOptions(timeout_seconds=TIMEOUT)
-    with CheckpointManager(DIRECTORY, distributed=options, async_save=True) as manager:
-        for _ in range(2):
+    for async_save in (False, True):  # a second manager of the same directory, async
+        with CheckpointManager(DIRECTORY, distributed=options, async_save=async_save) as manager:
             train_step(model, optimizer, clock.step)
             clock.tick()
             manager.save(clock, {"model": model, "optim": optimizer, "clock": clock})
@@ -105,6 +106,12 @@ def fsdp_restore() -> None:
         assert torch.equal(full[key], value), key
     assert clock.step == 2
     train_step(model, optimizer, clock.step)  # the restored optimizer state steps
+    # A plain module on every rank of a distributed manager reads each tensor whole.
+    plain = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    with CheckpointManager(DIRECTORY, distributed=True) as manager:
+        manager.restore({"model": plain, "optim": None, "clock": Clock()}, partial=True)
+    for key, value in plain.state_dict().items():
+        assert torch.equal(value, reference[f"model/{key}"]), key
     print("RESTORED-OK", flush=True)
 
 
@@ -150,7 +157,7 @@ def ddp_train() -> None:
     clock = Clock()
     tree = {"model": model, "optim": optimizer, "clock": clock}
     options = gs_dist.DistributedOptions(timeout_seconds=TIMEOUT)
-    with CheckpointManager(DIRECTORY, distributed=options, max_to_keep=2) as manager:
+    with CheckpointManager(DIRECTORY, distributed=options, max_to_keep=2, save_every=3) as manager:
         if manager.latest_step() is not None:
             manager.restore(tree)
         print(f"START {clock.step}", flush=True)
@@ -163,8 +170,7 @@ def ddp_train() -> None:
             optimizer.step()
             clock.tick()
             time.sleep(0.01)
-            if clock.step % 3 == 0:
-                manager.save(clock, tree)
+            if manager.maybe_save(clock, tree):  # the resumed trigger agrees on every rank
                 print(f"SAVED {clock.step}", flush=True)
     if RANK_ == 0:
         final = {k: v.contiguous() for k, v in inner.state_dict().items()}

@@ -63,6 +63,8 @@ SHARDED_DIR = "sharded"
 """The folder of a checkpoint that holds the ranks' chunk files."""
 _FILE_NAME = re.compile(r"rank-\d{5,}\.bin")
 _KEY_ROOT = "globalstep/ckpt"
+_OPENED: dict[str, int] = {}
+"""How many distributed managers this process opened per directory."""
 _MAX_PAUSE = 0.01
 """The longest pause, in seconds, between two looks at the Store for the other ranks."""
 
@@ -180,9 +182,12 @@ class Coordinator:
                 options.writer_rank,
             )
         self.store = options.store if options.store is not None else _default_store(dist)
-        where = getattr(storage, "url", None) or storage.root
-        digest = hashlib.sha1(str(where).encode()).hexdigest()[:16]
-        self.prefix = f"{_KEY_ROOT}/{digest}"
+        where = str(getattr(storage, "url", None) or storage.root)
+        # Every rank opens its managers of a directory in the same order: the how-many-th
+        # tells this manager's keys from an earlier one's (whose keys the Store still holds).
+        _OPENED[where] = opened = _OPENED.get(where, 0) + 1
+        digest = hashlib.sha1(where.encode()).hexdigest()[:16]
+        self.prefix = f"{_KEY_ROOT}/{digest}/{opened}"
         self.storage = storage
         self._seq = 0
 
@@ -759,7 +764,8 @@ def load_sharded(
         storage: where the checkpoint lives.
         name: its directory name.
         state: its checked state.json.
-        targets: flat name -> the template's DTensor for it.
+        targets: flat name -> the template's DTensor for it, or None where the template
+            holds something else there (then it is read whole).
         rebuild: where the template has no DTensor for a sharded tensor (an optimizer's
             state, which a fresh optimizer lacks), make one laid out as saved on the
             running group's mesh (that of the template's DTensors) instead of reading it
@@ -783,6 +789,7 @@ def load_sharded(
             key: target
             for key, target in targets.items()
             if key in described
+            and target is not None
             and target.dtype == described[key][0]
             and list(target.shape) == described[key][1]
         }

@@ -434,6 +434,8 @@ class CheckpointManager(Closing):
             except BaseException:
                 self._lock.release()  # no manager is returned, so nobody else could
                 raise
+        elif self._participant:
+            self._resume_trigger()  # maybe_save must fire where the writer's fires
 
     # ----------------------------------------------------------------- inspection
 

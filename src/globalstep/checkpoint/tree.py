@@ -447,13 +447,14 @@ def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, 
 
 def template_sharded(structure: Any, template: Any) -> dict[str, Any]:
     """Returns the template's sharded values (see :class:`Sharded`) that sit where the saved
-    structure has a sharded node."""
+    structure has a sharded node, and None where the template has something else there (a
+    plain tensor's array)."""
     found: dict[str, Any] = {}
 
     def walk(node: Any, tmpl: Any) -> None:
         kind = _kind(node, "<template>")
-        if kind == "sharded" and isinstance(tmpl, Sharded):
-            found[node["sharded"]] = tmpl.value
+        if kind == "sharded":
+            found[node["sharded"]] = tmpl.value if isinstance(tmpl, Sharded) else None
         elif kind == "dict" and isinstance(tmpl, Mapping):
             for k, child in node["dict"].items():
                 if k in tmpl:
