@@ -13,8 +13,9 @@ Modes:
                  with the full tensors (model and optimizer state) for the test to compare.
   fsdp-restore   FSDP2 model + a fresh Adam on WORLD ranks restores the newest checkpoint and
                  compares the full tensors with ref-2.safetensors; prints RESTORED-OK.
-  kill-save      saves step 1, then at step 2 rank KILL_RANK (env) SIGKILLs itself once its
-                 shards are written; the survivor prints the error it got.
+  kill-save      saves step 1, then at step 2 rank KILL_RANK (env) does FAULT (env): "kill"
+                 SIGKILLs itself once its shards are written, "raise" fails writing them,
+                 "exists" (the writer) saves step 1 again; the others print the error.
   ddp-train      DDP training to STEPS, saving every 3 steps, resuming from the newest
                  checkpoint; rank 0 writes final.st at the end.
 """
@@ -36,6 +37,7 @@ from safetensors.torch import load_file, save_file
 from globalstep import Clock
 from globalstep.checkpoint import distributed as gs_dist
 from globalstep.checkpoint.manager import CheckpointManager
+from globalstep.errors import CheckpointError
 
 MODE = PORT = DIRECTORY = ""
 RANK_ = WORLD_ = 0
@@ -119,11 +121,19 @@ def kill_save() -> None:
     model, optimizer = fsdp_model()
     clock = Clock()
     victim = int(os.environ["KILL_RANK"])
+    fault = os.environ.get("FAULT", "kill")
     original = gs_dist.write_chunks
 
     def write_then_die(*args, **kwargs):  # type: ignore[no-untyped-def]
+        mine = clock.step == 2 and victim == RANK_
+        if mine and fault == "raise":  # the disk is full when this rank opens its file
+
+            def full(path: str) -> None:
+                raise OSError(28, "No space left on device (injected)", path)
+
+            args[0].open_writer = full
         report = original(*args, **kwargs)
-        if clock.step == 2 and victim == RANK_:
+        if mine and fault == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         return report
 
@@ -134,11 +144,15 @@ def kill_save() -> None:
             train_step(model, optimizer, clock.step)
             clock.tick()
             started = time.monotonic()
+            step = 1 if clock.step == 2 and fault == "exists" else clock.step
             try:
-                manager.save(clock, {"model": model, "optim": optimizer, "clock": clock})
-            except gs_dist.DistributedCheckpointError as err:
-                print(f"ERROR after {time.monotonic() - started:.1f}s ranks={err.ranks}: {err}")
+                manager.save(step, {"model": model, "optim": optimizer, "clock": clock})
+            except CheckpointError as err:  # DistributedCheckpointError on the others
+                ranks = getattr(err, "ranks", None)
+                print(f"ERROR after {time.monotonic() - started:.1f}s ranks={ranks}: {err}")
                 sys.stdout.flush()
+                if fault != "kill":
+                    dist.barrier()  # rank 0 hosts the Store: it outlives the others' reads
                 os._exit(3)
             if RANK_ == 0 and clock.step == 1:
                 full = full_state(model, optimizer)

@@ -232,6 +232,22 @@ def test_sharded_checkpoint_holds_no_pickle(tmp_path, one_rank):
     assert names == ["COMMITTED", "arrays.safetensors", "rank-00000.bin", "state.json"]
 
 
+def test_hostile_chunk_file_name_is_refused(tmp_path, one_rank):
+    """A chunk naming a file outside the checkpoint (state.json rewritten and resealed) is
+    refused as corrupt before anything is read."""
+    from ckpt_helpers import reseal
+
+    model = _fsdp_model()
+    with CheckpointManager(tmp_path, distributed=True) as manager:
+        manager.save(3, {"model": model})
+    checkpoint = tmp_path / "step-000000000003"
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    doc["sharded"]["tensors"]["model/0.weight"]["chunks"][0]["file"] = "../../../etc/passwd"
+    reseal(checkpoint, state=json.dumps(doc).encode())
+    with pytest.raises(CorruptCheckpointError, match="malformed chunk"):
+        CheckpointManager(tmp_path, read_only=True).restore()
+
+
 def test_writer_failure_is_an_error_on_the_writer(tmp_path, one_rank):
     """A save of an existing step fails on the writer as before, and leaves the old one."""
     model = _fsdp_model()
@@ -264,6 +280,30 @@ def test_four_rank_checkpoint_restores_on_two_and_on_one(tmp_path, zygote):
     assert clock.step == 2
     for key, value in plain.state_dict().items():
         assert torch.equal(value, reference[f"model/{key}"]), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "victim", "expected"),
+    [
+        ("raise", 1, "rank 1 failed: CheckpointError: writing rank 1's shards failed"),
+        ("exists", 0, "the writer (rank 0) failed: CheckpointExistsError"),
+    ],
+)
+def test_a_failing_rank_fails_the_save_everywhere_at_once(
+    tmp_path, zygote, fault, victim, expected
+):
+    """A rank whose part of a save raises fails the save on the others at once (well within
+    the timeout), naming it; nothing is committed."""
+    directory = tmp_path / "ckpt"
+    env = {"KILL_RANK": str(victim), "FAULT": fault, "GS_TIMEOUT": "30"}
+    results = zygote.finish(zygote.launch("kill-save", 2, directory, env=env))
+    assert [code for code, _ in results] == [3, 3], results
+    survivor = results[1 - victim][1]
+    assert expected in survivor, survivor
+    assert f"ranks=[{victim}]" in survivor, survivor
+    assert float(survivor.split("ERROR after ")[1].split("s ")[0]) < 15, survivor
+    assert CheckpointManager(directory, read_only=True).steps() == [1]
 
 
 @pytest.mark.slow

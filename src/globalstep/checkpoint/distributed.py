@@ -465,7 +465,7 @@ class SaveRound:
         """
         writer = self.c.options.writer_rank
         since = time.monotonic()
-        if self._wait_for(["dir"], since):
+        if self._wait_for(["dir"], since) and not self._store("check", [self._key("dir")]):
             raise self._fail(
                 f"the writer (rank {writer}) did not start the save within timeout_seconds="
                 f"{self._timeout():g}",
@@ -482,7 +482,7 @@ class SaveRound:
             raise
         self._set(f"rank{self.c.rank}", report)
         since = time.monotonic()
-        if self._wait_for(["outcome"], since):
+        if self._wait_for(["outcome"], since) and not self._store("check", [self._key("outcome")]):
             raise self._fail(
                 f"the writer (rank {writer}) did not commit within timeout_seconds="
                 f"{self._timeout():g} (dead, hung, or waiting for another rank)",
