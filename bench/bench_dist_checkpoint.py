@@ -198,13 +198,15 @@ def main() -> None:
         f"state: {size / (1 << 20):.0f} MiB float32 ({LAYERS} layers), "
         f"{args.rounds} rounds (+{args.warmup} warm-up); load: {os.getloadavg()}"
     )
-    print("| contender | MB/s median | min-max | speed / gs-1 (median, min-max) |")
-    print("|---|---:|---:|---:|")
+    print("| contender | MB/s median | min-max | speed / gs-1 | speed / DCP, same ranks |")
+    print("|---|---:|---:|---:|---:|")
     for name, _, _ in contenders:
         s, r = speeds[name], ratios[name]
+        v = versus_dcp.get(name)
+        dcp = f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" if v else "-"
         print(
             f"| {name} | {statistics.median(s):.0f} | {min(s):.0f}-{max(s):.0f} | "
-            f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) |"
+            f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) | {dcp} |"
         )
 
 
