@@ -13,9 +13,10 @@ Modes:
                  with the full tensors (model and optimizer state) for the test to compare.
   fsdp-restore   FSDP2 model + a fresh Adam on WORLD ranks restores the newest checkpoint and
                  compares the full tensors with ref-2.safetensors; prints RESTORED-OK.
-  kill-save      saves step 1, then at step 2 rank KILL_RANK (env) does FAULT (env): "kill"
-                 SIGKILLs itself once its shards are written, "raise" fails writing them,
-                 "exists" (the writer) saves step 1 again; the others print the error.
+  kill-save      saves step 1 (async with ASYNC=1), then at step 2 rank KILL_RANK (env) does
+                 FAULT (env): "kill" SIGKILLs itself once its shards are written, "raise"
+                 fails writing them, "exists" (the writer) saves step 1 again; the others
+                 print the error.
   ddp-train      DDP training to STEPS, saving every 3 steps, resuming from the newest
                  checkpoint; rank 0 writes final.st at the end.
 """
@@ -139,7 +140,8 @@ def kill_save() -> None:
 
     gs_dist.write_chunks = write_then_die
     options = gs_dist.DistributedOptions(timeout_seconds=TIMEOUT)
-    with CheckpointManager(DIRECTORY, distributed=options) as manager:
+    async_save = os.environ.get("ASYNC") == "1"
+    with CheckpointManager(DIRECTORY, distributed=options, async_save=async_save) as manager:
         for _ in range(2):
             train_step(model, optimizer, clock.step)
             clock.tick()
@@ -147,8 +149,9 @@ def kill_save() -> None:
             step = 1 if clock.step == 2 and fault == "exists" else clock.step
             try:
                 manager.save(step, {"model": model, "optim": optimizer, "clock": clock})
+                manager.wait()  # an async save's error surfaces here
             except CheckpointError as err:  # DistributedCheckpointError on the others
-                ranks = getattr(err, "ranks", None)
+                ranks = getattr(err, "ranks", getattr(err.__cause__, "ranks", None))
                 print(f"ERROR after {time.monotonic() - started:.1f}s ranks={ranks}: {err}")
                 sys.stdout.flush()
                 if fault != "kill":

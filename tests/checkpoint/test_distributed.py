@@ -284,19 +284,20 @@ def test_four_rank_checkpoint_restores_on_two_and_on_one(tmp_path, zygote):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("fault", "victim", "expected"),
+    ("fault", "victim", "asynchronous", "expected"),
     [
-        ("raise", 1, "rank 1 failed: CheckpointError: writing rank 1's shards failed"),
-        ("exists", 0, "the writer (rank 0) failed: CheckpointExistsError"),
+        ("raise", 1, "0", "rank 1 failed: CheckpointError: writing rank 1's shards failed"),
+        ("raise", 1, "1", "rank 1 failed: CheckpointError: writing rank 1's shards failed"),
+        ("exists", 0, "0", "the writer (rank 0) failed: CheckpointExistsError"),
     ],
 )
 def test_a_failing_rank_fails_the_save_everywhere_at_once(
-    tmp_path, zygote, fault, victim, expected
+    tmp_path, zygote, fault, victim, asynchronous, expected
 ):
-    """A rank whose part of a save raises fails the save on the others at once (well within
-    the timeout), naming it; nothing is committed."""
+    """A rank whose part of a save (sync or async) raises fails the save on the others at
+    once (well within the timeout), naming it; nothing is committed."""
     directory = tmp_path / "ckpt"
-    env = {"KILL_RANK": str(victim), "FAULT": fault, "GS_TIMEOUT": "30"}
+    env = {"KILL_RANK": str(victim), "FAULT": fault, "GS_TIMEOUT": "30", "ASYNC": asynchronous}
     results = zygote.finish(zygote.launch("kill-save", 2, directory, env=env))
     assert [code for code, _ in results] == [3, 3], results
     survivor = results[1 - victim][1]
