@@ -248,6 +248,17 @@ def test_hostile_chunk_file_name_is_refused(tmp_path, one_rank):
         CheckpointManager(tmp_path, read_only=True).restore()
 
 
+def test_ckpt_show_lists_sharded_tensors(tmp_path, one_rank, capsys):
+    """``globalstep ckpt show`` lists a sharded tensor with its global shape."""
+    from globalstep.cli import main
+
+    model = _fsdp_model()
+    with CheckpointManager(tmp_path, distributed=True) as manager:
+        manager.save(3, {"model": model})
+    assert main(["ckpt", "show", str(tmp_path)]) == 0
+    assert "  model/0.weight: float32 (6, 4) sharded" in capsys.readouterr().out
+
+
 def test_writer_failure_is_an_error_on_the_writer(tmp_path, one_rank):
     """A save of an existing step fails on the writer as before, and leaves the old one."""
     model = _fsdp_model()
