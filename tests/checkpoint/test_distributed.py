@@ -259,6 +259,19 @@ def test_ckpt_show_lists_sharded_tensors(tmp_path, one_rank, capsys):
     assert "  model/0.weight: float32 (6, 4) sharded" in capsys.readouterr().out
 
 
+def test_summaries_count_the_sharded_bytes(tmp_path, one_rank):
+    """A checkpoint's size in ``ckpt ls`` includes its ranks' chunk files."""
+    model = _fsdp_model()
+    with CheckpointManager(tmp_path, distributed=True) as manager:
+        manager.save(3, {"model": model})
+        hinted = manager.summaries()[0].size_bytes  # from the writer's summary index
+    (tmp_path / ".summaries.jsonl").unlink()
+    read = CheckpointManager(tmp_path, read_only=True).summaries()[0].size_bytes
+    chunks = (tmp_path / "step-000000000003" / "sharded" / "rank-00000.bin").stat().st_size
+    arrays = (tmp_path / "step-000000000003" / "arrays.safetensors").stat().st_size
+    assert hinted == read == chunks + arrays
+
+
 def test_writer_failure_is_an_error_on_the_writer(tmp_path, one_rank):
     """A save of an existing step fails on the writer as before, and leaves the old one."""
     model = _fsdp_model()

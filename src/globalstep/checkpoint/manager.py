@@ -270,6 +270,21 @@ def _brief(steps: list[int]) -> str:
     )
 
 
+def _sharded_bytes(state: Any) -> int:
+    """The bytes of a checkpoint's sharded chunks, as its state.json lists them (0 if none)."""
+    section = state.get("sharded") if isinstance(state, dict) else None
+    tensors = section.get("tensors") if isinstance(section, dict) else None
+    if not isinstance(tensors, dict):
+        return 0
+    return sum(
+        int(_number(chunk.get("length")))
+        for tensor in tensors.values()
+        if isinstance(tensor, dict) and isinstance(tensor.get("chunks"), list)
+        for chunk in tensor["chunks"]
+        if isinstance(chunk, dict)
+    )
+
+
 def _brief_keys(keys: list[str]) -> str:
     return ", ".join(keys[:3]) + (f", ... ({len(keys) - 3} more)" if len(keys) > 3 else "")
 
@@ -536,6 +551,7 @@ class CheckpointManager(Closing):
                     created_unix=_number(state.get("created_unix")),
                     size_bytes=int(
                         sum(_number(f.get("size")) for f in files.values() if isinstance(f, dict))
+                        + _sharded_bytes(state)
                     ),
                     metrics=_metrics_from_json(state.get("metrics")),
                     clocks=clocks,
@@ -591,7 +607,10 @@ class CheckpointManager(Closing):
                 "created_unix": document["created_unix"],
                 "metrics": document["metrics"],
                 "clocks": document["clocks"],
-                "files": {ARRAYS_FILE: {"size": arrays[1] if arrays else 0}},
+                "files": {
+                    ARRAYS_FILE: {"size": arrays[1] if arrays else 0},
+                    "sharded": {"size": _sharded_bytes(document)},
+                },
             },
         }
         path = self._storage.join(SUMMARY_INDEX)
