@@ -272,6 +272,21 @@ def test_summaries_count_the_sharded_bytes(tmp_path, one_rank):
     assert hinted == read == chunks + arrays
 
 
+def test_partial_dtensor_is_refused(tmp_path, one_rank):
+    """A DTensor pending a reduction (Partial placement) is refused, saying what to do."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial
+
+    mesh = init_device_mesh("cpu", (1,))
+    pending = DTensor.from_local(torch.ones(2), mesh, [Partial()])
+    with (
+        CheckpointManager(tmp_path, distributed=True) as manager,
+        pytest.raises(ConfigError, match="must be sharded or replicated, not partial"),
+    ):
+        manager.save(1, {"grad": pending})
+    assert manager.steps() == []
+
+
 def test_writer_failure_is_an_error_on_the_writer(tmp_path, one_rank):
     """A save of an existing step fails on the writer as before, and leaves the old one."""
     model = _fsdp_model()
