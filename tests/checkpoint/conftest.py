@@ -2,6 +2,9 @@
 
 import pytest
 
+# A script the distributed tests run in subprocesses (it imports torch), not a test module.
+collect_ignore = ["dist_worker.py"]
+
 
 @pytest.fixture
 def ckpt_dir(tmp_path):

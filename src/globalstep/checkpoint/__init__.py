@@ -9,6 +9,7 @@ Example:
     ([20], array([0., 0.]))
 """
 
+from globalstep.checkpoint.distributed import DistributedCheckpointError, DistributedOptions
 from globalstep.checkpoint.lazy import CheckpointReader
 from globalstep.checkpoint.manager import (
     CheckpointFollower,
@@ -34,6 +35,8 @@ __all__ = [
     "CheckpointReader",
     "CheckpointSummary",
     "CheckpointWarning",
+    "DistributedCheckpointError",
+    "DistributedOptions",
     "KeepAny",
     "KeepBest",
     "KeepEveryNHours",

@@ -168,6 +168,12 @@ def _tree_lines(node: Any, path: str, out: list[str]) -> None:
             _tree_lines(child, f"{path}/{i}" if path else str(i), out)
     elif "stateful" in node:
         _tree_lines(node["stateful"], path, out)
+    elif "adapted" in node:  # a framework object (a torch module, a tensor): its plain state
+        _tree_lines(node.get("state"), path, out)
+    elif "sharded" in node:
+        out.append(
+            f"  {path or '<root>'}: {node.get('dtype')} {tuple(node.get('shape', ()))} sharded"
+        )
     else:
         out.append(f"  {path or '<root>'} = {node.get('value', node.get('float'))!r}")
 

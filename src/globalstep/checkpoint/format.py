@@ -39,7 +39,7 @@ import re
 import secrets
 import struct
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
@@ -256,6 +256,17 @@ def committed_names(storage: Storage, pattern: str = r"step-\d{12,}") -> list[st
     return sorted(names)
 
 
+class CommitHooks(Protocol):
+    """What a distributed save does inside :func:`commit` (see ``checkpoint.distributed``)."""
+
+    def started(self, staging: str) -> None:
+        """Called once the temporary directory exists, before any file is written."""
+
+    def finishing(self, staging: str, document: dict[str, Any]) -> None:
+        """Called after the arrays are written, before state.json and the marker; may add
+        to ``document``; raising leaves nothing committed."""
+
+
 def commit(
     storage: Storage,
     name: str,
@@ -263,6 +274,7 @@ def commit(
     document: dict[str, Any],
     *,
     force: bool = False,
+    hooks: CommitHooks | None = None,
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``.
 
@@ -272,6 +284,8 @@ def commit(
         arrays: the arrays by flat name.
         document: the rest of state.json; ``files`` and ``format`` are added here.
         force: replace a committed checkpoint of that name (atomically where rename is).
+        hooks: called when the temporary directory exists and before state.json is
+            written (a distributed save: other ranks write their shards there).
 
     Raises:
         CheckpointExistsError: ``name`` is committed already and ``force`` is False.
@@ -294,7 +308,9 @@ def commit(
             storage.remove_tree(final)
         storage.makedirs(staging)
         try:
-            _write_files(storage, staging, arrays, document)
+            if hooks is not None:
+                hooks.started(staging)
+            _write_files(storage, staging, arrays, document, hooks)
             if storage.atomic_rename:
                 _publish(storage, staging, final)
         except BaseException:
@@ -311,8 +327,11 @@ def _write_files(
     staging: str,
     arrays: Mapping[str, np.ndarray[Any, Any]],
     document: dict[str, Any],
+    hooks: CommitHooks | None = None,
 ) -> None:
     files = {ARRAYS_FILE: write_arrays(storage, f"{staging}/{ARRAYS_FILE}", arrays)}
+    if hooks is not None:
+        hooks.finishing(staging, document)
     full = {"format": FORMAT_VERSION, **document, "files": files}
     state_sum = _write_json(storage, f"{staging}/{STATE_FILE}", full)
     marker = {"format": FORMAT_VERSION, STATE_FILE: state_sum}

@@ -72,6 +72,7 @@ from globalstep.checkpoint.tree import (
     flatten,
     placeholders,
     template_arrays,
+    template_sharded,
     unflatten,
 )
 from globalstep.clock import MAX_STEP, Clock, Progress
@@ -269,6 +270,25 @@ def _brief(steps: list[int]) -> str:
     )
 
 
+def _sharded_bytes(state: Any) -> int:
+    """The bytes of a checkpoint's sharded chunks, as its state.json lists them (0 if none)."""
+    section = state.get("sharded") if isinstance(state, dict) else None
+    tensors = section.get("tensors") if isinstance(section, dict) else None
+    if not isinstance(tensors, dict):
+        return 0
+    return sum(
+        int(_number(chunk.get("length")))
+        for tensor in tensors.values()
+        if isinstance(tensor, dict) and isinstance(tensor.get("chunks"), list)
+        for chunk in tensor["chunks"]
+        if isinstance(chunk, dict)
+    )
+
+
+def _brief_keys(keys: list[str]) -> str:
+    return ", ".join(keys[:3]) + (f", ... ({len(keys) - 3} more)" if len(keys) > 3 else "")
+
+
 def _step_of(step: Any) -> int:
     if isinstance(step, Clock):
         return step.step
@@ -352,6 +372,11 @@ class CheckpointManager(Closing):
             ``"30min"``) or a :class:`~globalstep.triggers.Trigger`.
         async_save: write in a background thread; the caller waits only for the copy.
         read_only: inspect and restore without taking the writer's lock.
+        distributed: ``True`` or a
+            :class:`~globalstep.checkpoint.distributed.DistributedOptions`: open it on every
+            rank of an initialised torch.distributed group and save on every rank with the
+            same step; one rank writes replicated state and commits once every rank wrote
+            its shards (see :mod:`globalstep.checkpoint.distributed`).
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -372,6 +397,7 @@ class CheckpointManager(Closing):
         save_every: DurationLike | Trigger | None = None,
         async_save: bool = False,
         read_only: bool = False,
+        distributed: Any = False,
     ) -> None:
         if keep_best is not None and not isinstance(keep_best, KeepBest):
             raise ConfigError("keep_best", "must be a KeepBest(metric, k, mode)", keep_best)
@@ -394,6 +420,14 @@ class CheckpointManager(Closing):
             self._trigger = every(save_every)
         self._storage = open_storage(directory)
         self.directory = self._storage.url if hasattr(self._storage, "url") else self._storage.root
+        self._coordinator: Any = None
+        if distributed is not False and not read_only:
+            from globalstep.checkpoint import distributed as _distributed
+
+            options = _distributed.options_from(distributed)
+            if options is not None:
+                self._coordinator = _distributed.Coordinator(options, self._storage)
+        self._participant = self._coordinator is not None and not self._coordinator.is_writer
         self._async = async_save
         self._read_only = read_only
         self._closed = False
@@ -407,7 +441,7 @@ class CheckpointManager(Closing):
         self._index_lines: int | None = None
         self._index = _Index(self._storage, writer=not read_only)
         self._lock: DirectoryLock | None = None
-        if not read_only:
+        if not read_only and not self._participant:
             self._lock = DirectoryLock(self._storage)
             self._lock.acquire()
             try:
@@ -415,6 +449,8 @@ class CheckpointManager(Closing):
             except BaseException:
                 self._lock.release()  # no manager is returned, so nobody else could
                 raise
+        elif self._participant:
+            self._resume_trigger()  # maybe_save must fire where the writer's fires
 
     # ----------------------------------------------------------------- inspection
 
@@ -515,6 +551,7 @@ class CheckpointManager(Closing):
                     created_unix=_number(state.get("created_unix")),
                     size_bytes=int(
                         sum(_number(f.get("size")) for f in files.values() if isinstance(f, dict))
+                        + _sharded_bytes(state)
                     ),
                     metrics=_metrics_from_json(state.get("metrics")),
                     clocks=clocks,
@@ -570,7 +607,10 @@ class CheckpointManager(Closing):
                 "created_unix": document["created_unix"],
                 "metrics": document["metrics"],
                 "clocks": document["clocks"],
-                "files": {ARRAYS_FILE: {"size": arrays[1] if arrays else 0}},
+                "files": {
+                    ARRAYS_FILE: {"size": arrays[1] if arrays else 0},
+                    "sharded": {"size": _sharded_bytes(document)},
+                },
             },
         }
         path = self._storage.join(SUMMARY_INDEX)
@@ -621,7 +661,12 @@ class CheckpointManager(Closing):
 
         def action(number: int) -> None:
             name = step_name(number)
-            read_arrays(self._storage, name, self._load(number), keep=False)
+            state = self._load(number)
+            read_arrays(self._storage, name, state, keep=False)
+            if "sharded" in state:
+                from globalstep.checkpoint.distributed import verify_sharded
+
+                verify_sharded(self._storage, name, state)
 
         self._read(step, action)
 
@@ -784,6 +829,27 @@ class CheckpointManager(Closing):
         self._check_writable()
         self.wait()
         number = _step_of(step)
+        if self._coordinator is None:
+            self._save(number, state, metrics, force, None)
+            return
+        round_ = self._coordinator.begin(number)
+        try:
+            self._save(number, state, metrics, force, round_)
+        except BaseException as err:
+            round_.abort(err)
+            raise
+
+    def _save(
+        self,
+        number: int,
+        state: Any,
+        metrics: Mapping[str, float] | None,
+        force: bool,
+        round_: Any,
+    ) -> None:
+        if self._participant:
+            self._participate(state, round_)
+            return
         name = step_name(number)
         abandoned = [] if self._resumed_from is None else self._abandoned(self._resumed_from)
         if not force and number not in abandoned and self._index.committed(number):
@@ -792,6 +858,17 @@ class CheckpointManager(Closing):
                 self._storage.join(name),
             )
         flat = flatten(state, copy=self._async)
+        if round_ is not None:
+            from globalstep.checkpoint.distributed import prepare
+
+            prepare(round_, flat.sharded, copy=self._async)
+        elif flat.sharded:
+            raise ConfigError(
+                "state",
+                "holds sharded tensors (DTensor, FSDP2's fully_shard); every rank writes its "
+                "shards, so open the CheckpointManager with distributed=True on every rank",
+                _brief_keys(list(flat.sharded)),
+            )
         document = {
             "step": number,
             "created_unix": time.time(),
@@ -809,14 +886,36 @@ class CheckpointManager(Closing):
             document["previous_step"] = self._resumed_from
             self._resumed_from = None
         if not self._async:
-            self._commit(number, flat.arrays, document, force, abandoned)
+            self._commit(number, flat.arrays, document, force, abandoned, round_)
             return
         self._thread = threading.Thread(
             target=self._commit_in_background,
-            args=(number, flat.arrays, document, force, abandoned),
+            args=(number, flat.arrays, document, force, abandoned, round_),
             name=f"globalstep-save-{number}",
         )
         self._thread.start()
+
+    def _participate(self, state: Any, round_: Any) -> None:
+        """A rank other than the writer: writes its shards and waits for the commit."""
+        from globalstep.checkpoint.distributed import prepare
+
+        flat = flatten(state, copy=self._async)
+        prepare(round_, flat.sharded, copy=self._async)
+        if not self._async:
+            round_.participate()
+            return
+        self._thread = threading.Thread(
+            target=self._in_background,
+            args=(round_.participate,),
+            name=f"globalstep-save-{round_.step}",
+        )
+        self._thread.start()
+
+    def _in_background(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as err:  # surfaced by the next save, wait or close
+            self._error = err
 
     def maybe_save(
         self, clock: Clock, state: Any, *, metrics: Mapping[str, float] | None = None
@@ -846,6 +945,23 @@ class CheckpointManager(Closing):
         document: dict[str, Any],
         force: bool,
         abandoned: list[int],
+        round_: Any = None,
+    ) -> None:
+        try:
+            self._commit_once(step, arrays, document, force, abandoned, round_)
+        except BaseException as err:
+            if round_ is not None:
+                round_.abort(err)
+            raise
+
+    def _commit_once(
+        self,
+        step: int,
+        arrays: Any,
+        document: dict[str, Any],
+        force: bool,
+        abandoned: list[int],
+        round_: Any,
     ) -> None:
         # The abandoned timeline goes before the new checkpoint is committed.
         # Oldest first, so that until the last deletion the old timeline's newest is the
@@ -864,11 +980,13 @@ class CheckpointManager(Closing):
             self._index.changed(removed=old)
             self._infos.pop(old, None)
         try:
-            commit(self._storage, step_name(step), arrays, document, force=force)
+            commit(self._storage, step_name(step), arrays, document, force=force, hooks=round_)
         except BaseException:
             self._sweep_due = True  # leftovers of this attempt go at the next save
             self._index.forget(step)
             raise
+        if round_ is not None:
+            round_.committed()
         self._index.changed(added=step)
         self._last_saved = step
         self._record_summary(step, document)
@@ -1036,6 +1154,8 @@ class CheckpointManager(Closing):
         """
         self._check_writable()
         self.wait()
+        if self._participant:
+            return []  # the writer rank prunes
         if policy is not None and not isinstance(policy, KeepPolicy):
             raise ConfigError("policy", "must be a KeepPolicy", policy)
         return self._apply(policy or self.policy, dry_run=dry_run)
@@ -1152,7 +1272,18 @@ class CheckpointManager(Closing):
         if template is not None:
             # Check the fit first, so that a misfit touches nothing in the template.
             unflatten(structure, placeholders(structure), template, partial=partial, apply=False)
-        arrays = read_arrays(self._storage, name, state, into=template_arrays(structure, template))
+        arrays: dict[str, Any] = read_arrays(
+            self._storage, name, state, into=template_arrays(structure, template)
+        )
+        if "sharded" in state:
+            from globalstep.checkpoint.distributed import load_sharded
+
+            targets = template_sharded(structure, template)
+            arrays.update(
+                load_sharded(
+                    self._storage, name, state, targets, rebuild=self._coordinator is not None
+                )
+            )
         return unflatten(structure, arrays, template, partial=partial)
 
     # ----------------------------------------------------------------- lifetime

@@ -44,6 +44,7 @@ __all__ = [
     "SAFETENSORS_CODES",
     "Flattened",
     "RestoreReport",
+    "Sharded",
     "array_nodes",
     "check_key",
     "decode_dtype",
@@ -54,7 +55,9 @@ __all__ = [
     "is_stateful",
     "placeholders",
     "safetensors_code",
+    "sharded_nodes",
     "template_arrays",
+    "template_sharded",
     "unflatten",
 ]
 
@@ -208,6 +211,25 @@ def safetensors_code(dtype: np.dtype[Any]) -> str:
     return "U8"
 
 
+@dataclass(frozen=True)
+class Sharded:
+    """A leaf whose data every rank writes a part of (a torch ``DTensor``), not the writer.
+
+    Adapters return it for sharded values; :func:`flatten` collects it under
+    ``Flattened.sharded`` and stores ``{"sharded": key, "dtype": ..., "shape": ...}`` in the
+    structure, and :mod:`globalstep.checkpoint.distributed` writes and reads the data.
+
+    Attributes:
+        value: the sharded object itself.
+        dtype: the element type's name (``"float32"``, ``"bfloat16"``).
+        shape: the global shape.
+    """
+
+    value: Any
+    dtype: str
+    shape: tuple[int, ...]
+
+
 @dataclass
 class Flattened:
     """A state tree taken apart.
@@ -216,11 +238,13 @@ class Flattened:
         structure: the JSON tree, with array leaves replaced by ``{"array": key, ...}``.
         arrays: flat name -> array, in the order met.
         clocks: every Clock's Progress, as dicts.
+        sharded: flat name -> sharded value (see :class:`Sharded`), in the order met.
     """
 
     structure: Any
     arrays: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
     clocks: list[dict[str, Any]] = field(default_factory=list)
+    sharded: dict[str, Any] = field(default_factory=dict)
 
 
 def flatten(state: Any, *, copy: bool = False) -> Flattened:
@@ -264,6 +288,10 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
         return node
     if obj is None or isinstance(obj, bool | int | str):
         return {"value": obj}
+    if isinstance(obj, Sharded):
+        key = where if path else "_"
+        out.sharded[key] = obj.value
+        return {"sharded": key, "dtype": obj.dtype, "shape": list(obj.shape)}
     if isinstance(obj, float):
         return float_to_json(obj)
     adapter = adapters.find(obj)
@@ -354,7 +382,7 @@ def _same_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
     return a == b or a.newbyteorder("<") == b.newbyteorder("<")
 
 
-_KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful", "adapted")
+_KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful", "adapted", "sharded")
 _KIND_SET = frozenset(_KINDS)
 
 
@@ -373,12 +401,25 @@ def array_nodes(structure: Any) -> dict[str, dict[str, Any]]:
     Raises:
         CorruptCheckpointError: the structure is malformed.
     """
+    return _leaf_nodes(structure, "array")
+
+
+def sharded_nodes(structure: Any) -> dict[str, dict[str, Any]]:
+    """Returns every sharded node (see :class:`Sharded`) of a saved structure by flat name.
+
+    Raises:
+        CorruptCheckpointError: the structure is malformed.
+    """
+    return _leaf_nodes(structure, "sharded")
+
+
+def _leaf_nodes(structure: Any, leaf: str) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
 
     def walk(node: Any, where: str) -> None:
         kind = _kind(node, where)
-        if kind == "array":
-            key = node["array"]
+        if kind == leaf:
+            key = node[leaf]
             if not isinstance(key, str) or key in found:
                 raise CorruptCheckpointError(f"state.json: bad or repeated array key {key!r}")
             found[key] = node
@@ -413,6 +454,33 @@ def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, 
             found[node["array"]] = tmpl
         elif kind == "dict" and _dataclass_fields(tmpl) is not None:
             walk(node, _dataclass_fields(tmpl))
+        elif kind == "dict" and isinstance(tmpl, Mapping):
+            for k, child in node["dict"].items():
+                if k in tmpl:
+                    walk(child, tmpl[k])
+        elif kind in ("list", "tuple") and isinstance(tmpl, list | tuple):
+            for child, sub in zip(node[kind], tmpl, strict=False):
+                walk(child, sub)
+        elif kind == "adapted":
+            adapter = _template_adapter(node, tmpl)
+            if adapter is not None:
+                walk(node["state"], adapter.template(tmpl))
+
+    if template is not None:
+        walk(structure, template)
+    return found
+
+
+def template_sharded(structure: Any, template: Any) -> dict[str, Any]:
+    """Returns the template's sharded values (see :class:`Sharded`) that sit where the saved
+    structure has a sharded node, and None where the template has something else there (a
+    plain tensor's array)."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any, tmpl: Any) -> None:
+        kind = _kind(node, "<template>")
+        if kind == "sharded":
+            found[node["sharded"]] = tmpl.value if isinstance(tmpl, Sharded) else None
         elif kind == "dict" and isinstance(tmpl, Mapping):
             for k, child in node["dict"].items():
                 if k in tmpl:
@@ -482,6 +550,8 @@ class _Builder:
             return float_from_json(node["float"])
         if kind == "array":
             return self._array(node, tmpl, path, has_tmpl)
+        if kind == "sharded":
+            return self._sharded(node, tmpl, path, has_tmpl)
         if kind == "adapted":
             return self._adapted(node, tmpl, path, has_tmpl)
         if kind == "stateful":
@@ -567,6 +637,29 @@ class _Builder:
         if node.get("numpy_scalar"):
             return array[()]
         return array
+
+    def _sharded(self, node: dict[str, Any], tmpl: Any, path: str, has_tmpl: bool) -> Any:
+        """A sharded leaf: its loaded value (the template's own, filled in place, or the
+        whole tensor) is in ``arrays``; the fit is checked from the node alone."""
+        if has_tmpl:
+            if isinstance(tmpl, Sharded):
+                dtype, shape = tmpl.dtype, list(tmpl.shape)
+            elif isinstance(tmpl, np.ndarray):
+                dtype, shape = str(tmpl.dtype), list(tmpl.shape)
+            else:
+                self.report.mismatched.append(
+                    f"{path or '<root>'}: expected {type(tmpl).__name__}, got a sharded tensor"
+                )
+                return tmpl
+            if dtype != node.get("dtype") or shape != node.get("shape"):
+                self.report.mismatched.append(
+                    f"{path or '<root>'}: expected {dtype}{shape}, "
+                    f"got {node.get('dtype')}{node.get('shape')}"
+                )
+            return tmpl
+        if not self.apply:
+            return None
+        return self.arrays[node["sharded"]]
 
     def _dict(self, children: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
         fields = _dataclass_fields(tmpl) if has_tmpl else None

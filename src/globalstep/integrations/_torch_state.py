@@ -10,6 +10,7 @@ into the template's tensor, on the template's device.
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from globalstep.checkpoint import adapters
+from globalstep.checkpoint.tree import Sharded
 from globalstep.errors import ConfigError, CorruptCheckpointError
 
 __all__ = [
@@ -226,8 +228,23 @@ def _shares_memory(t: Any, state: Any) -> bool:
     )
 
 
+def _is_dtensor(obj: Any) -> bool:
+    """True for a ``torch.distributed.tensor.DTensor`` (imported only if already loaded)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(module, "DTensor", None)
+    return dtensor is not None and isinstance(obj, dtensor)
+
+
+def _sharded(obj: Any) -> Sharded:
+    return Sharded(obj, _dtype_name(obj.dtype), tuple(int(d) for d in obj.shape))
+
+
 class TensorAdapter(adapters.Adapter):
-    """``torch.Tensor``: its bits as a NumPy array, restored in place on its own device."""
+    """``torch.Tensor``: its bits as a NumPy array, restored in place on its own device.
+
+    A ``DTensor`` (FSDP2's parameters) is a :class:`~globalstep.checkpoint.tree.Sharded`
+    leaf: each rank writes its own shard (see :mod:`globalstep.checkpoint.distributed`).
+    """
 
     name = "torch.Tensor"
 
@@ -235,19 +252,31 @@ class TensorAdapter(adapters.Adapter):
         return isinstance(obj, torch.Tensor)
 
     def save(self, obj: Any) -> Any:
+        if _is_dtensor(obj):
+            return _sharded(obj)
         return _as_numpy(_plain(obj))
 
     def template(self, obj: Any) -> Any:
+        if _is_dtensor(obj):
+            return _sharded(obj)
         if obj.device.type == "cpu" and not (obj.is_conj() or obj.is_neg()):
             return _as_numpy(_plain(obj))  # a view: the reader fills the tensor itself
         return _as_numpy(torch.empty_like(obj, device="cpu").resolve_conj().resolve_neg())
 
     def apply(self, obj: Any, state: Any) -> None:
+        if state is obj:  # a sharded tensor, filled in place
+            return
+        if isinstance(state, torch.Tensor):
+            with torch.no_grad():
+                obj.copy_(state.reshape(obj.shape))
+            return
         if not _shares_memory(obj, state):
             with torch.no_grad():
                 obj.copy_(_from_numpy(state).reshape(obj.shape))
 
     def rebuild(self, state: Any) -> Any:
+        if isinstance(state, torch.Tensor):  # a sharded tensor, read whole
+            return state
         return _from_numpy(state)
 
 
