@@ -240,9 +240,12 @@ class Ranks:
     """How a :class:`Run` behaves on several ranks (processes of torch.distributed).
 
     Rank ``writer`` alone writes the summaries, shows the progress display, prints the
-    run's messages and saves the checkpoints (the state of data-parallel training is the
-    same on every rank); the other ranks restore from the same directory without taking
-    its lock. Every ``check_every`` calls of :meth:`Run.update` the ranks' steps are
+    run's messages and commits the checkpoints. In an initialised process group every rank
+    takes part in each save through a distributed
+    :class:`~globalstep.checkpoint.CheckpointManager` (the writer writes the replicated
+    state, each rank the shards it holds); before the group exists, or with
+    ``checkpoint_options={"distributed": False}``, the writer alone saves and the others
+    read the same directory without taking its lock. Every ``check_every`` calls of :meth:`Run.update` the ranks' steps are
     compared (:func:`globalstep.distributed.assert_steps_agree`, one small collective);
     with ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
@@ -474,8 +477,20 @@ class Run(Closing):
         self._rollbacks: list[int] = []
         self._last_metrics: dict[str, float] = {}
 
-        # The other ranks read the writer's checkpoints without taking the directory's lock.
-        if not self.is_writer:
+        # On several ranks of an initialised process group the manager saves on every rank
+        # (the writer rank writes the replicated state and commits; sharded tensors are
+        # written by the rank holding them), unless checkpoint_options says otherwise.
+        # Before the group exists (ranks known from torchrun's variables), or with
+        # distributed=False, the writer alone saves and the others only read.
+        grouped = size > 1 and distributed._initialised() is not None
+        self._all_ranks_save = ranks is not None and grouped
+        if ranks is not None and grouped and "distributed" not in checkpoint_kwargs:
+            from globalstep.checkpoint.distributed import DistributedOptions
+
+            checkpoint_kwargs["distributed"] = DistributedOptions(writer_rank=ranks.writer)
+        elif self._all_ranks_save and not checkpoint_kwargs["distributed"]:
+            self._all_ranks_save = False
+        if not self._all_ranks_save and not self.is_writer:
             checkpoint_kwargs["read_only"] = True
         self.checkpoints = CheckpointManager(self.directory / "checkpoints", **checkpoint_kwargs)
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -768,8 +783,10 @@ class Run(Closing):
     def save(self) -> None:
         """Saves a checkpoint at the clock's step, after flushing and fsyncing the logs.
 
-        A step saved already by this run is not saved again. Off the writer rank (see
-        :class:`Ranks`) nothing is written.
+        A step saved already by this run is not saved again. On several ranks (see
+        :class:`Ranks`) every rank calls it at the same step: the writer rank writes the
+        replicated state and commits once every rank wrote its shards (see
+        :mod:`globalstep.checkpoint.distributed`).
 
         Raises:
             CheckpointError: the save failed.
@@ -778,7 +795,7 @@ class Run(Closing):
         step = self.clock.step
         if step == self._saved_step:
             return
-        if not self.is_writer:
+        if not self.is_writer and not self._all_ranks_save:
             self._saved_step = step
             return
         if self._writer is not None:

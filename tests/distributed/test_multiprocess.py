@@ -131,6 +131,13 @@ def test_only_the_writer_rank_saves_checkpoints(run):
         assert manager.steps() == [6, 12]
 
 
+def test_a_run_in_a_process_group_saves_on_every_rank(run):
+    """In a process group the Run's manager is distributed on both ranks (every rank takes
+    part in each save; the writer commits)."""
+    _, ranks = run
+    assert [r["every_rank_saves"] for r in ranks] == [True, True]
+
+
 def test_a_run_on_several_ranks_checks_its_steps(run):
     """The Run's step agreement check was called on every update of both ranks."""
     _, ranks = run

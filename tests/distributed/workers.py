@@ -140,6 +140,7 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
         while not run.done:
             run.update(loss=float(rank + 1) * run.step)
         checks = run.ranks_check.calls if run.ranks_check is not None else None
+        every_rank_saves = run.checkpoints._coordinator is not None
     updates = 0
     try:
         with Run(directory / "skip", progress=False, handle_signals=False) as run:
@@ -149,7 +150,12 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
                 run.update(applied=rank != 1 or updates != 3)  # rank 1 skips update 3
     except StepMismatchError as err:
         skip = {"message": str(err), "ranks": err.ranks, "at": updates}
-    return {"output": stream.getvalue(), "checks": checks, "skip": skip}
+    return {
+        "output": stream.getvalue(),
+        "checks": checks,
+        "skip": skip,
+        "every_rank_saves": every_rank_saves,
+    }
 
 
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
