@@ -352,6 +352,10 @@ class CheckpointManager(Closing):
             ``"30min"``) or a :class:`~globalstep.triggers.Trigger`.
         async_save: write in a background thread; the caller waits only for the copy.
         read_only: inspect and restore without taking the writer's lock.
+        storage_options: keyword arguments for the fsspec file system of a URL
+            ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
+            S3-compatible store (see :class:`~globalstep.checkpoint.storage.FsspecStorage`
+            for listing consistency, retries and the writer's lock there).
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -372,6 +376,7 @@ class CheckpointManager(Closing):
         save_every: DurationLike | Trigger | None = None,
         async_save: bool = False,
         read_only: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if keep_best is not None and not isinstance(keep_best, KeepBest):
             raise ConfigError("keep_best", "must be a KeepBest(metric, k, mode)", keep_best)
@@ -392,7 +397,7 @@ class CheckpointManager(Closing):
             self._trigger = save_every
         else:
             self._trigger = every(save_every)
-        self._storage = open_storage(directory)
+        self._storage = open_storage(directory, storage_options)
         self.directory = self._storage.url if hasattr(self._storage, "url") else self._storage.root
         self._async = async_save
         self._read_only = read_only
