@@ -38,6 +38,7 @@ __all__ = [
     "FsspecStorage",
     "LocalStorage",
     "Storage",
+    "is_remote",
     "is_transient",
     "open_storage",
 ]
@@ -605,6 +606,17 @@ class FsspecStorage(Storage):
 _MAX_BACKOFF_SECONDS = 10.0
 
 
+def is_remote(directory: str) -> bool:
+    """Returns whether ``directory`` is an fsspec URL served by :class:`FsspecStorage`
+    (any ``scheme://`` but ``file://`` and ``local://``, which are local directories).
+
+    Example:
+        >>> is_remote("s3://bucket/run"), is_remote("/tmp/run"), is_remote("file:///tmp/run")
+        (True, False, False)
+    """
+    return "://" in directory and not directory.startswith(("file://", "local://"))
+
+
 def open_storage(
     directory: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
 ) -> Storage:
@@ -626,7 +638,7 @@ def open_storage(
         raise ConfigError("directory", "must be a non-empty path", directory)
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise ConfigError("storage_options", "must be a mapping or None", storage_options)
-    remote = "://" in text and not text.startswith(("file://", "local://"))
+    remote = is_remote(text)
     if storage_options and not remote:
         raise ConfigError(
             "storage_options",
