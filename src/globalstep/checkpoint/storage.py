@@ -594,10 +594,17 @@ class FsspecStorage(Storage):
     def remove_tree(self, path: str) -> None:
         def run() -> None:
             self.invalidate(path)
-            # A FileNotFoundError: an earlier attempt removed it, and its answer was lost.
-            if self.fs.exists(path):
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(path, recursive=True)
+            # Missing, or removed by an earlier attempt whose answer was lost: done.
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(path, recursive=True)
+            self.invalidate(path)
+
+        self.retry(f"removing {path}", run)
+
+    def remove_file(self, path: str) -> None:
+        def run() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
             self.invalidate(path)
 
         self.retry(f"removing {path}", run)
