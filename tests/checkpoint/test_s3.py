@@ -214,3 +214,56 @@ def test_retry_settings_are_checked(kwargs, match):
     """attempts < 1 or a negative backoff raises ConfigError."""
     with pytest.raises(ConfigError, match=match):
         FsspecStorage("memory://globalstep-s3-retry", **kwargs)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_on_s3(s3_place):
+    """After each SIGKILL of a process saving to S3, the newest checkpoint restores exactly."""
+    import json
+    import random
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from ckpt_helpers import state_for_step, subprocess_env
+
+    rng = random.Random(20261201)
+    script = str(Path(__file__).parent / "save_loop.py")
+    options = json.dumps(s3_place.options)
+    newest = []
+    uncommitted_seen = 0
+    for _ in range(4):
+        child = subprocess.Popen(
+            [sys.executable, script, s3_place.url, options],
+            stdout=subprocess.PIPE,
+            env=subprocess_env(),
+        )
+        assert child.stdout.readline() == b"ready\n"  # the dead holder's lock was taken over
+        time.sleep(rng.uniform(0.5, 2.5))
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        with s3_place.manager(read_only=True) as manager:
+            steps = manager.steps()
+            if steps:
+                assert_tree_equal(manager.restore(), state_for_step(steps[-1]))
+                newest.append(steps[-1])
+        names = {p.rsplit("/", 1)[-1] for p in s3_place.fs.ls(s3_place.root, refresh=True)}
+        uncommitted_seen += any(n.startswith("step-") and int(n[5:]) not in steps for n in names)
+    assert len(newest) >= 2
+    assert newest == sorted(newest)
+    print(f"newest steps {newest}; kills that left an uncommitted step: {uncommitted_seen}")
+
+
+def test_a_forced_save_failing_in_its_copy_falls_back_to_the_previous_step(s3_place, s3_faults):
+    """On S3 a forced save failing while copied over the old one leaves the step before."""
+    with s3_place.manager() as manager:
+        manager.save(3, {"v": np.full(2, 3.0)})
+        manager.save(4, {"v": np.zeros(2)})
+        # Only the copy into step-4's own prefix fails (the staged upload goes elsewhere).
+        s3_faults.inject("PUT", "step-000000000004/arrays", status=403, code="AccessDenied")
+        with pytest.raises(CheckpointError, match="saving step-000000000004 failed"):
+            manager.save(4, {"v": np.ones(2)}, force=True)
+        assert manager.steps() == [3]
+        assert manager.restore()["v"].tolist() == [3.0, 3.0]
