@@ -357,7 +357,7 @@ class _SpooledUpload(Writer):
         fs, path = self._storage.fs, self._path
         try:
             if self._disk is None:
-                data = bytes(self._memory)
+                data = self._memory  # no copy: botocore sends a bytearray as it is
                 self._storage.retry(f"writing {path}", lambda: fs.pipe_file(path, data))
             else:
                 self._disk.flush()
