@@ -267,3 +267,21 @@ def test_a_forced_save_failing_in_its_copy_falls_back_to_the_previous_step(s3_pl
             manager.save(4, {"v": np.ones(2)}, force=True)
         assert manager.steps() == [3]
         assert manager.restore()["v"].tolist() == [3.0, 3.0]
+
+
+def test_retries_used_up_raise_an_oserror_naming_the_action():
+    """A transient non-OSError (botocore's) still failing after the attempts is an OSError."""
+
+    class HTTPClientError(Exception):
+        pass
+
+    HTTPClientError.__module__ = "botocore.exceptions"
+    storage = FsspecStorage("memory://globalstep-s3-used-up", attempts=2, backoff_seconds=0)
+
+    def fail():
+        raise HTTPClientError("connection dropped")
+
+    assert is_transient(HTTPClientError())
+    with pytest.raises(OSError, match="reading x failed 2 times, the last with HTTPClientError"):
+        storage.retry("reading x", fail)
+    assert storage.retried == 1

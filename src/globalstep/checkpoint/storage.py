@@ -455,6 +455,18 @@ class FsspecStorage(Storage):
 
     Raises:
         ConfigError: ``attempts`` or ``backoff_seconds`` is out of range.
+
+    Example:
+        >>> storage = FsspecStorage("memory://doc-fsspec", attempts=3)
+        >>> calls = []
+        >>> def flaky():
+        ...     calls.append(1)
+        ...     if len(calls) < 3:
+        ...         raise TimeoutError("the store did not answer")
+        ...     return "done"
+        >>> storage.backoff_seconds = 0.001
+        >>> storage.retry("an example", flaky), len(calls), storage.retried
+        ('done', 3, 2)
     """
 
     def __init__(
