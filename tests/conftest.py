@@ -1,8 +1,18 @@
-"""Fixtures shared by the test packages."""
+"""Fixtures shared by the test packages.
+
+The only conftest.py: test directories have no ``__init__.py``, so a second conftest.py
+would clash with this one as a module named ``conftest`` under ``--doctest-modules``.
+"""
 
 import logging
 
 import pytest
+
+
+@pytest.fixture
+def ckpt_dir(tmp_path):
+    """A fresh checkpoint directory."""
+    return tmp_path / "ckpt"
 
 
 @pytest.fixture(scope="session")
