@@ -285,3 +285,18 @@ def test_retries_used_up_raise_an_oserror_naming_the_action():
     with pytest.raises(OSError, match="reading x failed 2 times, the last with HTTPClientError"):
         storage.retry("reading x", fail)
     assert storage.retried == 1
+
+
+def test_s3_without_s3fs_names_the_extra(monkeypatch):
+    """An s3:// directory without s3fs raises MissingDependencyError naming the s3 extra."""
+    import sys
+
+    import fsspec  # noqa: F401 - loads fsspec.registry
+
+    from globalstep import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # import s3fs now raises ImportError
+    for protocol in ("s3", "s3a"):  # fsspec's cache of file system classes already loaded
+        monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'globalstep\[s3\]'"):
+        CheckpointManager("s3://globalstep-no-s3fs/run")

@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, TypeVar
 
-from globalstep.errors import CheckpointError, ConfigError, LockError
+from globalstep.errors import CheckpointError, ConfigError, LockError, MissingDependencyError
 
 __all__ = [
     "TRANSIENT_ERRNOS",
@@ -455,6 +455,7 @@ class FsspecStorage(Storage):
 
     Raises:
         ConfigError: ``attempts`` or ``backoff_seconds`` is out of range.
+        MissingDependencyError: an ``s3://`` URL without s3fs installed (the ``s3`` extra).
 
     Example:
         >>> storage = FsspecStorage("memory://doc-fsspec", attempts=3)
@@ -487,7 +488,12 @@ class FsspecStorage(Storage):
             or not backoff_seconds >= 0
         ):
             raise ConfigError("backoff_seconds", "must be a number >= 0", backoff_seconds)
-        fs, path = fsspec.core.url_to_fs(root, **dict(storage_options or {}))
+        try:
+            fs, path = fsspec.core.url_to_fs(root, **dict(storage_options or {}))
+        except ImportError as err:
+            if root.startswith(("s3://", "s3a://")):
+                raise MissingDependencyError("s3fs", "s3", f"the S3 directory {root}") from err
+            raise
         super().__init__(path)
         self.fs = fs
         self.url = root
