@@ -325,7 +325,9 @@ def _replace_in_place(
     files are copied over the old ones (server-side on object stores) and the new marker
     is copied last. Between the marker's removal and the new marker neither version is
     committed: a kill there loses this step's checkpoint (the sweep removes what is left)
-    and the previous step's is the newest. A reader never sees a mix of the two.
+    and the previous step's is the newest. A reader that reads across the copy meets
+    files whose checksums do not match the marker it read, and reads again (the manager
+    retries a checkpoint replaced under it); no mix of the two ever restores.
     """
     storage.remove_file(f"{final}/{COMMIT_FILE}")
     progress["unmarked"] = True
