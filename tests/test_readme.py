@@ -31,7 +31,10 @@ def test_checkpoint_and_writer_snippets_run(tmp_path, monkeypatch):
 
     namespace = {"globalstep": globalstep, "clock": globalstep.Clock(steps_per_epoch=1)}
     namespace |= {"weights": np.ones(3), "loss": 0.25}
-    checkpoint, summary = python_blocks()[1], python_blocks()[3]
+    checkpoint = python_blocks()[1]
+    (summary,) = [
+        b for b in python_blocks() if b.startswith('writer = globalstep.SummaryWriter("logs"')
+    ]
     exec(checkpoint.replace("...\n", "clock.tick()\n"), namespace)
     assert namespace["manager"].steps() == [1]
     namespace["lr"] = globalstep.ExponentialDecay(0.1, decay_steps=10, rate=0.5)
@@ -39,6 +42,25 @@ def test_checkpoint_and_writer_snippets_run(tmp_path, monkeypatch):
     namespace["writer"].close()
     namespace["manager"].close()
     assert (tmp_path / "logs").is_dir()
+
+
+def test_s3_snippet_runs_against_a_local_server(s3_server):
+    """The S3 snippet opens a manager and a JSONL writer on the local S3 server."""
+    import globalstep
+
+    (block,) = [b for b in python_blocks() if "s3://bucket/run-1/ckpts" in b]
+    prefix = s3_server.new_url("readme")
+    code = block.replace("s3://bucket/run-1", prefix).replace(
+        '{"endpoint_url": "http://127.0.0.1:9000"}', repr(s3_server.options)
+    )
+    namespace = {"globalstep": globalstep}
+    exec(code, namespace)
+    namespace["manager"].save(1, {"w": np.ones(2)})
+    namespace["writer"].scalar("loss", 0.5, 1)
+    namespace["writer"].close()
+    namespace["manager"].close()
+    assert s3_server.fs.exists(prefix[len("s3://") :] + "/ckpts/step-000000000001/COMMITTED")
+    assert s3_server.fs.exists(prefix[len("s3://") :] + "/logs/metrics.jsonl")
 
 
 # -- the compat table: "you had | you write" ------------------------------------------------

@@ -745,3 +745,29 @@ def test_small_arrays_restored_without_template_are_aligned_and_writable(tmp_pat
     restored["b"][:] = -1.0
     assert restored["a"].tolist() == [0, 1, 2]
     assert restored["c"].tolist() == [1, 1]
+
+
+class _ShardHooks:
+    """Commit hooks writing one shard file, as a rank of a distributed save would."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+    def started(self, staging):
+        pass
+
+    def finishing(self, staging, document):
+        storage = storage_module.open_storage("memory://forced-shards")
+        storage.makedirs(f"{staging}/sharded")
+        storage.write_bytes(f"{staging}/sharded/rank-00000.bin", self.payload)
+
+
+def test_forced_replace_without_rename_carries_the_shards():
+    """On a store without rename a forced replacement copies the sharded/ files too."""
+    storage = storage_module.open_storage("memory://forced-shards")
+    fmt.commit(storage, STEP1, {"w": np.zeros(1)}, {"tree": None}, hooks=_ShardHooks(b"old"))
+    fmt.commit(
+        storage, STEP1, {"w": np.ones(1)}, {"tree": None}, force=True, hooks=_ShardHooks(b"new")
+    )
+    assert storage.read_bytes(storage.join(STEP1, "sharded", "rank-00000.bin")) == b"new"
+    assert fmt.committed_names(storage) == [STEP1]

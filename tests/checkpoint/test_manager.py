@@ -658,18 +658,18 @@ def test_memory_filesystem_failed_marker_leaves_no_checkpoint(monkeypatch):
     from globalstep.checkpoint import storage as storage_module
 
     url = "memory://globalstep-tests/run-d"
-    real_write = storage_module._FsspecWriter.write
+    real_close = storage_module._SpooledUpload.close
 
-    def cut_short(self, data):
-        if b'"state.json"' in bytes(data):  # the marker: half of it lands, then ENOSPC
-            real_write(self, bytes(data)[: len(data) // 2])
-            self._handle.commit()  # published, as an object store's close publishes a part
+    def cut_short(self):
+        data = bytes(self._memory)
+        if b'"state.json"' in data:  # the marker: half of it lands, then ENOSPC
+            self._storage.fs.pipe_file(self._path, data[: len(data) // 2])
             raise OSError(28, "No space left on device")
-        real_write(self, data)
+        real_close(self)
 
     with CheckpointManager(url) as manager:
         manager.save(1, {"v": 1})
-        monkeypatch.setattr(storage_module._FsspecWriter, "write", cut_short)
+        monkeypatch.setattr(storage_module._SpooledUpload, "close", cut_short)
         with pytest.raises(CheckpointError, match="saving step-000000000002 failed"):
             manager.save(2, {"v": 2})
         monkeypatch.undo()

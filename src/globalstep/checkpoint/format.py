@@ -283,7 +283,10 @@ def commit(
         name: the checkpoint directory's name, e.g. ``step-000000000100``.
         arrays: the arrays by flat name.
         document: the rest of state.json; ``files`` and ``format`` are added here.
-        force: replace a committed checkpoint of that name (atomically where rename is).
+        force: replace a committed checkpoint of that name: atomically where rename is;
+            elsewhere the old one stays committed until the new one is written whole, and
+            only the copy of the new files over it leaves the step uncommitted (see
+            ``_replace_in_place``).
         hooks: called when the temporary directory exists and before state.json is
             written (a distributed save: other ranks write their shards there).
 
@@ -300,26 +303,60 @@ def commit(
         )
     with wrap_os_errors(f"saving {name}", final):
         storage.makedirs(storage.root)
-        if storage.atomic_rename:
+        marker = storage.join(name, COMMIT_FILE)
+        # Where rename is not atomic a new name is written in place; a replaced one aside.
+        replacing = not storage.atomic_rename and storage.exists(marker)
+        if storage.atomic_rename or replacing:
             staging = storage.join(f".tmp-{name}-{secrets.token_hex(4)}")
         else:
             staging = final
-            storage.remove_file(storage.join(name, COMMIT_FILE))
+            storage.remove_file(marker)
             storage.remove_tree(final)
         storage.makedirs(staging)
+        progress = {"unmarked": not replacing}
         try:
             if hooks is not None:
                 hooks.started(staging)
             _write_files(storage, staging, arrays, document, hooks)
             if storage.atomic_rename:
                 _publish(storage, staging, final)
+            elif replacing:
+                _replace_in_place(storage, staging, final, progress)
         except BaseException:
-            if not storage.atomic_rename:
+            if progress["unmarked"] and not storage.atomic_rename:
                 # Written in place: a marker cut short by the failure must not stay visible.
-                _quiet_remove(storage, storage.join(name, COMMIT_FILE))
+                _quiet_remove(storage, marker)
             _quiet_remove(storage, staging)
             raise
         storage.fsync_dir(storage.root)
+
+
+def _replace_in_place(
+    storage: Storage, staging: str, final: str, progress: dict[str, bool]
+) -> None:
+    """Replaces a committed checkpoint where rename is not atomic (object stores).
+
+    The new checkpoint is written whole beside the old one first (a failure or a kill until
+    then leaves the old one committed and untouched); then the old marker goes, the new
+    files are copied over the old ones (server-side on object stores) and the new marker
+    is copied last. Between the marker's removal and the new marker neither version is
+    committed: a kill there loses this step's checkpoint (the sweep removes what is left)
+    and the previous step's is the newest. A reader that reads across the copy meets
+    files whose checksums do not match the marker it read, and reads again (the manager
+    retries a checkpoint replaced under it); no mix of the two ever restores.
+    """
+    storage.remove_file(f"{final}/{COMMIT_FILE}")
+    progress["unmarked"] = True
+    # A distributed save's shards (one folder level, ``sharded/``) go with the files.
+    shards = [
+        f"{folder}/{entry}"
+        for folder in storage.listdir(staging)
+        if storage.is_dir(f"{staging}/{folder}")
+        for entry in storage.listdir(f"{staging}/{folder}")
+    ]
+    for file_name in (*shards, ARRAYS_FILE, STATE_FILE, COMMIT_FILE):
+        storage.copy_file(f"{staging}/{file_name}", f"{final}/{file_name}")
+    _quiet_remove(storage, staging)
 
 
 def _write_files(

@@ -377,6 +377,10 @@ class CheckpointManager(Closing):
             rank of an initialised torch.distributed group and save on every rank with the
             same step; one rank writes replicated state and commits once every rank wrote
             its shards (see :mod:`globalstep.checkpoint.distributed`).
+        storage_options: keyword arguments for the fsspec file system of a URL
+            ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
+            S3-compatible store (see :class:`~globalstep.checkpoint.storage.FsspecStorage`
+            for listing consistency, retries and the writer's lock there).
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -398,6 +402,7 @@ class CheckpointManager(Closing):
         async_save: bool = False,
         read_only: bool = False,
         distributed: Any = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if keep_best is not None and not isinstance(keep_best, KeepBest):
             raise ConfigError("keep_best", "must be a KeepBest(metric, k, mode)", keep_best)
@@ -418,7 +423,7 @@ class CheckpointManager(Closing):
             self._trigger = save_every
         else:
             self._trigger = every(save_every)
-        self._storage = open_storage(directory)
+        self._storage = open_storage(directory, storage_options)
         self.directory = self._storage.url if hasattr(self._storage, "url") else self._storage.root
         self._coordinator: Any = None
         if distributed is not False and not read_only:

@@ -20,19 +20,31 @@ import ctypes
 import errno
 import json
 import os
+import random
 import secrets
 import shutil
 import socket
+import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any, TypeVar
 
-from globalstep.errors import CheckpointError, ConfigError, LockError
+from globalstep.errors import CheckpointError, ConfigError, LockError, MissingDependencyError
 
-__all__ = ["DirectoryLock", "FsspecStorage", "LocalStorage", "Storage", "open_storage"]
+__all__ = [
+    "TRANSIENT_ERRNOS",
+    "DirectoryLock",
+    "FsspecStorage",
+    "LocalStorage",
+    "Storage",
+    "is_remote",
+    "is_transient",
+    "open_storage",
+]
 
 LOCK_FILE = ".lock"
+_T = TypeVar("_T")
 
 
 class Writer(ABC):
@@ -129,6 +141,12 @@ class Storage(ABC):
     def remove_file(self, path: str) -> None:
         """Removes one file; a missing file is not an error."""
         self.remove_tree(path)
+
+    def copy_file(self, src: str, dst: str) -> None:
+        """Copies one file over ``dst`` (server-side on object stores)."""
+        data = self.read_bytes(src)
+        self.remove_file(dst)
+        self.write_bytes(dst, data)
 
     def fsync_dir(self, path: str) -> None:  # noqa: B027 - a no-op where there is nothing to sync
         """Makes the entries of directory ``path`` durable, where the storage can."""
@@ -314,104 +332,352 @@ class LocalStorage(Storage):
             os.close(fd)
 
 
-class _FsspecWriter(Writer):
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
+class _SpooledUpload(Writer):
+    """Stages a file (in memory up to ``_SPOOL_BYTES``, in a local temporary file beyond)
+    and uploads it whole at :meth:`close`, so that an upload that fails transiently is
+    sent again from its start; the object never exists half-written."""
+
+    def __init__(self, storage: FsspecStorage, path: str) -> None:
+        self._storage = storage
+        self._path = path
+        self._memory = bytearray()
+        self._disk: IO[bytes] | None = None
 
     def write(self, data: memoryview | bytes) -> None:
-        self._handle.write(data)
+        if self._disk is None and len(self._memory) + len(data) <= _SPOOL_BYTES:
+            self._memory += data
+            return
+        if self._disk is None:
+            self._disk = tempfile.NamedTemporaryFile(prefix="globalstep-upload-")  # noqa: SIM115
+            self._disk.write(self._memory)
+            self._memory = bytearray()
+        self._disk.write(data)
 
     def close(self) -> None:
-        self._handle.close()
+        fs, path = self._storage.fs, self._path
+        try:
+            if self._disk is None:
+                data = self._memory  # no copy: botocore sends a bytearray as it is
+                self._storage.retry(f"writing {path}", lambda: fs.pipe_file(path, data))
+            else:
+                self._disk.flush()
+                name = self._disk.name
+                self._storage.retry(f"writing {path}", lambda: fs.put_file(name, path))
+        finally:
+            self.abort()
+        self._storage.invalidate(path)
 
     def abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self._handle.close()
+        self._memory = bytearray()
+        if self._disk is not None:
+            disk, self._disk = self._disk, None
+            with contextlib.suppress(OSError):
+                disk.close()
+
+
+_SPOOL_BYTES = 64 << 20
+"""The largest file an fsspec upload stages in memory; larger ones go to a temporary file."""
+
+_EREMOTEIO = getattr(errno, "EREMOTEIO", errno.EIO)
+TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.EAGAIN,
+        errno.EBUSY,  # s3fs: 503 SlowDown / ServiceUnavailable
+        _EREMOTEIO,  # s3fs: 500 InternalError
+        errno.ETIMEDOUT,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.ECONNREFUSED,
+        errno.EPIPE,
+        errno.ENETDOWN,
+        errno.ENETUNREACH,
+        errno.EHOSTUNREACH,
+    }
+)
+"""The errnos of an OSError that :meth:`FsspecStorage.retry` takes for a passing failure."""
+
+
+def is_transient(err: BaseException) -> bool:
+    """Returns whether ``err`` is a passing failure of the network or the store, worth
+    trying again: a ``TimeoutError`` or ``ConnectionError``, an ``OSError`` whose errno is
+    in :data:`TRANSIENT_ERRNOS` (s3fs turns S3's 500 and 503 answers into ``EREMOTEIO`` and
+    ``EBUSY``), or botocore's connection and timeout errors that s3fs lets through after
+    its own retries.
+
+    Example:
+        >>> is_transient(TimeoutError()), is_transient(FileNotFoundError("x"))
+        (True, False)
+    """
+    if isinstance(err, TimeoutError | ConnectionError):
+        return True
+    if isinstance(err, OSError):
+        return err.errno in TRANSIENT_ERRNOS
+    for cls in type(err).__mro__:
+        if cls.__module__.startswith(("botocore.", "aiohttp.")) and cls.__name__ in (
+            "HTTPClientError",
+            "ConnectionError",
+            "ClientConnectionError",
+            "ServerTimeoutError",
+        ):
+            return True
+    return False
 
 
 class FsspecStorage(Storage):
-    """Any fsspec file system; rename is not atomic, so the commit marker decides."""
+    """Any fsspec file system (``s3://``, ``gs://``, ``memory://``, ...).
 
-    def __init__(self, root: str) -> None:
+    Rename is not atomic there, so the commit marker alone decides what is committed (see
+    :func:`~globalstep.checkpoint.format.commit`).
+
+    Consistency: fsspec file systems cache listings (s3fs's ``dircache``), and instances
+    are shared within a process, so another process's change may not show. Every
+    listing, existence check, size and read here drops the cached entries of its path
+    first and asks the store; S3 itself has been strongly consistent for reads and
+    listings after writes since December 2020.
+
+    Retries: each operation that can be repeated whole (a listing, a check, reading a
+    whole file, removing, and uploading a whole file, which :meth:`open_writer` stages
+    for that purpose) is tried up to ``attempts`` times when it fails with a transient
+    error (:func:`is_transient`: timeouts, dropped connections, S3's 500 and 503), with
+    exponential backoff: ``backoff_seconds`` after the first failure, doubling each time
+    up to 10 s, each wait drawn uniformly between half and all of it. Other errors (no
+    permission, missing object) are raised at once. These retries come on top of
+    botocore's and s3fs's own, which repeat single requests. A streamed read
+    (:meth:`open_reader`) is retried only by those.
+
+    Args:
+        root: the URL, e.g. ``s3://bucket/runs/a``.
+        storage_options: keyword arguments for the fsspec file system, e.g. for s3fs
+            ``{"endpoint_url": "http://127.0.0.1:9000", "key": ..., "secret": ...}``
+            (s3fs also reads ``AWS_ENDPOINT_URL`` and the usual AWS variables).
+        attempts: how often a transient failure is tried in all (>= 1).
+        backoff_seconds: the wait after the first failure, in seconds (>= 0).
+
+    Raises:
+        ConfigError: ``attempts`` or ``backoff_seconds`` is out of range.
+        MissingDependencyError: an ``s3://`` URL without s3fs installed (the ``s3`` extra).
+
+    Example:
+        >>> storage = FsspecStorage("memory://doc-fsspec", attempts=3)
+        >>> calls = []
+        >>> def flaky():
+        ...     calls.append(1)
+        ...     if len(calls) < 3:
+        ...         raise TimeoutError("the store did not answer")
+        ...     return "done"
+        >>> storage.backoff_seconds = 0.001
+        >>> storage.retry("an example", flaky), len(calls), storage.retried
+        ('done', 3, 2)
+    """
+
+    def __init__(
+        self,
+        root: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        attempts: int = 5,
+        backoff_seconds: float = 0.2,
+    ) -> None:
         import fsspec
 
-        fs, path = fsspec.core.url_to_fs(root)
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigError("attempts", "must be an int >= 1", attempts)
+        if (
+            isinstance(backoff_seconds, bool)
+            or not isinstance(backoff_seconds, int | float)
+            or not backoff_seconds >= 0
+        ):
+            raise ConfigError("backoff_seconds", "must be a number >= 0", backoff_seconds)
+        try:
+            fs, path = fsspec.core.url_to_fs(root, **dict(storage_options or {}))
+        except ImportError as err:
+            if root.startswith(("s3://", "s3a://")):
+                raise MissingDependencyError("s3fs", "s3", f"the S3 directory {root}") from err
+            raise
         super().__init__(path)
         self.fs = fs
         self.url = root
+        self.attempts = attempts
+        self.backoff_seconds = float(backoff_seconds)
+        self.retried = 0
+        """How many transient failures were tried again (for tests and diagnostics)."""
+
+    def retry(self, action: str, operation: Callable[[], _T]) -> _T:
+        """Runs ``operation``, trying again after a transient failure (see the class
+        docstring); the last failure is raised as an ``OSError`` that names ``action``."""
+        delay = self.backoff_seconds
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return operation()
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                if attempt == self.attempts:
+                    if isinstance(err, OSError):
+                        raise
+                    raise OSError(
+                        errno.EIO, f"{action} failed {attempt} times, the last with {err!r}"
+                    ) from err
+            self.retried += 1
+            time.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, _MAX_BACKOFF_SECONDS)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def invalidate(self, path: str) -> None:
+        """Drops what the file system has cached of ``path`` and its parents."""
+        self.fs.invalidate_cache(path)
+
+    def _fresh(self, action: str, path: str, operation: Callable[[], _T]) -> _T:
+        def run() -> _T:
+            self.invalidate(path)
+            return operation()
+
+        return self.retry(f"{action} {path}", run)
 
     def makedirs(self, path: str) -> None:
-        self.fs.makedirs(path, exist_ok=True)
+        self.retry(f"creating {path}", lambda: self.fs.makedirs(path, exist_ok=True))
 
     def listdir(self, path: str) -> list[str]:
-        try:
-            entries = self.fs.ls(path, detail=False)
-        except FileNotFoundError:
-            return []
-        return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
+        def run() -> list[str]:
+            try:
+                entries = self.fs.ls(path, detail=False)
+            except FileNotFoundError:
+                return []
+            return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
+
+        return self._fresh("listing", path, run)
 
     def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(path))
+        return self._fresh("looking for", path, lambda: bool(self.fs.exists(path)))
 
     def size(self, path: str) -> int:
-        return int(self.fs.size(path))
+        return self._fresh("sizing", path, lambda: int(self.fs.size(path)))
 
     def is_dir(self, path: str) -> bool:
-        return bool(self.fs.isdir(path))
+        return self._fresh("looking at", path, lambda: bool(self.fs.isdir(path)))
+
+    def read_bytes(self, path: str) -> bytes:
+        return self._fresh("reading", path, lambda: bytes(self.fs.cat_file(path)))
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Creates ``path`` holding ``data`` unless it exists; returns False where it did.
 
-        Atomic where the file system supports exclusive creation (mode ``"xb"``: local
-        files, ``memory://``); elsewhere a check followed by a write, which two writers
-        starting within the same moment can both pass.
+        Atomic where the file system supports exclusive creation (mode ``"xb"``): local
+        files, ``memory://``, and S3 through s3fs, which sends a conditional PutObject
+        (``If-None-Match: *``) that the store refuses when the object exists. A store that
+        ignores that header (and a file system without ``"xb"``) gets a check followed by
+        a write, which two writers starting within the same moment can both pass. A
+        retried attempt that finds the object holding ``data`` (its own earlier attempt
+        succeeded unseen) counts as created.
         """
-        try:
-            handle = self.fs.open(path, "xb")
-        except FileExistsError:
-            return False
-        except (ValueError, NotImplementedError, TypeError):
-            if self.fs.exists(path):
+
+        def run() -> bool:
+            self.invalidate(path)
+            try:
+                with self.fs.open(path, "xb") as handle:
+                    handle.write(data)
+            except FileExistsError:
                 return False
-            self.write_bytes(path, data)
+            except (ValueError, NotImplementedError, TypeError):
+                if self.fs.exists(path):
+                    return False
+                with self.fs.open(path, "wb") as handle:
+                    handle.write(data)
             return True
-        with handle:
-            handle.write(data)
-        return True
+
+        before = self.retried
+        if self.retry(f"creating {path}", run):
+            return True
+        if self.retried > before:
+            with contextlib.suppress(FileNotFoundError):
+                return self.read_bytes(path) == data
+        return False
 
     def open_writer(self, path: str) -> Writer:
-        return _FsspecWriter(self.fs.open(path, "wb"))
+        return _SpooledUpload(self, path)
 
     def open_reader(self, path: str) -> IO[bytes]:
-        handle: IO[bytes] = self.fs.open(path, "rb")
+        handle: IO[bytes] = self._fresh("opening", path, lambda: self.fs.open(path, "rb"))
         return handle
 
+    def copy_file(self, src: str, dst: str) -> None:
+        self.retry(f"copying {src} to {dst}", lambda: self.fs.copy(src, dst))
+        self.invalidate(dst)
+
     def rename(self, src: str, dst: str) -> None:
-        self.fs.mv(src, dst, recursive=True)
+        self.retry(f"moving {src}", lambda: self.fs.mv(src, dst, recursive=True))
+        self.invalidate(src)
+        self.invalidate(dst)
 
     def remove_tree(self, path: str) -> None:
-        if self.fs.exists(path):
-            self.fs.rm(path, recursive=True)
+        def run() -> None:
+            self.invalidate(path)
+            # Missing, or removed by an earlier attempt whose answer was lost: done.
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(path, recursive=True)
+            self.invalidate(path)
+
+        self.retry(f"removing {path}", run)
+
+    def remove_file(self, path: str) -> None:
+        def run() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
+            self.invalidate(path)
+
+        self.retry(f"removing {path}", run)
 
 
-def open_storage(directory: str | os.PathLike[str]) -> Storage:
+_MAX_BACKOFF_SECONDS = 10.0
+
+
+def is_remote(directory: str) -> bool:
+    """Returns whether ``directory`` is an fsspec URL served by :class:`FsspecStorage`
+    (any ``scheme://`` but ``file://`` and ``local://``, which are local directories).
+
+    Example:
+        >>> is_remote("s3://bucket/run"), is_remote("/tmp/run"), is_remote("file:///tmp/run")
+        (True, False, False)
+    """
+    return "://" in directory and not directory.startswith(("file://", "local://"))
+
+
+def open_storage(
+    directory: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> Storage:
     """Returns the storage for a local path or an fsspec URL (``memory://``, ``s3://``, ...).
 
+    Args:
+        directory: a local path or an fsspec URL.
+        storage_options: keyword arguments for the fsspec file system of a URL (for s3fs:
+            ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``, ...).
+
     Raises:
-        ConfigError: ``directory`` is not a path or URL string.
+        ConfigError: ``directory`` is not a path or URL string, or ``storage_options`` is
+            not a mapping or is given for a local directory.
     """
     if not isinstance(directory, str | os.PathLike):
         raise ConfigError("directory", "must be a path or an fsspec URL", directory)
     text = os.fspath(directory)
     if not text:
         raise ConfigError("directory", "must be a non-empty path", directory)
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise ConfigError("storage_options", "must be a mapping or None", storage_options)
+    remote = is_remote(text)
+    if storage_options and not remote:
+        raise ConfigError(
+            "storage_options",
+            "applies to fsspec URLs (s3://...) only",
+            storage_options,
+            hint=f"{text!r} is a local directory; drop storage_options",
+        )
     for scheme in ("file://", "local://"):
         if text.startswith(scheme):
             # fsspec's local file system is this one: the local storage's flock and
             # atomic rename serve it better than fsspec's copy of the file operations.
             return LocalStorage(os.path.abspath(text[len(scheme) :]))
-    if "://" in text:
-        return FsspecStorage(text)
+    if remote:
+        return FsspecStorage(text, storage_options)
     return LocalStorage(os.path.abspath(text))
 
 
@@ -437,12 +703,19 @@ class DirectoryLock:
     Locally (paths, ``file://`` and ``local://`` URLs) an ``flock`` on ``<dir>/.lock`` is
     held while the writer lives, so the kernel frees it when the holder dies (a stale lock
     is then taken over). On fsspec storage the lock file alone decides: it is created
-    exclusively where the store can (``memory://``, and any store whose ``open(path,
-    "xb")`` is atomic), so exactly one of two writers starting together gets it; on stores
-    without exclusive creation two writers starting within the same moment can both pass
-    the check, and only the lock file's content (read back after writing) tells the later
-    one. A lock held by a dead process of this host is taken over. Each writer releases
-    only a lock file that still names it.
+    exclusively (:meth:`FsspecStorage.create_exclusive`), so exactly one of any number of
+    writers starting together gets it where the store honours exclusive creation: local
+    files, ``memory://``, and S3 (AWS since August 2024, MinIO, moto's server), where s3fs
+    sends a conditional PutObject with ``If-None-Match: *``. On a store that ignores that
+    header two writers starting within the same moment can both pass the check; the lock
+    file's content, read back after writing, then tells every writer that wrote before
+    the other's write landed, but not one whose read came first. A lock held by a dead
+    process of this host is taken over by removing it and creating it again; that
+    take-over is not atomic (two writers taking over the same stale lock at the same
+    moment can both succeed). A lock left on an object store by a process of another
+    host, or by a killed container, is not stale to this host: remove ``<dir>/.lock`` by
+    hand once that writer is gone. Each writer releases only a lock file that still
+    names it.
 
     Attributes:
         took_over: the holder of a stale lock this lock replaced, or None.

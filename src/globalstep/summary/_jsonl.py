@@ -10,12 +10,19 @@ It needs nothing beyond the standard library. The lines are::
 A ``restart`` line voids every point written before it at that step or above (the
 crashed attempt's), like TensorBoard's session START event. Non-finite values are written
 as ``NaN``, ``Infinity`` and ``-Infinity``, which Python's ``json`` reads back.
+
+On an fsspec URL (``s3://bucket/run``) the file is an object, and object stores cannot
+append: the whole file is kept in memory and uploaded again at each flush that has new
+lines (with :class:`~globalstep.checkpoint.storage.FsspecStorage`'s retries), so a flush
+costs the size of the file so far. That suits metric logs of a few MiB; for longer runs
+raise ``flush_seconds``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, Item, histogram_buckets
@@ -32,13 +39,51 @@ def _nonfinite(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-class JsonlBackend:
-    """Appends items to ``<directory>/metrics.jsonl``."""
+class _ObjectLog:
+    """``metrics.jsonl`` on an object store: kept in memory, uploaded whole at a flush."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, storage_options: Mapping[str, Any] | None) -> None:
+        from globalstep.checkpoint.storage import FsspecStorage
+
+        self._storage = FsspecStorage(directory, storage_options)
+        self.path = self._storage.join(JSONL_NAME)
+        try:
+            existing = self._storage.read_bytes(self.path)
+        except FileNotFoundError:
+            existing = b""
+        self._data = bytearray(existing)
+        self._dirty = False
+        if existing and not existing.endswith(b"\n"):
+            self.write(b"\n")  # a crashed writer's half line: start ours on a fresh one
+
+    def write(self, data: bytes) -> None:
+        self._data += data
+        self._dirty = True
+
+    def flush(self) -> None:
+        if self._dirty:
+            self._storage.write_bytes(self.path, bytes(self._data))
+            self._dirty = False
+
+    def close(self) -> None:
+        self.flush()
+
+
+class JsonlBackend:
+    """Appends items to ``<directory>/metrics.jsonl``, a local path or an fsspec URL."""
+
+    def __init__(self, directory: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        from globalstep.checkpoint.storage import is_remote
+
+        self._tags: dict[str, str] = {}
+        if is_remote(directory):
+            self._remote: _ObjectLog | None = _ObjectLog(directory, storage_options)
+            self.path = self._remote.path
+            self._file: Any = self._remote
+            return
+        self._remote = None
         self.path = os.path.join(directory, JSONL_NAME)
         self._file = open(self.path, "a+b")  # noqa: SIM115 - closed in close()
-        self._tags: dict[str, str] = {}
         # A crashed writer may have left half a line: start ours on a fresh one.
         if self._file.tell() > 0:
             self._file.seek(-1, os.SEEK_END)
@@ -82,7 +127,8 @@ class JsonlBackend:
 
     def sync(self) -> None:
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if self._remote is None:  # an uploaded object is durable once the upload returns
+            os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

@@ -20,9 +20,11 @@ Example:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,13 @@ __all__ = ["Point", "RunLog", "find_runs", "last_standing_step", "read_logs", "r
 
 # The writer's own lines start with one of these; they are all the restart check reads.
 _STEP_OR_RESTART = re.compile(rb'^\{"(step|restart)": (\d+)', re.MULTILINE)
+
+
+def _is_remote(directory: str) -> bool:
+    """Whether ``directory`` is an fsspec URL (see the checkpoint storage's)."""
+    from globalstep.checkpoint.storage import is_remote as remote
+
+    return remote(directory)
 
 
 @dataclass(frozen=True)
@@ -110,15 +119,30 @@ def find_runs(logdir: str | os.PathLike[str]) -> list[str]:
 
 
 def _read_jsonl(path: str, run: RunLog) -> None:
+    with open(path, "rb") as file:
+        _read_jsonl_lines(file, run)
+
+
+def _read_jsonl_lines(lines: Iterable[bytes], run: RunLog) -> None:
     # Bytes, decoded line by line: a crashed writer's last line may end inside a UTF-8
     # character, and is then one skipped line (UnicodeDecodeError is a ValueError).
-    with open(path, "rb") as file:
-        for line in file:
-            try:
-                record = json.loads(line)
-                _add_record(run, record)
-            except (KeyError, TypeError, ValueError):
-                run.skipped_lines += line.strip() != b""
+    for line in lines:
+        try:
+            record = json.loads(line)
+            _add_record(run, record)
+        except (KeyError, TypeError, ValueError):
+            run.skipped_lines += line.strip() != b""
+
+
+def _remote_jsonl(url: str, storage_options: Mapping[str, Any] | None) -> bytes | None:
+    """Returns the bytes of ``<url>/metrics.jsonl``, or None where there is none."""
+    from globalstep.checkpoint.storage import FsspecStorage
+
+    storage = FsspecStorage(url, storage_options)
+    try:
+        return storage.read_bytes(storage.join(JSONL_NAME))
+    except FileNotFoundError:
+        return None
 
 
 def _add_record(run: RunLog, record: dict[str, Any]) -> None:
@@ -188,15 +212,33 @@ def _add_value(run: RunLog, value: Any, step: int, wall_time: float) -> None:
                 run._add(run.scalars, value.tag, Point(step, wall_time, float(number)))
 
 
-def read_run(directory: str | os.PathLike[str], name: str = ".") -> RunLog:
+def read_run(
+    directory: str | os.PathLike[str],
+    name: str = ".",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> RunLog:
     """Reads one run directory, preferring its JSONL file to its event files.
 
+    Args:
+        directory: a local directory, or an fsspec URL (``s3://bucket/run``) holding
+            ``metrics.jsonl`` (event files are read from local directories only).
+        name: the run's name in the result.
+        storage_options: keyword arguments for the fsspec file system of a URL.
+
     Raises:
-        ConfigError: ``directory`` is not a directory.
+        ConfigError: ``directory`` is not a directory, or a URL without ``metrics.jsonl``.
         MissingDependencyError: only event files are there and the ``tensorboard`` extra is
             not installed.
     """
     path = os.fspath(directory)
+    if _is_remote(path):
+        data = _remote_jsonl(path, storage_options)
+        if data is None:
+            raise ConfigError("directory", f"must hold {JSONL_NAME} (a URL)", path)
+        run = RunLog(name=name, source="jsonl")
+        _read_jsonl_lines(io.BytesIO(data), run)
+        return run
     if not os.path.isdir(path):
         raise ConfigError("directory", "must be an existing directory", path)
     jsonl = os.path.join(path, JSONL_NAME)
@@ -210,7 +252,9 @@ def read_run(directory: str | os.PathLike[str], name: str = ".") -> RunLog:
     return run
 
 
-def last_standing_step(directory: str | os.PathLike[str]) -> int | None:
+def last_standing_step(
+    directory: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None
+) -> int | None:
     """Returns the highest step that stands after restarts in any of the run's formats.
 
     The JSONL file and the event files are each read (a crash between writing one and the
@@ -222,8 +266,14 @@ def last_standing_step(directory: str | os.PathLike[str]) -> int | None:
         ConfigError: ``directory`` is not a directory.
         MissingDependencyError: only event files are there and the ``tensorboard`` extra is
             not installed (with a JSONL file beside them, the event files are skipped).
+
+    On an fsspec URL only ``metrics.jsonl`` is read (``storage_options`` as for
+    :func:`read_run`); a URL without it has no point.
     """
     path = os.fspath(directory)
+    if _is_remote(path):
+        data = _remote_jsonl(path, storage_options)
+        return None if data is None else _jsonl_bytes_last_step(data)
     if not os.path.isdir(path):
         raise ConfigError("directory", "must be an existing directory", path)
     jsonl = os.path.join(path, JSONL_NAME)
@@ -250,7 +300,10 @@ def last_standing_step(directory: str | os.PathLike[str]) -> int | None:
 
 def _jsonl_last_step(jsonl: str) -> int | None:
     with open(jsonl, "rb") as file:
-        data = file.read()
+        return _jsonl_bytes_last_step(file.read())
+
+
+def _jsonl_bytes_last_step(data: bytes) -> int | None:
     # Walk the segments between restart marks from the last one back: a mark at P voids
     # the earlier points at P and above, so each earlier segment counts only below a cap.
     segments: list[list[int]] = [[]]

@@ -232,7 +232,7 @@ class SummaryWriter(Closing):
     """Writes step-keyed scalars, histograms and texts, off the training thread.
 
     Args:
-        logdir: the run's directory, created if missing.
+        logdir: the run's directory, created if missing, or an fsspec URL.
         clock: the clock whose step each call uses when it gives none.
         formats: any of ``"tensorboard"`` (event files, needs the ``tensorboard`` extra)
             and ``"jsonl"`` (``metrics.jsonl``, core install).
@@ -248,6 +248,9 @@ class SummaryWriter(Closing):
             is not advancing. What counts is the first tag written at that step coming
             again (a loop that does not advance the step), so many distinct tags at one
             step (per-layer statistics) never warn.
+        storage_options: keyword arguments for the fsspec file system when ``logdir`` is a
+            URL such as ``s3://bucket/run`` (JSONL only there: ``formats=("jsonl",)``;
+            each flush uploads the whole file, see ``globalstep.summary._jsonl``).
 
     Raises:
         ConfigError: a parameter breaks its rule, or ``logdir`` cannot be created (the
@@ -271,6 +274,7 @@ class SummaryWriter(Closing):
         on_nonfinite: NonFiniteHandler | None = None,
         flush_seconds: float = 2.0,
         stale_threshold: int = DEFAULT_STALE_THRESHOLD,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigError("clock", "must be a globalstep Clock or None", clock)
@@ -292,8 +296,24 @@ class SummaryWriter(Closing):
         if not isinstance(logdir, str | os.PathLike):
             raise ConfigError("logdir", "must be a path", logdir)
         self.logdir = os.fspath(logdir)
+        from globalstep.checkpoint.storage import is_remote
+
+        self._remote = is_remote(self.logdir)
+        if storage_options is not None and not self._remote:
+            raise ConfigError(
+                "storage_options", "applies to fsspec URL logdirs (s3://...) only", storage_options
+            )
+        if self._remote and formats != ("jsonl",):
+            raise ConfigError(
+                "formats",
+                "must be ('jsonl',) for an fsspec URL logdir (event files are written to "
+                "local directories only)",
+                formats,
+            )
+        self._storage_options = storage_options
         try:
-            os.makedirs(self.logdir, exist_ok=True)
+            if not self._remote:
+                os.makedirs(self.logdir, exist_ok=True)
         except OSError as err:
             raise ConfigError(
                 "logdir", "must be a directory that can be created", self.logdir, hint=str(err)
@@ -366,7 +386,7 @@ class SummaryWriter(Closing):
                 else:
                     from globalstep.summary._jsonl import JsonlBackend
 
-                    backends.append(JsonlBackend(self.logdir))
+                    backends.append(JsonlBackend(self.logdir, self._storage_options))
             wall_time = time.time()
             for backend in backends:
                 if purge_step is not None:
@@ -389,7 +409,7 @@ class SummaryWriter(Closing):
         from globalstep.summary.reader import last_standing_step
 
         try:
-            return last_standing_step(self.logdir)
+            return last_standing_step(self.logdir, storage_options=self._storage_options)
         except MissingDependencyError:
             return None
 
@@ -767,7 +787,7 @@ class SummaryWriter(Closing):
 
     def _sync_directory(self) -> None:
         """Makes the new files' names durable (once: later syncs only grow the files)."""
-        if hasattr(os, "O_DIRECTORY"):
+        if hasattr(os, "O_DIRECTORY") and not self._remote:
             fd = os.open(self.logdir, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(fd)
