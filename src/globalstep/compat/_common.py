@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from globalstep.clock import MAX_STEP
+from globalstep.compat._cosf import TOLERANCE, cosf_float64, cosf_vectorised
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
@@ -151,6 +152,38 @@ def numpy_is_libm(ufunc: np.ufunc, dtype: Any, libm: np.ufunc) -> bool:
     return _NUMPY_IS_LIBM[key]
 
 
+_GLIBC_COSF: dict[np.ufunc, bool] = {}
+
+
+def libm_is_glibc_cosf(cosf: np.ufunc) -> bool:
+    """Whether the C library's ``cosf`` is glibc's algorithm, which
+    :func:`globalstep.compat._cosf.cosf_vectorised` reproduces bit for bit on whole arrays:
+    checked once per process on the probe's arguments and on every float32 exponent (each
+    must round as glibc's does, a few near a rounding boundary aside, which the vectorised
+    form hands to ``cosf`` itself)."""
+    if cosf not in _GLIBC_COSF:
+        rng = np.random.default_rng(20261201)
+        wide_bits = rng.integers(0, 2**31, 4096, dtype=np.int64).astype(np.uint32)
+        args = np.concatenate(
+            [
+                _probe(np.cos, np.dtype(np.float32))[0],
+                wide_bits.view(np.float32),
+                (wide_bits[:512] | np.uint32(0x80000000)).view(np.float32),
+                np.array(
+                    [0.0, -0.0, 2**-12, 0.75, -0.75, 120.0, -120.0, math.pi, 1e30], np.float32
+                ),
+            ]
+        )
+        finite = args[np.isfinite(args)]
+        with np.errstate(all="ignore"):
+            theirs = np.asarray(cosf(finite), dtype=np.float32)
+            wide, _ = cosf_float64(finite)
+            sure = (wide - TOLERANCE).astype(np.float32) == (wide + TOLERANCE).astype(np.float32)
+        same = wide.astype(np.float32).view(np.uint32) == theirs.view(np.uint32)
+        _GLIBC_COSF[cosf] = bool(same[sure].all()) and int(sure.sum()) > finite.size // 2
+    return _GLIBC_COSF[cosf]
+
+
 def _numpy_call(fn: np.ufunc, args: list[Any]) -> Any:
     """``fn(*args)`` in NumPy's loop that calls the C library. For power the exponent is
     made a real array first: with a scalar (or broadcast) exponent of 0.5, 2 or -1 NumPy
@@ -209,6 +242,8 @@ class F32Ops:
         if fn in self._libm32:
             narrow = [np.asarray(a, dtype=np.float32) for a in args]
             libm = self._libm32[fn]
+            if fn is np.cos and libm_is_glibc_cosf(libm):
+                return self.flush(cosf_vectorised(narrow[0], libm))
             if numpy_is_libm(fn, np.float32, libm):
                 return self.flush(_numpy_call(fn, narrow))
             return self.flush(np.asarray(libm(*narrow), dtype=np.float32))

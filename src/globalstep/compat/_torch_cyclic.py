@@ -24,6 +24,8 @@ from globalstep.compat._torch_base import (
     check_rate,
     check_real,
     check_scalar,
+    libm64,
+    plain,
 )
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import Values
@@ -280,6 +282,31 @@ class OneCycleLR(TorchSchedule):
         pct, phase = self._locate(k)
         result: float = self._anneal(phase[1], phase[2], pct)
         return result
+
+    def _closed_array(self, ks: Any) -> Any:
+        phases = self._phases
+        if int(ks.max()) > self._total or not plain(*(v for p in phases for v in p)):
+            return None
+        out = np.empty(ks.shape, dtype=np.float64)
+        remaining = np.ones(ks.shape, dtype=bool)
+        start = 0.0
+        last = len(phases) - 1
+        with np.errstate(all="ignore"):
+            for i, (end, rate_start, rate_end, _, _) in enumerate(phases):
+                here = remaining & (ks <= end) if i < last else remaining
+                if here.any():
+                    span = end - start
+                    if span == 0:  # torch divides by zero there
+                        return None
+                    pct = (ks[here].astype(np.float64) - start) / span
+                    if self._anneal is _cos_anneal:
+                        half = (rate_start - rate_end) / 2.0
+                        out[here] = rate_end + half * (libm64(np.cos, math.pi * pct) + 1)
+                    else:
+                        out[here] = (rate_end - rate_start) * pct + rate_start
+                remaining &= ~here
+                start = end
+        return out
 
     def _momentum(self, k: int) -> float | None:
         if not self.cycle_momentum:
