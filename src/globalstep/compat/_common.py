@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from globalstep.clock import MAX_STEP
-from globalstep.compat._cosf import TOLERANCE, cosf_float64, cosf_vectorised
+from globalstep.compat._libm32 import cosf_float64, logf_float64, sure, vectorised
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
@@ -152,36 +152,44 @@ def numpy_is_libm(ufunc: np.ufunc, dtype: Any, libm: np.ufunc) -> bool:
     return _NUMPY_IS_LIBM[key]
 
 
-_GLIBC_COSF: dict[np.ufunc, bool] = {}
+_GLIBC: dict[tuple[str, np.ufunc], bool] = {}
+_VECTORISED: dict[np.ufunc, str] = {np.cos: "cosf", np.log: "logf"}
+_MIN_VECTORISED = 64  # fewer elements: the C library element by element is faster
 
 
-def libm_is_glibc_cosf(cosf: np.ufunc) -> bool:
-    """Whether the C library's ``cosf`` is glibc's algorithm, which
-    :func:`globalstep.compat._cosf.cosf_vectorised` reproduces bit for bit on whole arrays:
-    checked once per process on the probe's arguments and on every float32 exponent (each
-    must round as glibc's does, a few near a rounding boundary aside, which the vectorised
-    form hands to ``cosf`` itself)."""
-    if cosf not in _GLIBC_COSF:
+def libm_is_glibc(name: str, libm: np.ufunc) -> bool:
+    """Whether the C library's ``cosf`` or ``logf`` (``name``) is glibc's algorithm, which
+    :func:`globalstep.compat._libm32.vectorised` reproduces bit for bit on whole arrays:
+    checked once per process on the probe's arguments and on thousands of float32 bit
+    patterns of every exponent (each must round as glibc's does, the few near a rounding
+    boundary aside, which the vectorised form hands to the C library itself)."""
+    key = (name, libm)
+    if key not in _GLIBC:
         rng = np.random.default_rng(20261201)
         wide_bits = rng.integers(0, 2**31, 4096, dtype=np.int64).astype(np.uint32)
+        ufunc = np.cos if name == "cosf" else np.log
         args = np.concatenate(
             [
-                _probe(np.cos, np.dtype(np.float32))[0],
+                _probe(ufunc, np.dtype(np.float32))[0],
                 wide_bits.view(np.float32),
                 (wide_bits[:512] | np.uint32(0x80000000)).view(np.float32),
                 np.array(
-                    [0.0, -0.0, 2**-12, 0.75, -0.75, 120.0, -120.0, math.pi, 1e30], np.float32
+                    [0.0, -0.0, 2**-12, 0.75, -0.75, 120.0, -120.0, 1.0, math.pi, 1e30, 2.0],
+                    np.float32,
                 ),
             ]
         )
-        finite = args[np.isfinite(args)]
+        kernel, relative, absolute = (
+            (cosf_float64, 0.0, 2.0**-46) if name == "cosf" else (logf_float64, 2.0**-40, 2.0**-66)
+        )
         with np.errstate(all="ignore"):
-            theirs = np.asarray(cosf(finite), dtype=np.float32)
-            wide, _ = cosf_float64(finite)
-            sure = (wide - TOLERANCE).astype(np.float32) == (wide + TOLERANCE).astype(np.float32)
-        same = wide.astype(np.float32).view(np.uint32) == theirs.view(np.uint32)
-        _GLIBC_COSF[cosf] = bool(same[sure].all()) and int(sure.sum()) > finite.size // 2
-    return _GLIBC_COSF[cosf]
+            theirs = np.asarray(libm(args), dtype=np.float32)
+            wide, special = kernel(args)
+            rounded, certain = sure(wide, relative, absolute)
+        check = certain & ~special
+        same = rounded.view(np.uint32) == theirs.view(np.uint32)
+        _GLIBC[key] = bool(same[check].all()) and int(check.sum()) > args.size // 3
+    return _GLIBC[key]
 
 
 def _numpy_call(fn: np.ufunc, args: list[Any]) -> Any:
@@ -242,8 +250,9 @@ class F32Ops:
         if fn in self._libm32:
             narrow = [np.asarray(a, dtype=np.float32) for a in args]
             libm = self._libm32[fn]
-            if fn is np.cos and libm_is_glibc_cosf(libm):
-                return self.flush(cosf_vectorised(narrow[0], libm))
+            name = _VECTORISED.get(fn)
+            if name and narrow[0].size >= _MIN_VECTORISED and libm_is_glibc(name, libm):
+                return self.flush(vectorised(name, narrow[0], libm))
             if numpy_is_libm(fn, np.float32, libm):
                 return self.flush(_numpy_call(fn, narrow))
             return self.flush(np.asarray(libm(*narrow), dtype=np.float32))

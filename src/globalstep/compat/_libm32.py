@@ -1,10 +1,13 @@
-"""The C library's float32 cosine (glibc's ``cosf``), bit for bit, on whole arrays.
+"""The C library's float32 cosine and logarithm (glibc's ``cosf``, ``logf``), bit for bit,
+on whole arrays.
 
-TensorFlow's kernels on one step and XLA's eager ones call the C library's ``cosf``;
-NumPy's float32 ``cos`` is a SIMD approximation that differs from it in the last bit on
-about one argument in six, and calling ``cosf`` element by element through ctypes costs
-about 4 us an element. This module evaluates glibc's algorithm (glibc 2.28 and later,
-from Arm's optimized-routines: ``sysdeps/ieee754/flt-32/s_cosf.c``) in NumPy float64:
+TensorFlow's kernels on one step and XLA's eager ones call the C library's ``cosf`` and
+``logf``; NumPy's float32 ``cos`` and ``log`` are SIMD approximations that differ from them
+in the last bit on many arguments (one in six for cos), and calling the C library element
+by element through ctypes costs about 1-4 us an element. This module evaluates glibc's
+algorithms (glibc 2.28 and later, from Arm's optimized-routines) in NumPy float64.
+
+``cosf`` (``sysdeps/ieee754/flt-32/s_cosf.c``):
 
 1. ``|y| < 2**-12``: 1.
 2. ``|y| < 0.75`` (glibc compares the top 12 bits with those of pi/4): the cosine
@@ -15,15 +18,22 @@ from Arm's optimized-routines: ``sysdeps/ieee754/flt-32/s_cosf.c``) in NumPy flo
 4. Larger finite ``|y|``: glibc's integer reduction with 4/pi to 192 bits (``reduce_large``),
    reproduced with uint64 arithmetic, then as 3.
 
+``logf`` (``sysdeps/ieee754/flt-32/e_logf.c``): ``x = 2**k z`` with ``z`` in
+``[0.7, 1.4)``, one of 16 subintervals ``i`` with centre ``c``, and
+``log(x) = log1p(z/c - 1) + log(c) + k ln 2`` with a degree-4 polynomial for ``log1p``;
+``x = 1`` gives 0, and zero, negative, subnormal, infinite and NaN arguments go to
+``logf`` itself.
+
 The polynomials are evaluated in float64 without fused multiply-adds, where glibc's x86-64
 FMA build fuses some of them, so the float64 value before the final rounding to float32
-may differ from glibc's by a few units of 2**-53. Every result whose float64 value lies
-within ``2**-46`` of a float32 rounding boundary (about one argument in a million) is
-therefore recomputed with the C library's own ``cosf``, as are NaN and infinity: every
-other result rounds to the same float32 as glibc's, whichever of its builds runs. Whether
-the C library is this algorithm at all is checked once per process, on a probe of
-thousands of arguments, by :func:`globalstep.compat._common.F32Ops`; elsewhere (musl,
-macOS, an older glibc) ``cosf`` is called element by element.
+may differ from glibc's by a few units of 2**-53 (relative). Every result whose float64
+value lies within a tolerance of a float32 rounding boundary (about one argument in ten
+thousand or fewer) is therefore recomputed with the C library's own function, as are the
+special arguments: every other result rounds to the same float32 as glibc's, whichever of
+its builds runs. Whether the C library is this algorithm at all is checked once per
+process, on a probe of thousands of arguments, by
+:func:`globalstep.compat._common.libm_is_glibc`; elsewhere (musl, macOS, an older glibc)
+the C library is called element by element.
 """
 
 from __future__ import annotations
@@ -33,7 +43,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHUNK", "TOLERANCE", "cosf_float64", "cosf_vectorised"]
+__all__ = [
+    "CHUNK",
+    "TOLERANCE",
+    "cosf_float64",
+    "logf_float64",
+    "sure",
+    "vectorised",
+]
 
 # glibc's __sincosf_table[0] (the coefficients are published constants of its algorithm).
 _HPI_INV_2_24 = float.fromhex("0x1.45F306DC9C883p+23")  # 2/pi * 2**24
@@ -164,26 +181,95 @@ def _by_quadrant(r: Any, n: Any, signed: Any) -> Any:
     return np.where(odd, sine, cosine)
 
 
-def cosf_vectorised(y: Any, cosf: Any) -> Any:
-    """``cosf(y)`` for every element of float32 ``y``, bit for bit the C library's where it
-    is glibc's algorithm: the float64 evaluation, with ``cosf`` (a NumPy ufunc calling the
-    C library) recomputing the few results near a rounding boundary and NaN/infinity.
+# glibc's __logf_data: (1/c, log c) for 16 subintervals of [0.7, 1.4), ln 2, the polynomial.
+_LOGF_INVC = np.array(
+    [float.fromhex(v) for v in (
+        "0x1.661ec79f8f3bep+0", "0x1.571ed4aaf883dp+0", "0x1.49539f0f010bp+0",
+        "0x1.3c995b0b80385p+0", "0x1.30d190c8864a5p+0", "0x1.25e227b0b8eap+0",
+        "0x1.1bb4a4a1a343fp+0", "0x1.12358f08ae5bap+0", "0x1.0953f419900a7p+0", "0x1p+0",
+        "0x1.e608cfd9a47acp-1", "0x1.ca4b31f026aap-1", "0x1.b2036576afce6p-1",
+        "0x1.9c2d163a1aa2dp-1", "0x1.886e6037841edp-1", "0x1.767dcf5534862p-1",
+    )]
+)  # fmt: skip
+_LOGF_LOGC = np.array(
+    [float.fromhex(v) for v in (
+        "-0x1.57bf7808caadep-2", "-0x1.2bef0a7c06ddbp-2", "-0x1.01eae7f513a67p-2",
+        "-0x1.b31d8a68224e9p-3", "-0x1.6574f0ac07758p-3", "-0x1.1aa2bc79c81p-3",
+        "-0x1.a4e76ce8c0e5ep-4", "-0x1.1973c5a611cccp-4", "-0x1.252f438e10c1ep-5", "0x0p+0",
+        "0x1.aa5aa5df25984p-5", "0x1.c5e53aa362eb4p-4", "0x1.526e57720db08p-3",
+        "0x1.bc2860d22477p-3", "0x1.1058bc8a07ee1p-2", "0x1.4043057b6ee09p-2",
+    )]
+)  # fmt: skip
+_LN2 = float.fromhex("0x1.62e42fefa39efp-1")
+_A0 = float.fromhex("-0x1.00ea348b88334p-2")
+_A1 = float.fromhex("0x1.5575b0be00b6ap-2")
+_A2 = float.fromhex("-0x1.ffffef20a4123p-2")
+_LOGF_OFF = 0x3F330000
+
+
+def logf_float64(y: Any) -> tuple[Any, Any]:
+    """glibc's ``logf`` on float32 ``y`` before its final rounding: the float64 values and
+    a mask of the arguments it does not cover here (zero, negative, subnormal, infinity,
+    NaN: glibc's special branch)."""
+    y = np.asarray(y, dtype=np.float32)
+    ix = y.view(np.uint32).astype(np.int64)
+    special = (ix - 0x00800000) >= (0x7F800000 - 0x00800000)  # unsigned in C: ix < 2**23 too
+    special |= ix < 0x00800000
+    tmp = ix - _LOGF_OFF
+    i = (tmp >> 19) & 15
+    k = tmp >> 23  # arithmetic shift of the int32 (tmp fits: ix is a normal positive float)
+    iz = ix - (tmp & (0x1FF << 23))
+    z = iz.astype(np.uint32).view(np.float32).astype(np.float64)
+    r = z * _LOGF_INVC[i] - 1.0
+    y0 = _LOGF_LOGC[i] + k.astype(np.float64) * _LN2
+    r2 = r * r
+    out = _A1 * r + _A2
+    out = _A0 * r2 + out
+    out = out * r2 + (y0 + r)
+    out[ix == 0x3F800000] = 0.0
+    out[special] = np.nan
+    return out, special
+
+
+def sure(wide: Any, relative: float, absolute: float) -> tuple[Any, Any]:
+    """``wide`` rounded to float32, and a mask of the values that round the same whatever
+    their error within ``relative * |wide| + absolute``."""
+    margin = np.abs(wide)
+    margin *= relative
+    margin += absolute
+    low = (wide - margin).astype(np.float32)
+    margin += wide
+    high = margin.astype(np.float32)
+    return high, low == high
+
+
+_KERNELS = {
+    "cosf": (cosf_float64, 0.0, TOLERANCE),
+    "logf": (logf_float64, 2.0**-40, 2.0**-66),
+}
+
+
+def vectorised(name: str, y: Any, libm: Any) -> Any:
+    """``libm(y)`` (``name`` is ``"cosf"`` or ``"logf"``; ``libm`` a NumPy ufunc calling the
+    C library's function) for every element of float32 ``y``, bit for bit the C library's
+    where it is glibc's algorithm: the float64 evaluation, with ``libm`` itself recomputing
+    the few results near a rounding boundary and the special arguments.
 
     The work is done in chunks of :data:`CHUNK` elements, whose float64 temporaries stay in
     the CPU's cache (a whole array of a million steps makes each of some thirty passes
     go to memory)."""
+    kernel, relative, absolute = _KERNELS[name]
     y = np.asarray(y, dtype=np.float32)
     flat = y.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float32)
-    for start in range(0, flat.size, CHUNK):
-        part = flat[start : start + CHUNK]
-        wide, special = cosf_float64(part)
-        low = (wide - TOLERANCE).astype(np.float32)
-        high = out[start : start + CHUNK]
-        np.add(wide, TOLERANCE, out=wide)
-        high[...] = wide
-        unsure = low != high
-        unsure |= special
-        if unsure.any():
-            high[unsure] = np.asarray(cosf(part[unsure]), dtype=np.float32)
+    with np.errstate(all="ignore"):
+        for start in range(0, flat.size, CHUNK):
+            part = flat[start : start + CHUNK]
+            wide, special = kernel(part)
+            rounded, certain = sure(wide, relative, absolute)
+            unsure = ~certain
+            unsure |= special
+            if unsure.any():
+                rounded[unsure] = np.asarray(libm(part[unsure]), dtype=np.float32)
+            out[start : start + CHUNK] = rounded
     return out.reshape(y.shape)
