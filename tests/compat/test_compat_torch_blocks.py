@@ -32,6 +32,8 @@ CASES = [
     gt.CosineAnnealingLR(base_lr=0.1, T_max=1),
     gt.CosineAnnealingLR(base_lr=0.1, T_max=997, eta_min=0.01),
     gt.CosineAnnealingLR(base_lr=-0.0, T_max=50),
+    gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=100),
+    gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=7, T_mult=3, eta_min=0.001),
     gt.OneCycleLR(max_lr=0.1, total_steps=N),
     gt.OneCycleLR(max_lr=0.1, total_steps=N, anneal_strategy="linear", three_phase=True),
 ]

@@ -100,6 +100,28 @@ class CosineAnnealingWarmRestarts(TorchSchedule):
             length *= mult
         return self._cosine(k - start, length)
 
+    def _closed_array(self, ks: Any) -> Any:
+        eta, base = self.eta_min, self.base_lr
+        if not plain(eta, base):
+            return None
+        length, mult = self._t0, self.T_mult
+        if mult == 1:
+            t_cur, t_i = ks % length, np.full(ks.shape, length, dtype=np.int64)
+        else:
+            starts, lengths = [0], [length]  # the cycles up to the last step asked for
+            top = int(ks.max())
+            while top >= starts[-1] + lengths[-1]:
+                starts.append(starts[-1] + lengths[-1])
+                lengths.append(lengths[-1] * mult)
+            if starts[-1] + lengths[-1] >= 2**53:
+                return None
+            cycle = np.searchsorted(np.array(starts, dtype=np.int64), ks, side="right") - 1
+            t_cur = ks - np.array(starts, dtype=np.int64)[cycle]
+            t_i = np.array(lengths, dtype=np.int64)[cycle]
+        with np.errstate(all="ignore"):
+            angle = (math.pi * t_cur.astype(np.float64)) / t_i.astype(np.float64)
+            return eta + (base - eta) * (1 + libm64(np.cos, angle)) / 2
+
     def _epoch(self, epoch: float) -> float:
         """The rate after ``scheduler.step(epoch)``, torch's formula for a given epoch."""
         if not math.isfinite(epoch) or epoch < 0:
