@@ -14,7 +14,20 @@ methods, copied operation for operation from ``torch.optim.lr_scheduler`` (PyTor
 
 The rates of steps ``0 .. 2**22 - 1`` are computed once, in order, and kept (8 bytes a step,
 allocated only as far as asked), so they equal a real scheduler's ``get_last_lr()[0]`` bit
-for bit. Past ``2**22`` steps a scheduler falls back to torch's closed form
+for bit. Where a step multiplies the rate by a factor (``StepLR``, ``MultiStepLR``,
+``ConstantLR``, ``LinearLR``, ``ExponentialLR``, ``PolynomialLR``, and ``CosineAnnealingLR``
+with ``eta_min=0``), the factors of a block of steps are computed as arrays, with the
+operations ``_next`` performs, and the rates are their running product
+(``np.multiply.accumulate``: one rounding a step, in order, exactly the recursion's);
+``CosineAnnealingLR`` with ``eta_min != 0`` (subtract, multiply, add: three roundings a
+step) gets its factors as arrays and runs the recursion over them in a plain loop. The
+others replay ``_next`` step by step: ``MultiplicativeLR`` (a Python function of the
+step), ``ChainedScheduler`` and ``SequentialLR``, and any scheduler given a NumPy scalar
+parameter (Python's arithmetic then follows NumPy's promotion rules). The closed forms of
+``OneCycleLR`` and ``CosineAnnealingWarmRestarts`` are evaluated on arrays too
+(``_closed_array``); cos and pow in float64 are NumPy's where NumPy's loop calls the C
+library (checked once per process), as ``math.cos`` does.
+Past ``2**22`` steps a scheduler falls back to torch's closed form
 (``_get_closed_form_lr``, what ``step(epoch)`` uses), which differs from torch's recursion by
 that recursion's accumulated rounding, about ``k * 2**-53`` relative. Schedulers that torch
 computes in closed form (``LambdaLR``, ``OneCycleLR``, ``CyclicLR``,
