@@ -62,6 +62,17 @@ def test_vectorised_equals_the_c_library_on_random_arguments(name):
     assert np.array_equal(_bits(ours), _bits(theirs))
 
 
+@pytest.mark.parametrize("name", ["cosf", "logf"])
+def test_an_array_of_only_special_arguments_gives_the_c_librarys_values(name):
+    """NaN, infinities (and for logf zero and negatives) alone in an array, none in range."""
+    libm = _glibc(name)
+    args = np.array([np.nan, np.inf, -np.inf, 0.0, -1.0, 1e38, -3e38] * 20, dtype=np.float32)
+    if name == "cosf":
+        args = args[~np.isfinite(args)]
+        args = np.concatenate([args] * 3)
+    assert np.array_equal(_bits(_libm32.vectorised(name, args, libm)), _bits(_c(libm, args)))
+
+
 @pytest.mark.slow
 def test_cosf_equals_the_c_library_on_every_step_of_a_cosine_decay():
     """cos(pi * k / 10**6) in float32 for all 10**6 steps k (the peers' cosine decays)."""

@@ -158,6 +158,9 @@ def numpy_is_libm(ufunc: np.ufunc, dtype: Any, libm: np.ufunc) -> bool:
     return _NUMPY_IS_LIBM[key]
 
 
+FORMULA_BLOCK = 1 << 14
+"""Steps a compat formula is evaluated on at a time (see ``PeerSchedule._flushed``)."""
+
 _GLIBC: dict[tuple[str, np.ufunc], bool] = {}
 _VECTORISED: dict[np.ufunc, str] = {np.cos: "cosf", np.log: "logf"}
 _MIN_VECTORISED = 64  # fewer elements: the C library element by element is faster
@@ -260,7 +263,7 @@ class F32Ops:
             libm = self._libm32[fn]
             name = _VECTORISED.get(fn)
             if name and narrow[0].size >= _MIN_VECTORISED and libm_is_glibc(name, libm):
-                return self.flush(vectorised(name, narrow[0], libm))
+                return vectorised(name, narrow[0], libm)  # never subnormal: nothing to flush
             if numpy_is_libm(fn, np.float32, libm):
                 return self.flush(_numpy_call(fn, narrow))
             return self.flush(np.asarray(libm(*narrow), dtype=np.float32))
@@ -362,7 +365,18 @@ class PeerSchedule(ABC):
         self._schedule = Formula(self._flushed, dtype=np.dtype(dtype).name)
 
     def _flushed(self, steps: Steps) -> Values:
-        return self._ops.flush(self._formula(steps))
+        """The formula on ``steps``, flushed; a long 1-D array in blocks of
+        :data:`FORMULA_BLOCK` steps (the formula is a function of each step alone), whose
+        float32 temporaries are reused from the allocator's free lists instead of being
+        fresh pages each time."""
+        ops = self._ops
+        if steps.ndim != 1 or steps.size <= FORMULA_BLOCK:
+            return ops.flush(self._formula(steps))
+        out = np.empty(steps.shape, dtype=ops.dtype)
+        for start in range(0, steps.size, FORMULA_BLOCK):
+            block = steps[start : start + FORMULA_BLOCK]
+            out[start : start + block.size] = ops.flush(self._formula(block))
+        return out
 
     @abstractmethod
     def _formula(self, steps: Steps) -> Values:

@@ -82,7 +82,7 @@ _INV_PIO4 = np.array(
     dtype=np.uint64,
 )  # fmt: skip
 
-CHUNK = 1 << 15
+CHUNK = 1 << 13
 """Elements computed at a time."""
 
 TOLERANCE = 2.0**-46
@@ -95,20 +95,34 @@ _BITS_INF = 0x7F800000
 
 
 def _cos_poly(x2: Any) -> Any:
+    """glibc's cosine polynomial of ``x2 = x * x``, its operations in its order (each sum
+    is commutative in IEEE arithmetic, so ``a += b`` is ``b + a``); in place, to spare the
+    allocations."""
     x4 = x2 * x2
-    c2 = _C3 + x2 * _C4
-    c1 = _C0 + x2 * _C1
-    x6 = x4 * x2
-    c = c1 + x4 * _C2
-    return c + x6 * c2
+    c2 = x2 * _C4
+    c2 += _C3
+    c = x2 * _C1
+    c += _C0  # c1
+    x4c2 = x4 * _C2
+    c += x4c2  # c = c1 + x4 * c2
+    x4 *= x2  # x6
+    x4 *= c2
+    c += x4  # c + x6 * c2
+    return c
 
 
 def _sin_poly(x: Any, x2: Any) -> Any:
+    """glibc's sine polynomial of ``x`` (``x2 = x * x``); odd, so that of ``-x`` is exactly
+    its negation."""
     x3 = x * x2
-    s1 = _S2 + x2 * _S3
-    x7 = x3 * x2
-    s = x + x3 * _S1
-    return s + x7 * s1
+    s1 = x2 * _S3
+    s1 += _S2
+    s = x3 * _S1
+    s += x
+    x3 *= x2  # x7
+    x3 *= s1
+    s += x3
+    return s
 
 
 def _reduce_large(bits: Any) -> tuple[Any, Any]:
@@ -138,7 +152,8 @@ def cosf_float64(y: Any) -> tuple[Any, Any]:
     if fast.all():  # the common case (schedules take cos of [0, pi]): no gather, no scatter
         return _fast(y), np.zeros(y.shape, dtype=bool)
     out = np.empty(y.shape, dtype=np.float64)
-    out[fast] = _fast(y[fast])
+    if fast.any():
+        out[fast] = _fast(y[fast])
     large = ~fast & (bits < _BITS_INF)
     if large.any():
         raw = y[large].view(np.uint32).astype(np.uint64)
@@ -158,27 +173,44 @@ def _fast(y: Any) -> Any:
     t = (x * _HPI_INV_2_24).astype(np.int32)  # C's truncating conversion
     t += np.int32(0x800000)
     t >>= np.int32(24)
-    n = t.astype(np.int64)
     nf = t.astype(np.float64)
-    x -= nf * _HPI_HI
+    part = nf * _HPI_HI
+    x -= part
     nf *= _HPI_LO
     x -= nf
+    low, high = int(t.min()), int(t.max())
+    if low == high:  # one quadrant (a chunk of a schedule's steps, usually): one polynomial
+        return _in_quadrant(x, low)
+    n = t.astype(np.int64)
     return _by_quadrant(x, n, n)
+
+
+def _in_quadrant(r: Any, n: int) -> Any:
+    """cos from the reduced argument ``r``, all in quadrant ``n`` (see :func:`_by_quadrant`)."""
+    r2 = r * r
+    if n & 1:
+        out = _sin_poly(r, r2)
+        if (n + 1) & 2:
+            np.negative(out, out=out)
+        return out
+    out = _cos_poly(r2)
+    if n & 2:
+        np.negative(out, out=out)
+    return out
 
 
 def _by_quadrant(r: Any, n: Any, signed: Any) -> Any:
     """cos from the reduced argument ``r`` in quadrant ``n``: the sine polynomial where
     ``n`` is odd, else the cosine's, with glibc's signs taken from ``signed`` (``n`` plus
     the sign bit of a large argument): ``sign[signed & 3]`` on the sine's argument, and
-    its table 1 (the cosine negated) where ``signed & 2``."""
+    its table 1 (the cosine negated) where ``signed & 2``. Both polynomials are sign
+    symmetric, so a sign is applied to the result."""
     r2 = r * r
-    odd = (n & 1).astype(bool)
-    sign = np.where(((signed + 1) & 2).astype(bool), -1.0, 1.0)  # sign[i & 3]: 1,-1,-1,1
-    negate_cos = (signed & 2).astype(bool)
-    sine = _sin_poly(r * sign, r2)
+    sine = _sin_poly(r, r2)
+    np.negative(sine, out=sine, where=((signed + 1) & 2).astype(bool))  # sign: 1,-1,-1,1
     cosine = _cos_poly(r2)
-    cosine = np.where(negate_cos, -cosine, cosine)
-    return np.where(odd, sine, cosine)
+    np.negative(cosine, out=cosine, where=(signed & 2).astype(bool))
+    return np.where((n & 1).astype(bool), sine, cosine)
 
 
 # glibc's __logf_data: (1/c, log c) for 16 subintervals of [0.7, 1.4), ln 2, the polynomial.
@@ -234,9 +266,12 @@ def logf_float64(y: Any) -> tuple[Any, Any]:
 def sure(wide: Any, relative: float, absolute: float) -> tuple[Any, Any]:
     """``wide`` rounded to float32, and a mask of the values that round the same whatever
     their error within ``relative * |wide| + absolute``."""
-    margin = np.abs(wide)
-    margin *= relative
-    margin += absolute
+    if relative:
+        margin = np.abs(wide)
+        margin *= relative
+        margin += absolute
+    else:
+        margin = np.full(wide.shape, absolute)
     low = (wide - margin).astype(np.float32)
     margin += wide
     high = margin.astype(np.float32)
@@ -249,26 +284,98 @@ _KERNELS = {
 }
 
 
+class _Work:
+    """Float64 buffers of :data:`CHUNK` elements, reused chunk after chunk: no allocation
+    (and no page faults) inside the loop."""
+
+    def __init__(self) -> None:
+        self.x, self.a, self.b, self.c, self.out = (np.empty(CHUNK) for _ in range(5))
+        self.t = np.empty(CHUNK, dtype=np.int32)
+        self.low = np.empty(CHUNK, dtype=np.float32)
+        self.high = np.empty(CHUNK, dtype=np.float32)
+        self.unsure = np.empty(CHUNK, dtype=bool)
+
+
+def _cosf_into(y: Any, w: _Work, size: int) -> Any:
+    """:func:`cosf_float64` of a chunk whose ``|y|`` are all below 120, computed in ``w``'s
+    buffers, operation for operation as :func:`_fast` and the polynomials (the same
+    bits); returns ``w.out[:size]``, or None where the chunk spans several quadrants (the
+    caller then uses :func:`cosf_float64`)."""
+    x, a, b, c, out, t = w.x[:size], w.a[:size], w.b[:size], w.c[:size], w.out[:size], w.t[:size]
+    np.copyto(x, y)  # float32 -> float64, exact
+    np.multiply(x, _HPI_INV_2_24, out=a)
+    np.copyto(t, a, casting="unsafe")  # C's truncating conversion
+    t += np.int32(0x800000)
+    t >>= np.int32(24)
+    n = int(t[0])
+    if n != int(t.min()) or n != int(t.max()):
+        return None
+    if n:
+        x -= n * _HPI_HI  # exact (see _HPI_HI), as in _fast
+        x -= n * _HPI_LO  # an exact product, one rounding: as in _fast
+    np.multiply(x, x, out=a)  # r2
+    if n & 1:  # sine polynomial
+        np.multiply(x, a, out=b)  # x3
+        np.multiply(a, _S3, out=c)
+        c += _S2  # s1
+        np.multiply(b, _S1, out=out)
+        out += x  # s
+        b *= a  # x7
+        b *= c
+        out += b
+        negate = bool((n + 1) & 2)
+    else:  # cosine polynomial
+        np.multiply(a, a, out=b)  # x4
+        np.multiply(a, _C4, out=c)
+        c += _C3  # c2
+        np.multiply(a, _C1, out=out)
+        out += _C0  # c1
+        np.multiply(b, _C2, out=x)
+        out += x  # c = c1 + x4 * C2
+        b *= a  # x6
+        b *= c
+        out += b
+        negate = bool(n & 2)
+    if negate:
+        np.negative(out, out=out)
+    return out
+
+
 def vectorised(name: str, y: Any, libm: Any) -> Any:
     """``libm(y)`` (``name`` is ``"cosf"`` or ``"logf"``; ``libm`` a NumPy ufunc calling the
     C library's function) for every element of float32 ``y``, bit for bit the C library's
     where it is glibc's algorithm: the float64 evaluation, with ``libm`` itself recomputing
     the few results near a rounding boundary and the special arguments.
 
-    The work is done in chunks of :data:`CHUNK` elements, whose float64 temporaries stay in
-    the CPU's cache (a whole array of a million steps makes each of some thirty passes
-    go to memory)."""
+    The work is done in chunks of :data:`CHUNK` elements, in buffers that stay in the CPU's
+    cache (on a whole array of a million steps each of some thirty passes would go to
+    memory, and every temporary would be a fresh allocation)."""
     kernel, relative, absolute = _KERNELS[name]
     y = np.asarray(y, dtype=np.float32)
     flat = y.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float32)
+    work = _Work()
     with np.errstate(all="ignore"):
         for start in range(0, flat.size, CHUNK):
             part = flat[start : start + CHUNK]
-            wide, special = kernel(part)
-            rounded, certain = sure(wide, relative, absolute)
-            unsure = ~certain
-            unsure |= special
+            size = part.size
+            wide = None
+            if name == "cosf" and float(np.abs(part).max()) < 120.0:  # NaN compares False
+                wide = _cosf_into(part, work, size)
+            if wide is not None:
+                low, high, unsure = work.low[:size], work.high[:size], work.unsure[:size]
+                a = work.a[:size]
+                np.subtract(wide, absolute, out=a)
+                np.copyto(low, a, casting="same_kind")
+                np.add(wide, absolute, out=a)
+                np.copyto(high, a, casting="same_kind")
+                np.not_equal(low, high, out=unsure)
+                rounded = high
+            else:
+                wide, special = kernel(part)
+                rounded, certain = sure(wide, relative, absolute)
+                unsure = ~certain
+                unsure |= special
             if unsure.any():
                 rounded[unsure] = np.asarray(libm(part[unsure]), dtype=np.float32)
             out[start : start + CHUNK] = rounded

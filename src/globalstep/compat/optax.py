@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.compat._common import F32Ops, Formula, PeerSchedule
+from globalstep.compat._common import FORMULA_BLOCK, F32Ops, Formula, PeerSchedule
 from globalstep.errors import ConfigError, MissingDependencyError, StepError
 from globalstep.schedules._base import Steps, Values, check_flag, check_number
 
@@ -138,7 +138,17 @@ class OptaxSchedule(PeerSchedule):
         # optax evaluates both branches of its where()s (0 ** -1 before the count begins):
         # IEEE results, no warnings, as in XLA.
         with np.errstate(all="ignore"):
-            values = np.broadcast_to(self._fn(steps), steps.shape)
+            if steps.ndim == 1 and steps.size > FORMULA_BLOCK:  # see PeerSchedule._flushed
+                values = np.concatenate(
+                    [
+                        np.broadcast_to(self._fn(block), block.shape)
+                        for block in np.split(
+                            steps, range(FORMULA_BLOCK, steps.size, FORMULA_BLOCK)
+                        )
+                    ]
+                )
+            else:
+                values = np.broadcast_to(self._fn(steps), steps.shape)
         # XLA runs with flush-to-zero: a float32 rate below the smallest normal is 0.
         return _F32.flush(values) if self._schedule.dtype == "float32" else values
 
