@@ -274,7 +274,10 @@ class F32Ops:
         """``values`` with subnormal numbers flushed to (signed) zero, as TensorFlow and
         XLA do."""
         values = np.asarray(values, dtype=self.dtype)
-        subnormal = np.abs(values) < self._tiny
+        size = np.abs(values)
+        subnormal = size < self._tiny
+        if subnormal.any():  # zeros too: are there subnormals among them?
+            subnormal &= size > self._zero
         if not subnormal.any():  # the common case: nothing to flush, no copy
             return values
         return np.where(subnormal, np.copysign(self._zero, values), values)
