@@ -39,6 +39,7 @@ the C library is called element by element.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -284,6 +285,9 @@ _KERNELS = {
 }
 
 
+_LOCAL = threading.local()  # each thread's _Work, kept between calls
+
+
 class _Work:
     """Float64 buffers of :data:`CHUNK` elements, reused chunk after chunk: no allocation
     (and no page faults) inside the loop."""
@@ -354,7 +358,9 @@ def vectorised(name: str, y: Any, libm: Any) -> Any:
     y = np.asarray(y, dtype=np.float32)
     flat = y.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float32)
-    work = _Work()
+    work = getattr(_LOCAL, "work", None)
+    if work is None or work.x.size != CHUNK:
+        work = _LOCAL.work = _Work()
     with np.errstate(all="ignore"):
         for start in range(0, flat.size, CHUNK):
             part = flat[start : start + CHUNK]
