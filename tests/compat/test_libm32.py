@@ -122,3 +122,32 @@ def test_ops_call_the_c_library_per_element_where_it_is_not_glibc(monkeypatch):
     out = ops.cos(args)
     assert len(calls) == 1000
     assert np.array_equal(_bits(out), _bits(_c(libm, args)))
+
+
+def test_powf_of_one_is_the_base_on_a_million_bases_in_zero_one():
+    """powf(x, 1) == x for every 997th float32 of [0, 1] (the cosine factors optax raises to 1)."""
+    powf = LIBM.get(np.power)
+    if powf is None or not _common.libm_pow_one_is_identity(powf):
+        pytest.skip("no C library powf with powf(x, 1) == x here")
+    bases = np.arange(0, 0x3F800001, 997, dtype=np.uint32).view(np.float32)
+    ones = np.ones(bases.shape, np.float32)
+    assert np.power(bases, ones).tobytes() == bases.tobytes()  # NumPy's loop calls powf
+
+
+def test_ops_pow_of_one_skips_powf_and_equals_it(monkeypatch):
+    """F32Ops.pow(x, 1) returns x (flushed) without calling powf, equal to powf's bits."""
+    powf = LIBM.get(np.power)
+    if powf is None or not _common.libm_pow_one_is_identity(powf):
+        pytest.skip("no C library powf with powf(x, 1) == x here")
+    rng = np.random.default_rng(5)
+    bases = rng.uniform(0, 1, 10_000).astype(np.float32)
+    ops = F32Ops(np.float32)
+    expected = np.asarray(powf(bases, np.ones(bases.shape, np.float32)), dtype=np.float32)
+    calls = []
+    counting = np.frompyfunc(lambda b, e: calls.append(b) or powf(b, e), 2, 1)
+    monkeypatch.setitem(ops._libm32, np.power, counting)
+    monkeypatch.setitem(_common._POW_ONE, counting, True)
+    out = ops.pow(bases, np.float32(1.0))
+    assert out.tobytes() == expected.tobytes()
+    assert ops.pow(np.float32([1e-40]), np.float32(1.0)).tolist() == [0.0]  # flushed
+    assert calls == []

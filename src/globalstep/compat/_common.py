@@ -201,6 +201,29 @@ def libm_is_glibc(name: str, libm: np.ufunc) -> bool:
     return _GLIBC[key]
 
 
+_POW_ONE: dict[np.ufunc, bool] = {}
+
+
+def libm_pow_one_is_identity(powf: np.ufunc) -> bool:
+    """Whether the C library's ``powf(x, 1)`` is ``x``, bit for bit, on the probe's bases
+    and on thousands of float32 bit patterns of every exponent and sign (true of any
+    ``powf`` within 1 ulp, since ``x`` is representable); checked once per process."""
+    if powf not in _POW_ONE:
+        rng = np.random.default_rng(20261202)
+        bases = np.concatenate(
+            [
+                _probe(np.power, np.dtype(np.float32))[0],
+                rng.integers(0, 2**32, 8192, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                np.linspace(0, 1, 4096, dtype=np.float32),
+            ]
+        )
+        bases = bases[~np.isnan(bases)]
+        with np.errstate(all="ignore"):
+            out = np.asarray(powf(bases, np.ones(bases.shape, np.float32)), dtype=np.float32)
+        _POW_ONE[powf] = out.tobytes() == bases.tobytes()
+    return _POW_ONE[powf]
+
+
 def _numpy_call(fn: np.ufunc, args: list[Any]) -> Any:
     """``fn(*args)`` in NumPy's loop that calls the C library. For power the exponent is
     made a real array first: with a scalar (or broadcast) exponent of 0.5, 2 or -1 NumPy
@@ -283,7 +306,20 @@ class F32Ops:
         return np.where(subnormal, np.copysign(self._zero, values), values)
 
     def pow(self, base: Any, exponent: Any) -> Any:
-        """``base ** exponent``."""
+        """``base ** exponent``.
+
+        In float32 with the C library's ``powf``, an exponent that is the scalar 1 returns
+        ``base`` itself (flushed) without calling it: a ``powf`` within 1 ulp (glibc's is
+        within 0.82) must return the exactly representable ``base``, which
+        :func:`libm_pow_one_is_identity` also checks once per process. optax's cosine
+        decays raise their cosine to ``exponent=1.0`` by default."""
+        if (
+            np.ndim(exponent) == 0
+            and exponent == 1
+            and np.power in self._libm32
+            and libm_pow_one_is_identity(self._libm32[np.power])
+        ):
+            return self.flush(np.asarray(base, dtype=np.float32))
         return self._round(np.power, base, exponent)
 
     def exp(self, x: Any) -> Any:
