@@ -93,8 +93,8 @@ def test_logf_equals_the_c_library_on_every_step_of_a_restart_schedule():
 @pytest.mark.parametrize("name", ["cosf", "logf"])
 def test_results_near_a_rounding_boundary_come_from_the_c_library(name, monkeypatch):
     """Where the float64 value is too near a rounding boundary, the C library's value is used."""
-    kernel, _, _ = _libm32._KERNELS[name]
-    monkeypatch.setitem(_libm32._KERNELS, name, (kernel, 0.0, 1.0))  # nothing is far enough
+    kernel, _, _ = _libm32.KERNELS[name]
+    monkeypatch.setitem(_libm32.KERNELS, name, (kernel, 0.0, 1.0))  # nothing is far enough
     marker = np.frompyfunc(lambda v: np.float32(7.0), 1, 1)
     out = _libm32.vectorised(name, np.linspace(1, 2, 100, dtype=np.float32), marker)
     assert out.tolist() == [7.0] * 100

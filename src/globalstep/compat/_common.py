@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from globalstep.clock import MAX_STEP
-from globalstep.compat._libm32 import cosf_float64, logf_float64, sure, vectorised
+from globalstep.compat._libm32 import KERNELS, sure, vectorised
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
@@ -188,9 +188,7 @@ def libm_is_glibc(name: str, libm: np.ufunc) -> bool:
                 ),
             ]
         )
-        kernel, relative, absolute = (
-            (cosf_float64, 0.0, 2.0**-46) if name == "cosf" else (logf_float64, 2.0**-40, 2.0**-66)
-        )
+        kernel, relative, absolute = KERNELS[name]
         with np.errstate(all="ignore"):
             theirs = np.asarray(libm(args), dtype=np.float32)
             wide, special = kernel(args)

@@ -46,6 +46,7 @@ import numpy as np
 
 __all__ = [
     "CHUNK",
+    "KERNELS",
     "TOLERANCE",
     "cosf_float64",
     "logf_float64",
@@ -89,8 +90,6 @@ CHUNK = 1 << 13
 TOLERANCE = 2.0**-46
 """How far from a float32 rounding boundary a float64 value must be to round as glibc's."""
 
-_BITS_075 = 0x3F400000  # |y| below: no reduction (top 12 bits below those of pi/4)
-_BITS_TINY = 0x39800000  # 2**-12
 _BITS_120 = 0x42F00000  # 120.0
 _BITS_INF = 0x7F800000
 
@@ -279,7 +278,7 @@ def sure(wide: Any, relative: float, absolute: float) -> tuple[Any, Any]:
     return high, low == high
 
 
-_KERNELS = {
+KERNELS: dict[str, tuple[Any, float, float]] = {
     "cosf": (cosf_float64, 0.0, TOLERANCE),
     "logf": (logf_float64, 2.0**-40, 2.0**-66),
 }
@@ -353,8 +352,14 @@ def vectorised(name: str, y: Any, libm: Any) -> Any:
 
     The work is done in chunks of :data:`CHUNK` elements, in buffers that stay in the CPU's
     cache (on a whole array of a million steps each of some thirty passes would go to
-    memory, and every temporary would be a fresh allocation)."""
-    kernel, relative, absolute = _KERNELS[name]
+    memory, and every temporary would be a fresh allocation).
+
+    Example:
+        >>> never = np.frompyfunc(lambda v: np.float32(-9), 1, 1)  # called for NaN only
+        >>> vectorised("cosf", np.float32([0.0, 1.0, np.nan]), never).tolist()
+        [1.0, 0.5403022766113281, -9.0]
+    """
+    kernel, relative, absolute = KERNELS[name]
     y = np.asarray(y, dtype=np.float32)
     flat = y.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float32)
