@@ -98,7 +98,7 @@ def test_one_cycle_past_its_last_step_raises_from_values():
 
 
 @pytest.mark.slow
-def test_cosine_annealing_equals_torch_on_200000_steps():
+def test_cosine_annealing_equals_torch_on_100000_steps():
     """CosineAnnealingLR(T_max=1000), vectorised, equals torch stepped 100,000 times."""
     torch = pytest.importorskip("torch")
     param = torch.nn.Parameter(torch.zeros(1))
