@@ -61,9 +61,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--compat-only", action="store_true", help="only the compat section")
+    parser.add_argument("--only", default="", help="compat cases whose name contains this")
     args = parser.parse_args()
     if args.compat_only:
-        compat_timings(args.repeat)
+        compat_timings(args.repeat, args.only)
         return
     steps = np.arange(N, dtype=np.int64)
     exp = ExponentialDecay(0.1, 1000, 0.96)
@@ -220,25 +221,62 @@ def compat_cases() -> list[
                 optax_peer(name, *args),
             )
         )
+
+    def torch_peer(name: str, kwargs: dict[str, Any]) -> Callable[[Any], Callable[[], Any]]:
+        """torch's scheduler stepped once per step (its only way to give the rates),
+        reading ``get_last_lr()[0]`` after each ``step()``."""
+
+        def make(steps: np.ndarray) -> Callable[[], Any]:
+            import torch
+
+            theirs = dict(kwargs)
+            lr = theirs.pop("base_lr", 0.1)
+            count = len(steps)
+
+            def run() -> list[float]:
+                param = torch.nn.Parameter(torch.zeros(1))
+                optimizer = torch.optim.SGD([param], lr=lr, momentum=0.9)
+                scheduler = getattr(torch.optim.lr_scheduler, name)(optimizer, **theirs)
+                optimizer.step()  # (torch warns when the scheduler steps first)
+                rates = [scheduler.get_last_lr()[0]]
+                step, last = scheduler.step, scheduler.get_last_lr
+                for _ in range(count - 1):
+                    step()
+                    rates.append(last()[0])
+                return rates
+
+            run.once = True  # type: ignore[attr-defined]  # ~1,000x ours: one round is enough
+            return run
+
+        return make
+
     for name, kwargs in (
         ("StepLR", {"base_lr": 0.1, "step_size": 30, "gamma": 0.1}),
         ("ExponentialLR", {"base_lr": 0.1, "gamma": 0.99}),
         ("CosineAnnealingLR", {"base_lr": 0.1, "T_max": 1000}),
+        ("CosineAnnealingLR", {"base_lr": 0.1, "T_max": 1000, "eta_min": 0.001}),
         ("OneCycleLR", {"max_lr": 0.1, "total_steps": 10**6}),
     ):
+        label = name + ("(eta_min)" if "eta_min" in kwargs else "")
         cases.append(
-            (f"torch.{name}", lambda n=name, k=kwargs: getattr(compat.torch, n)(**k), None)
+            (
+                f"torch.{label}",
+                lambda n=name, k=kwargs: getattr(compat.torch, n)(**k),
+                torch_peer(name, kwargs),
+            )
         )
     return cases
 
 
-def compat_timings(repeat: int) -> None:
+def compat_timings(repeat: int, only: str = "") -> None:
     """Every compat schedule: the scalar call (median of single calls at consecutive steps)
     and values() on 1,000,000 steps in float32 beside the peer's eager call on the same
     steps; contenders interleaved round-robin, ``repeat`` rounds, median and spread."""
     steps = np.arange(COMPAT_N, dtype=np.int64)
     rows = []
     for name, make, peer in compat_cases():
+        if only not in name:
+            continue
         try:
             ours = make()
         except (AttributeError, TypeError) as error:  # a name another branch adds or renames
@@ -249,24 +287,31 @@ def compat_timings(repeat: int) -> None:
         if peer is not None:
             try:
                 theirs_fn = peer(steps)
-                theirs_fn()  # the first call (tracing, kernel set-up) is not timed
+                if not getattr(theirs_fn, "once", False):
+                    theirs_fn()  # the first call (tracing, kernel set-up) is not timed
             except Exception as error:  # no peer installed, or it takes no array of steps
                 print(f"{name}: no peer array call ({type(error).__name__})")
                 theirs_fn = None
         mine, theirs = [], []
-        for _ in range(repeat):
-            mine.append(best(lambda ours=ours: ours.values(steps), 1))
-            if theirs_fn is not None:
+        for round_ in range(repeat):
+            # A fresh schedule each round: compat.torch keeps the rates it has computed.
+            mine.append(best(lambda make=make: make().values(steps), 1))
+            if theirs_fn is not None and (round_ == 0 or not getattr(theirs_fn, "once", False)):
                 theirs.append(best(theirs_fn, 1))
         rows.append((name, call, mine, theirs))
     print(f"\ncompat schedules: scalar call and values() on {COMPAT_N:,} steps, median of {repeat}")
-    print(f"{'':36}{'us/call':>8} {'(spread)':>14} {'values s':>9} {'peer s':>8} {'x peer':>7}")
+    print(
+        f"{'':36}{'us/call':>8} {'(spread)':>12} {'values s':>9} {'(spread)':>15} "
+        f"{'peer s':>8} {'(spread)':>15} {'x peer':>7}"
+    )
     for name, call, mine, theirs in rows:
         spread = f"{min(call):.2f}-{max(call):.2f}"
-        ratio = f"{np.median(mine) / np.median(theirs):7.2f}" if theirs else "      -"
+        ratio = f"{np.median(mine) / np.median(theirs):7.3f}" if theirs else "      -"
         peer_s = f"{np.median(theirs):8.4f}" if theirs else "       -"
+        peer_spread = f"{min(theirs):.4f}-{max(theirs):.4f}" if theirs else "-"
         print(
-            f"{name:36}{np.median(call):8.2f} {spread:>14} {np.median(mine):9.4f} {peer_s} {ratio}"
+            f"{name:36}{np.median(call):8.2f} {spread:>12} {np.median(mine):9.4f} "
+            f"{f'{min(mine):.4f}-{max(mine):.4f}':>15} {peer_s} {peer_spread:>15} {ratio}"
         )
 
 

@@ -88,7 +88,31 @@ def run_pair(
     lr: float,
     adam: bool = False,
 ) -> None:
-    """Steps torch ``n`` times and compares rate (and momentum) with ``ours`` at each step."""
+    """Steps torch ``n`` times and compares rate (and momentum) with ``ours`` at each step,
+    called step by step, and with a fresh ``ours().values()`` on every step torch reached
+    (the vectorised path, which builds torch's recursion in blocks)."""
+    rates: list[float] = []
+    try:
+        _run_pair(name, make_torch, ours, n, rates, lr=lr, adam=adam)
+    finally:
+        if len(rates) > 1:
+            fresh = ours().values(np.arange(len(rates)))
+            TOTALS[name + " values() steps"] += len(rates)
+            assert np.array_equal(fresh.view(np.uint64), np.array(rates).view(np.uint64)) or all(
+                _same(a, b) for a, b in zip(fresh.tolist(), rates, strict=True)
+            ), name
+
+
+def _run_pair(
+    name: str,
+    make_torch: Callable[[Any], Any],
+    ours: Any,
+    n: int,
+    rates: list[float],
+    *,
+    lr: float,
+    adam: bool,
+) -> None:
     optimizer = _sgd(lr, adam=adam)
     TOTALS[name + " configs"] += 1
     with warnings.catch_warnings():
@@ -110,6 +134,7 @@ def run_pair(
                         ours(k)
                     return
             theirs = float(scheduler.get_last_lr()[0])
+            rates.append(theirs)
             mine = ours(k)
             TOTALS[name + " steps"] += 1
             if not _same(mine, theirs):

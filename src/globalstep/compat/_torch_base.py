@@ -14,7 +14,20 @@ methods, copied operation for operation from ``torch.optim.lr_scheduler`` (PyTor
 
 The rates of steps ``0 .. 2**22 - 1`` are computed once, in order, and kept (8 bytes a step,
 allocated only as far as asked), so they equal a real scheduler's ``get_last_lr()[0]`` bit
-for bit. Past ``2**22`` steps a scheduler falls back to torch's closed form
+for bit. Where a step multiplies the rate by a factor (``StepLR``, ``MultiStepLR``,
+``ConstantLR``, ``LinearLR``, ``ExponentialLR``, ``PolynomialLR``, and ``CosineAnnealingLR``
+with ``eta_min=0``), the factors of a block of steps are computed as arrays, with the
+operations ``_next`` performs, and the rates are their running product
+(``np.multiply.accumulate``: one rounding a step, in order, exactly the recursion's);
+``CosineAnnealingLR`` with ``eta_min != 0`` (subtract, multiply, add: three roundings a
+step) gets its factors as arrays and runs the recursion over them in a plain loop. The
+others replay ``_next`` step by step: ``MultiplicativeLR`` (a Python function of the
+step), ``ChainedScheduler`` and ``SequentialLR``, and any scheduler given a NumPy scalar
+parameter (Python's arithmetic then follows NumPy's promotion rules). The closed forms of
+``OneCycleLR`` and ``CosineAnnealingWarmRestarts`` are evaluated on arrays too
+(``_closed_array``); cos and pow in float64 are NumPy's where NumPy's loop calls the C
+library (checked once per process), as ``math.cos`` does.
+Past ``2**22`` steps a scheduler falls back to torch's closed form
 (``_get_closed_form_lr``, what ``step(epoch)`` uses), which differs from torch's recursion by
 that recursion's accumulated rounding, about ``k * 2**-53`` relative. Schedulers that torch
 computes in closed form (``LambdaLR``, ``OneCycleLR``, ``CyclicLR``,
@@ -37,6 +50,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import Schedule, Steps, Values, _length_duration, check_step
 from globalstep.units import Duration, Unit
@@ -52,11 +66,34 @@ __all__ = [
     "check_rate",
     "check_real",
     "check_scalar",
+    "libm64",
+    "plain",
     "registry",
 ]
 
 CACHE_STEPS = 1 << 22
 """Steps whose rates are kept, bit for bit torch's recursion; closed forms past them."""
+
+_MIN_BLOCK = 16  # steps from which a table extension is vectorised (see TorchSchedule._block)
+
+
+def plain(*values: Any) -> bool:
+    """Whether every value is a Python float, or an int that float64 holds exactly: the
+    numbers whose arithmetic NumPy's float64 reproduces (a NumPy scalar would make Python's
+    own arithmetic follow NumPy's promotion rules instead)."""
+    return all(type(v) is float or (type(v) is int and -(2**53) <= v <= 2**53) for v in values)
+
+
+def libm64(ufunc: np.ufunc, *args: Any) -> Any:
+    """``ufunc`` (``np.cos`` or ``np.power``) on float64 arrays, bit for bit Python's
+    ``math.cos`` / ``float.__pow__`` (the C library's): NumPy's own loop where it calls the
+    C library (checked once per process), else the C library element by element."""
+    wide = [np.asarray(a, dtype=np.float64) for a in args]
+    with np.errstate(all="ignore"):
+        if numpy_is_libm(ufunc, np.float64, _FLOAT64[ufunc]):
+            return _numpy_call(ufunc, wide)
+        return np.asarray(_FLOAT64[ufunc](*wide), dtype=np.float64)
+
 
 _REGISTRY: dict[str, type[Any]] = {}
 
@@ -292,6 +329,30 @@ class TorchSchedule(Schedule):
         except ZeroDivisionError:
             raise self._zero(k) from None
 
+    def _factors(self, ks: Any) -> Any:
+        """The float64 factors ``f`` with ``_next(lr, k) == lr * f[i]`` exactly, for every
+        ``k = ks[i]`` (int64, >= 1), computed as ``_next`` computes them; None where the
+        scheduler's recursion is not such a product, or where a factor would raise (the
+        step-by-step replay then raises at the right step). Subclasses."""
+        return None
+
+    def _block(self, lr: float, start: int, stop: int) -> Any:
+        """The rates of steps ``start .. stop - 1`` from ``lr``, the rate of ``start - 1``,
+        bit for bit torch's recursion, as a float64 array; None where there is no vectorised
+        form (the step-by-step replay is used).
+
+        Where each step multiplies the rate by a factor (:meth:`_factors`), the rates are the
+        running product ``np.multiply.accumulate``, which multiplies in order, one rounding
+        a step, exactly as the recursion does."""
+        factors = self._factors(np.arange(start, stop, dtype=np.int64))
+        if factors is None:
+            return None
+        with np.errstate(all="ignore"):
+            chain = np.empty(stop - start + 1, dtype=np.float64)
+            chain[0] = lr
+            chain[1:] = factors
+            return np.multiply.accumulate(chain)[1:]
+
     def _extend(self, k: int) -> None:
         table: array.array[float] = self._table
         with self._lock:
@@ -301,6 +362,11 @@ class TorchSchedule(Schedule):
                     lr = self._first(self._base_lr)
                     table.append(lr)
                     j = 1
+                if k - j >= _MIN_BLOCK:
+                    block = self._block(table[-1], j, k + 1)
+                    if block is not None:
+                        table.frombytes(np.ascontiguousarray(block, dtype=np.float64).tobytes())
+                        return
                 lr = table[-1]
                 step = self._next
                 while j <= k:
@@ -340,8 +406,19 @@ class TorchSchedule(Schedule):
             if not inside.all():
                 out[~inside] = [self._at(k) for k in steps[~inside].tolist()]
             return out
+        if not self._recursive and steps.size > 8:
+            out = self._closed_array(steps)
+            if out is not None:
+                return out
         at = self._at
         return [at(k) for k in steps.tolist()]  # a list: values() makes it an array
+
+    def _closed_array(self, ks: Any) -> Any:
+        """:meth:`_closed` at every ``k`` of ``ks`` (int64, >= 0), vectorised and bit for bit
+        the same, as a float64 array; None where there is no such form or a step would
+        raise (each step is then computed on its own, raising as torch does). Subclasses
+        that torch computes in closed form."""
+        return None
 
     def momentum(self, step: int) -> float | None:
         """Returns the momentum (SGD) or beta1 (Adam, AdamW) update number ``step`` uses, as

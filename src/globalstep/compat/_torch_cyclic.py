@@ -24,6 +24,8 @@ from globalstep.compat._torch_base import (
     check_rate,
     check_real,
     check_scalar,
+    libm64,
+    plain,
 )
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import Values
@@ -97,6 +99,28 @@ class CosineAnnealingWarmRestarts(TorchSchedule):
             start += length
             length *= mult
         return self._cosine(k - start, length)
+
+    def _closed_array(self, ks: Any) -> Any:
+        eta, base = self.eta_min, self.base_lr
+        if not plain(eta, base):
+            return None
+        length, mult = self._t0, self.T_mult
+        if mult == 1:
+            t_cur, t_i = ks % length, np.full(ks.shape, length, dtype=np.int64)
+        else:
+            starts, lengths = [0], [length]  # the cycles up to the last step asked for
+            top = int(ks.max())
+            while top >= starts[-1] + lengths[-1]:
+                starts.append(starts[-1] + lengths[-1])
+                lengths.append(lengths[-1] * mult)
+            if starts[-1] + lengths[-1] >= 2**53:
+                return None
+            cycle = np.searchsorted(np.array(starts, dtype=np.int64), ks, side="right") - 1
+            t_cur = ks - np.array(starts, dtype=np.int64)[cycle]
+            t_i = np.array(lengths, dtype=np.int64)[cycle]
+        with np.errstate(all="ignore"):
+            angle = (math.pi * t_cur.astype(np.float64)) / t_i.astype(np.float64)
+            return eta + (base - eta) * (1 + libm64(np.cos, angle)) / 2
 
     def _epoch(self, epoch: float) -> float:
         """The rate after ``scheduler.step(epoch)``, torch's formula for a given epoch."""
@@ -280,6 +304,31 @@ class OneCycleLR(TorchSchedule):
         pct, phase = self._locate(k)
         result: float = self._anneal(phase[1], phase[2], pct)
         return result
+
+    def _closed_array(self, ks: Any) -> Any:
+        phases = self._phases
+        if int(ks.max()) > self._total or not plain(*(v for p in phases for v in p)):
+            return None
+        out = np.empty(ks.shape, dtype=np.float64)
+        remaining = np.ones(ks.shape, dtype=bool)
+        start = 0.0
+        last = len(phases) - 1
+        with np.errstate(all="ignore"):
+            for i, (end, rate_start, rate_end, _, _) in enumerate(phases):
+                here = remaining & (ks <= end) if i < last else remaining
+                if here.any():
+                    span = end - start
+                    if span == 0:  # torch divides by zero there
+                        return None
+                    pct = (ks[here].astype(np.float64) - start) / span
+                    if self._anneal is _cos_anneal:
+                        half = (rate_start - rate_end) / 2.0
+                        out[here] = rate_end + half * (libm64(np.cos, math.pi * pct) + 1)
+                    else:
+                        out[here] = (rate_end - rate_start) * pct + rate_start
+                remaining &= ~here
+                start = end
+        return out
 
     def _momentum(self, k: int) -> float | None:
         if not self.cycle_momentum:

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.compat._common import F32Ops, Formula, PeerSchedule
+from globalstep.compat._common import FORMULA_BLOCK, F32Ops, Formula, PeerSchedule
 from globalstep.errors import ConfigError, MissingDependencyError, StepError
 from globalstep.schedules._base import Steps, Values, check_flag, check_number
 
@@ -135,6 +135,12 @@ class OptaxSchedule(PeerSchedule):
         self._schedule = Formula(self._formula, dtype=dtype)
 
     def _formula(self, steps: Steps) -> Values:
+        if steps.ndim == 1 and steps.size > FORMULA_BLOCK:  # see PeerSchedule._flushed
+            blocks = np.split(steps, range(FORMULA_BLOCK, steps.size, FORMULA_BLOCK))
+            return np.concatenate([self._block(block) for block in blocks])
+        return self._block(steps)
+
+    def _block(self, steps: Steps) -> Values:
         # optax evaluates both branches of its where()s (0 ** -1 before the count begins):
         # IEEE results, no warnings, as in XLA.
         with np.errstate(all="ignore"):
@@ -252,7 +258,9 @@ def _polynomial(init: float, end: float, power: float, steps: int, begin: int) -
     exact = isinstance(power, int)
 
     def fn(count: Steps) -> Values:
-        frac = np.float32(1) - _counts(np.clip(count - begin, 0, steps)) / np.float32(steps)
+        frac = np.float32(1) - _counts(
+            np.minimum(np.maximum(count - begin, 0), steps)
+        ) / np.float32(steps)
         # An int power is integer_pow in JAX: exact for 1.
         scaled = frac**power if exact else _F32.pow(frac, _f32(power))
         return _f32(init - end) * scaled + _f32(end)

@@ -58,6 +58,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from globalstep.compat._torch_base import (
     CACHE_STEPS,
     ConfigTypeError,
@@ -66,6 +68,8 @@ from globalstep.compat._torch_base import (
     TorchSchedule,
     check_rate,
     check_real,
+    libm64,
+    plain,
 )
 from globalstep.compat._torch_compose import ChainedScheduler, SequentialLR
 from globalstep.compat._torch_cyclic import (
@@ -211,6 +215,11 @@ class StepLR(TorchSchedule):
     def _next(self, lr: float, k: int) -> float:
         return lr if k % self._size else lr * self.gamma
 
+    def _factors(self, ks: Any) -> Any:
+        if not plain(self.gamma):
+            return None
+        return np.where(ks % self._size == 0, float(self.gamma), 1.0)
+
     def _closed(self, k: int) -> float:
         return self.base_lr * _power(self.gamma, k // self._size)
 
@@ -248,6 +257,19 @@ class MultiStepLR(TorchSchedule):
     def _next(self, lr: float, k: int) -> float:
         count = self._counts.get(k)
         return lr if count is None else lr * self.gamma**count
+
+    def _factors(self, ks: Any) -> Any:
+        if not plain(self.gamma):
+            return None
+        start, stop = int(ks[0]), int(ks[-1]) + 1
+        factors = np.ones(ks.shape, dtype=np.float64)
+        try:
+            for milestone, count in self._counts.items():
+                if start <= milestone < stop:
+                    factors[milestone - start] = float(self.gamma**count)
+        except OverflowError:
+            return None
+        return factors
 
     def _closed(self, k: int) -> float:
         return self.base_lr * _power(self.gamma, bisect.bisect_right(self._sorted, k))
@@ -288,6 +310,15 @@ class ConstantLR(TorchSchedule):
 
     def _next(self, lr: float, k: int) -> float:
         return lr * (1.0 / self.factor) if k == self._total else lr
+
+    def _factors(self, ks: Any) -> Any:
+        if not plain(self.factor) or self.factor == 0:
+            return None
+        factors = np.ones(ks.shape, dtype=np.float64)
+        start = int(ks[0])
+        if start <= self._total < start + ks.size:
+            factors[self._total - start] = 1.0 / self.factor
+        return factors
 
     def _closed(self, k: int) -> float:
         if self._total == 0:
@@ -337,6 +368,18 @@ class LinearLR(TorchSchedule):
         s, e = self.start_factor, self.end_factor
         return lr * (1.0 + (e - s) / (self._total * s + (k - 1) * (e - s)))
 
+    def _factors(self, ks: Any) -> Any:
+        s, e, total = self.start_factor, self.end_factor, self._total
+        if not plain(s, e, total):
+            return None
+        d = float(e - s)
+        with np.errstate(all="ignore"):
+            under = float(total * s) + (ks - 1).astype(np.float64) * d
+            inside = ks <= total
+            if (under[inside] == 0).any():  # torch divides by zero there
+                return None
+            return np.where(inside, 1.0 + d / under, 1.0)
+
     def _closed(self, k: int) -> float:
         s, e, total = self.start_factor, self.end_factor, self._total
         return self.base_lr * (s + (e - s) * min(total, k) / total)
@@ -360,6 +403,11 @@ class ExponentialLR(TorchSchedule):
 
     def _next(self, lr: float, k: int) -> float:
         return lr * self.gamma
+
+    def _factors(self, ks: Any) -> Any:
+        if not plain(self.gamma):
+            return None
+        return np.full(ks.shape, float(self.gamma))
 
     def _closed(self, k: int) -> float:
         return self.base_lr * _power(self.gamma, k)
@@ -397,6 +445,15 @@ class PolynomialLR(TorchSchedule):
             return lr
         rate: float = lr * ((1.0 - k / total) / (1.0 - (k - 1) / total)) ** self.power
         return rate
+
+    def _factors(self, ks: Any) -> Any:
+        total, power = self._total, self.power
+        if not plain(power, total) or power < 0 or math.isinf(power):
+            return None
+        inside = ks <= total
+        k = np.where(inside, ks, total).astype(np.float64)
+        ratio = (1.0 - k / total) / (1.0 - (k - 1.0) / total)
+        return np.where(inside, libm64(np.power, ratio, np.full(ratio.shape, float(power))), 1.0)
 
     def _closed(self, k: int) -> float:
         total = self._total
@@ -442,6 +499,49 @@ class CosineAnnealingLR(TorchSchedule):
         return (1 + math.cos(math.pi * k / t)) / (1 + math.cos(math.pi * (k - 1) / t)) * (
             lr - eta
         ) + eta
+
+    def _block(self, lr: float, start: int, stop: int) -> Any:
+        """Vectorised where ``eta_min`` is 0: each step then multiplies the rate by a
+        factor (``f * (lr - 0.0) + 0.0`` is ``f * lr`` for the rates >= 0 torch allows),
+        except the steps just past an odd multiple of ``T_max``, which add a term; between
+        those the rates are running products. With ``eta_min != 0`` each step subtracts,
+        multiplies and adds (three roundings a step, no running product reproduces them):
+        the factors are still computed at once, and the recursion runs over them."""
+        t, eta, base = self._tmax, self.eta_min, self.base_lr
+        if not plain(eta, base):
+            return None
+        ks = np.arange(start, stop, dtype=np.int64)
+        with np.errstate(all="ignore"):
+            cosines = libm64(np.cos, (math.pi * np.arange(start - 1, stop, dtype=np.float64)) / t)
+            above = 1 + cosines[1:]
+            below = 1 + cosines[:-1]
+            adds = (ks - 1 - t) % (2 * t) == 0
+            if (below[~adds] == 0).any():  # torch divides by zero there
+                return None
+            factors = above / below
+        jump = (base - eta) * (1 - math.cos(math.pi / t)) / 2
+        if eta != 0 or math.copysign(1.0, base) < 0:  # (a rate of -0.0 would turn +0.0)
+            rates: list[float] = []
+            append = rates.append
+            for f, add in zip(factors.tolist(), adds.tolist(), strict=True):
+                lr = lr + jump if add else f * (lr - eta) + eta
+                append(lr)
+            return np.array(rates, dtype=np.float64)
+        out = np.empty(ks.size, dtype=np.float64)
+        edges = [*np.flatnonzero(adds).tolist(), ks.size]
+        begin = 0
+        for edge in edges:
+            if edge > begin:
+                chain = np.empty(edge - begin + 1, dtype=np.float64)
+                chain[0] = lr
+                chain[1:] = factors[begin:edge]
+                out[begin:edge] = np.multiply.accumulate(chain)[1:]
+                lr = float(out[edge - 1])
+            if edge < ks.size:
+                lr = lr + jump
+                out[edge] = lr
+            begin = edge + 1
+        return out
 
     def _closed(self, k: int) -> float:
         eta = self.eta_min

@@ -1,0 +1,114 @@
+"""Tests for compat.torch's vectorised tables and closed forms (TorchSchedule._block,
+_factors, _closed_array): values() equals torch's recursion replayed step by step."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from globalstep.compat import torch as gt
+from globalstep.compat._torch_base import StepZeroDivisionError
+from globalstep.errors import StepError
+
+N = 6000
+
+CASES = [
+    gt.StepLR(base_lr=0.1, step_size=30, gamma=0.1),
+    gt.StepLR(base_lr=0.1, step_size=7, gamma=3),
+    gt.ExponentialLR(base_lr=0.1, gamma=0.99),
+    gt.ExponentialLR(base_lr=0.1, gamma=1.0001),
+    gt.MultiStepLR(base_lr=0.1, milestones=[0, 100, 300, 300, 5000], gamma=0.3),
+    gt.ConstantLR(base_lr=0.3, factor=0.7, total_iters=777),
+    gt.ConstantLR(base_lr=0.3, factor=1, total_iters=0),
+    gt.LinearLR(base_lr=0.3, start_factor=0.1, end_factor=0.9, total_iters=5000),
+    gt.LinearLR(base_lr=0.3, start_factor=1, end_factor=0, total_iters=4000),
+    gt.PolynomialLR(base_lr=0.3, total_iters=5000, power=1.7),
+    gt.PolynomialLR(base_lr=0.3, total_iters=5000, power=2),
+    gt.PolynomialLR(base_lr=0.3, total_iters=100, power=0.0),
+    gt.CosineAnnealingLR(base_lr=0.1, T_max=1000),
+    gt.CosineAnnealingLR(base_lr=0.1, T_max=1),
+    gt.CosineAnnealingLR(base_lr=0.1, T_max=997, eta_min=0.01),
+    gt.CosineAnnealingLR(base_lr=-0.0, T_max=50),
+    gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=100),
+    gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=7, T_mult=3, eta_min=0.001),
+    gt.OneCycleLR(max_lr=0.1, total_steps=N),
+    gt.OneCycleLR(max_lr=0.1, total_steps=N, anneal_strategy="linear", three_phase=True),
+]
+
+
+def _fresh(schedule: gt.TorchSchedule) -> gt.TorchSchedule:
+    """The same schedule, with no rates computed yet."""
+    return type(schedule)(
+        **{f.name: getattr(schedule, f.name) for f in dataclasses.fields(schedule)}
+    )
+
+
+def _replayed(schedule: gt.TorchSchedule, n: int) -> np.ndarray:
+    """torch's recursion (or closed form) one step at a time, as the scalar path computes it."""
+    if not schedule._recursive:
+        return np.array([schedule._closed(k) for k in range(n)])
+    rates = [schedule._first(schedule._base_lr)]
+    for k in range(1, n):
+        rates.append(schedule._next(rates[-1], k))
+    return np.array(rates)
+
+
+@pytest.mark.parametrize("schedule", CASES, ids=repr)
+def test_values_equal_the_step_by_step_recursion(schedule):
+    """values() of a fresh schedule on 6,000 steps equals torch's recursion replayed, bitwise."""
+    fresh = _fresh(schedule)
+    ours = fresh.values(np.arange(N))
+    assert np.array_equal(ours.view(np.uint64), _replayed(schedule, N).view(np.uint64))
+
+
+@pytest.mark.parametrize("schedule", CASES[:4] + CASES[12:13], ids=repr)
+def test_the_table_is_built_as_a_running_product(schedule):
+    """A multiplicative recursion is built without calling the per-step ``_next``."""
+    fresh = _fresh(schedule)
+
+    def refused(lr, k):
+        raise AssertionError(f"_next called at step {k}")
+
+    object.__setattr__(fresh, "_next", refused)  # an instance attribute: the method shadowed
+    assert fresh.values(np.arange(N)).shape == (N,)
+
+
+def test_a_numpy_scalar_gamma_keeps_pythons_arithmetic():
+    """A NumPy float32 gamma is replayed step by step (Python then computes in float32)."""
+    schedule = gt.ExponentialLR(base_lr=0.1, gamma=np.float32(0.9))
+    assert np.array_equal(schedule.values(np.arange(200)), _replayed(schedule, 200))
+
+
+def test_a_division_by_zero_inside_a_block_raises_at_its_step():
+    """ConstantLR(factor=0) divides by zero at total_iters in torch; values() raises there."""
+    schedule = gt.ConstantLR(base_lr=0.3, factor=0.0, total_iters=50)
+    with pytest.raises(StepZeroDivisionError, match="at step 50"):
+        schedule.values(np.arange(200))
+    assert schedule(49) == 0.0
+
+
+def test_one_cycle_past_its_last_step_raises_from_values():
+    """values() past OneCycleLR's total_steps raises the scalar call's StepError."""
+    schedule = gt.OneCycleLR(max_lr=0.1, total_steps=100)
+    with pytest.raises(StepError, match="must be <= total_steps=100"):
+        schedule.values(np.arange(102))
+
+
+@pytest.mark.slow
+def test_cosine_annealing_equals_torch_on_100000_steps():
+    """CosineAnnealingLR(T_max=1000), vectorised, equals torch stepped 100,000 times."""
+    torch = pytest.importorskip("torch")
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
+    optimizer.step()
+    theirs = [scheduler.get_last_lr()[0]]
+    for _ in range(100_000 - 1):
+        scheduler.step()
+        theirs.append(scheduler.get_last_lr()[0])
+    ours = gt.CosineAnnealingLR(base_lr=0.1, T_max=1000).values(np.arange(100_000))
+    assert np.array_equal(ours, np.array(theirs))
+    assert not math.isnan(float(ours[-1]))
