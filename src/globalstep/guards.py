@@ -66,6 +66,11 @@ class StaleStepDetector:
         self._count = 0
         self._warned = False
 
+    @property
+    def last_step(self) -> int | None:
+        """The step of the latest read observed, or None."""
+        return self._last
+
     def observe(self, step: int, clock_name: str | None = None) -> None:
         """Records one read of ``step``; warns once if the step has stopped advancing."""
         if step != self._last:

@@ -88,6 +88,7 @@ from globalstep._closing import Closing
 from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, DivergenceError
+from globalstep.schedules._base import MEMO_BITS, MEMO_MASK, memo_of
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter, available_formats
 from globalstep.triggers import Trigger, every
@@ -361,6 +362,7 @@ class Run(Closing):
         self.clock = clock
         self.clocks = all_clocks
         self.schedules: dict[str, Any] = schedules
+        self._memos: dict[str, tuple[Any, dict[int, list[float]]]] = {}  # see value()
         self.save_trigger, self._save_grid = _save_trigger(save_every)
         self._next_save_check = 0  # the step from which update() asks the save trigger
         self.strict = strict
@@ -580,12 +582,25 @@ class Run(Closing):
             KeyError: no schedule has that name.
         """
         try:
+            # The per-update path: the schedule's memo, read here while the name still
+            # maps to the schedule it belongs to.
+            schedule, memo = self._memos[name]
+            if self.schedules[name] is schedule:
+                step = self.clock._step
+                return memo[step >> MEMO_BITS][step & MEMO_MASK]
+        except KeyError:
+            pass
+        try:
             schedule = self.schedules[name]
         except KeyError:
             raise KeyError(
                 f"no schedule named {name!r}; this run has {sorted(self.schedules)}"
             ) from None
-        return float(schedule(self.clock.step))
+        value = float(schedule(self.clock.step))
+        own = memo_of(schedule)
+        if own is not None:
+            self._memos[name] = (schedule, own)
+        return value
 
     def update(self, *, applied: bool = True, **scalars: Any) -> bool:
         """Reports one update: ticks the clock, logs the scalars, saves when it is time.
@@ -619,7 +634,10 @@ class Run(Closing):
         if scalars:
             (self._writer or self.writer).scalars(scalars)
         progress = self.progress
-        if progress is not None:
+        # Between two lines of a plain display, update() would only compare the step.
+        if progress is not None and (
+            clock._step >= progress._next_line or progress._bar is not None
+        ):
             progress.update(**scalars)
         if clock.step >= self._next_save_check:
             self._maybe_save(scalars)

@@ -175,6 +175,7 @@ def _as_float(tag: str, value: Any) -> float:
 
 
 _TENSOR_TYPES: set[type] = set()  # framework tensor types seen (not NumPy's)
+_REAL_DTYPES: set[Any] = set()  # their dtypes found real (not complex): one lookup next time
 
 
 def _tensor_or_float(tag: str, value: Any) -> Any:
@@ -202,11 +203,18 @@ def _tensor_or_float(tag: str, value: Any) -> Any:
         if count != 1:
             return _as_float(tag, value)  # raises, naming the rule
     dtype = value.dtype
+    try:
+        if dtype in _REAL_DTYPES:
+            return value
+    except TypeError:  # an unhashable dtype: checked each time
+        pass
     complex_dtype = getattr(dtype, "is_complex", None)
     if complex_dtype is None:
         complex_dtype = "complex" in str(dtype)
     if complex_dtype:
         return _as_float(tag, value)  # raises, naming the rule
+    with contextlib.suppress(TypeError):
+        _REAL_DTYPES.add(dtype)
     return value
 
 
@@ -583,11 +591,13 @@ class SummaryWriter(Closing):
             self._check_open()
         if type(values) is not dict and not isinstance(values, Mapping):
             raise ConfigError("values", "must be a mapping from tag to number", values)
-        known, guarded = self._known_tags, self._guarded
+        known = self._known_tags
         if step is None and self._clock is not None:
-            number = self._clock.step
+            number = self._clock._step
         else:
             number = step if type(step) is int and 0 <= step <= MAX_STEP else _check_step(step)
+        # The per-update path: every value is a float or a one-element tensor, every tag
+        # known; anything else goes through the checks that name the rule it breaks.
         checked = []
         for tag, value in values.items():
             try:
@@ -603,25 +613,31 @@ class SummaryWriter(Closing):
                     checked.append((tag, value))
                     continue
             if value - value != 0.0:  # NaN or infinite
-                if tag in guarded:
+                if tag in self._guarded:
                     check_finite(tag, value, number, self._on_nonfinite)
             elif (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
                 self._check_float32(tag, value)
             checked.append((tag, value))
         if not checked:
             return
-        step = self._resolve_step(number)
-        first = checked[0][0]
-        # _repeats() inlined: this is the hot path.
-        if step != self._stale_step:
-            self._stale_step, self._stale_tag = step, first
-            self._stale.observe(step, self._clock_name)
-        elif first == self._stale_tag:
-            self._stale.observe(step, self._clock_name)
+        if number > self._last_step and self._pending_restart is None:
+            self._last_step = number  # _resolve_step() of a step that moved on
+        else:
+            number = self._resolve_step(number)
+        if number != self._stale_step:
+            # _repeats() inlined. A step that moved on is only noted: the detector hears of
+            # its first write when the step is written to again.
+            self._stale_step, self._stale_tag = number, checked[0][0]
+        elif checked[0][0] == self._stale_tag:
+            stale = self._stale
+            if stale.last_step != number:
+                stale.observe(number, self._clock_name)
+            # Called here, not in a helper, so that its warning points at the caller's line.
+            stale.observe(number, self._clock_name)
         wall_time = time.time()
         queue = self._queue
         for tag, value in checked:
-            queue.append((SCALAR, tag, step, wall_time, value))
+            queue.append((SCALAR, tag, number, wall_time, value))
         if len(queue) >= _BATCH_ITEMS:
             self._queue_grew()
 
