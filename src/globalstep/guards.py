@@ -71,8 +71,12 @@ class StaleStepDetector:
         """The step of the latest read observed, or None."""
         return self._last
 
-    def observe(self, step: int, clock_name: str | None = None) -> None:
-        """Records one read of ``step``; warns once if the step has stopped advancing."""
+    def observe(self, step: int, clock_name: str | None = None, *, stacklevel: int = 3) -> None:
+        """Records one read of ``step``; warns once if the step has stopped advancing.
+
+        ``stacklevel`` is the warning's, counted from this method: the default names the
+        line that called the caller.
+        """
         if step != self._last:
             self._last = step
             self._count = 1
@@ -86,5 +90,5 @@ class StaleStepDetector:
                 f"the step is not advancing, so {self._effect}. Call clock.tick() once per "
                 "optimizer update (or pass global_step= to minimize()).",
                 FrozenStepWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )

@@ -365,6 +365,7 @@ class Run(Closing):
         self._memos: dict[str, tuple[Any, dict[int, list[float]]]] = {}  # see value()
         self.save_trigger, self._save_grid = _save_trigger(save_every)
         self._next_save_check = 0  # the step from which update() asks the save trigger
+        self._next_check = 0  # the step from which update() looks at more than the step
         self.strict = strict
         self.rollback = rollback
         self.data_position = 0
@@ -470,7 +471,7 @@ class Run(Closing):
 
     def _load_run_part(self, part: Mapping[str, Any]) -> None:
         self.data_position = int(part["data_position"])
-        self._next_save_check = 0
+        self._next_save_check = self._next_check = 0
         saved = part.get("save_trigger")
         if self.save_trigger is not None:
             try:
@@ -518,7 +519,7 @@ class Run(Closing):
             self._say(f"resumed from step {self.clock.step} ({self.checkpoints.directory})")
         self._restored = True
         self._careful = self.rollback is not None
-        self._next_save_check = 0
+        self._next_save_check = self._next_check = 0
         self._started_at = self.clock.step
         if self.done and latest is not None:
             self._say(
@@ -632,18 +633,28 @@ class Run(Closing):
         if applied:
             clock.tick()
         if scalars:
-            (self._writer or self.writer).scalars(scalars)
+            (self._writer or self.writer)._queue_scalars(scalars, clock._step)  # a dict of its own
+        if clock._step >= self._next_check:
+            self._after_update(scalars)
+        return True
+
+    def _after_update(self, scalars: dict[str, Any]) -> None:
+        """The display, the save trigger and a signal, once one of them may be due; notes
+        the step before which none can be (a live bar: none)."""
+        step = self.clock._step
         progress = self.progress
-        # Between two lines of a plain display, update() would only compare the step.
-        if progress is not None and (
-            clock._step >= progress._next_line or progress._bar is not None
-        ):
+        if progress is not None and (step >= progress._next_line or progress._bar is not None):
             progress.update(**scalars)
-        if clock.step >= self._next_save_check:
+        if step >= self._next_save_check:
             self._maybe_save(scalars)
         if self._signal is not None:
             self._stop_for_signal()
-        return True
+        upcoming = self._next_save_check
+        if progress is not None:
+            upcoming = 0 if progress._bar is not None else min(upcoming, progress._next_line)
+        self._next_check = upcoming
+        if self._signal is not None:  # one that came while this ran: the next update stops
+            self._next_check = 0
 
     def _maybe_save(self, scalars: dict[str, Any]) -> None:
         """Asks the save trigger; for a trigger of steps, notes the next step worth asking."""
@@ -784,7 +795,7 @@ class Run(Closing):
             os.kill(os.getpid(), signum)
             return
         self._signal = signum
-        self._next_save_check = 0
+        self._next_save_check = self._next_check = 0
         name = signal.Signals(signum).name
         self._say(
             f"got {name}: saving a checkpoint after the update in flight, then exiting "
