@@ -696,8 +696,6 @@ class Run(Closing):
         step = self.clock.step
         if step == self._saved_step:
             return
-        if self._writer is not None:
-            self._writer.sync()  # the curves up to `step` reach the disk before the checkpoint
         metrics = {}
         for tag, value in self._last_metrics.items():
             if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
@@ -709,6 +707,9 @@ class Run(Closing):
             self._tree(self.state),
             metrics=metrics,
             force=step in self.checkpoints.steps(),
+            # The curves up to `step` reach the disk before the checkpoint commits (on the
+            # save's thread when it is async).
+            before_commit=self._writer.sync_points if self._writer is not None else None,
         )
         self._saved_step = step
 
@@ -865,12 +866,12 @@ class Run(Closing):
         finally:
             self._closed = True
             self._restore_handlers()
-            closers: list[Callable[[], None]] = []
+            # The checkpoints first: an async save fsyncs the logs before it commits.
+            closers: list[Callable[[], None]] = [self.checkpoints.close]
             if self.progress is not None:
                 closers.append(self.progress.close)
             if self._writer is not None:
                 closers.append(self._writer.close)
-            closers.append(self.checkpoints.close)
             first: BaseException | None = None
             for close in closers:
                 try:

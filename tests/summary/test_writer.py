@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -874,3 +875,44 @@ def test_scalars_copies_the_mapping(tmp_path):
     values["x"] = 2.0
     writer.close()
     assert read_run(tmp_path).scalars["x"][0].value == 1.0
+
+
+def test_sync_points_from_another_thread_puts_the_points_on_disk(tmp_path):
+    """sync_points() called on another thread writes the queued points and fsyncs them."""
+    synced = []
+    real = os.fsync
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"x": 1.0, "y": 2.0}, step=3)
+    try:
+        os.fsync = lambda fd: synced.append(fd) or real(fd)
+        thread = threading.Thread(target=writer.sync_points)
+        thread.start()
+        thread.join()
+    finally:
+        os.fsync = real
+    assert synced
+    assert [p.step for p in read_run(tmp_path).scalars["y"]] == [3]
+    writer.close()
+
+
+def test_sync_points_raises_a_pending_error_and_leaves_it_for_the_next_call(tmp_path):
+    """sync_points() raises a guarded NaN tensor read in the background; the training
+    thread's next call raises it too."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"loss": torch.tensor(0.5)}, step=1)
+    writer.scalars({"loss": torch.tensor(float("nan"))}, step=2)
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 2"):
+        writer.sync_points()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 2"):
+        writer.scalars({"loss": 1.0}, step=3)
+    writer.close()
+
+
+def test_sync_points_on_a_closed_writer_does_nothing(tmp_path):
+    """sync_points() after close() returns without error."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",))
+    writer.scalar("x", 1.0, step=0)
+    writer.close()
+    writer.sync_points()
+    assert [p.step for p in read_run(tmp_path).scalars["x"]] == [0]

@@ -397,7 +397,8 @@ class CheckpointManager(Closing):
         self._async = async_save
         self._read_only = read_only
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._thread: _InFlight | threading.Thread | None = None  # the save in flight
+        self._saver: Any = None  # the thread pool of one that writes async saves
         self._error: BaseException | None = None
         self._infos: dict[int, CheckpointInfo] = {}
         self._warned: set[str] = set()
@@ -766,6 +767,7 @@ class CheckpointManager(Closing):
         *,
         metrics: Mapping[str, float] | None = None,
         force: bool = False,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         """Saves ``state`` as the checkpoint of ``step``, then applies retention.
 
@@ -774,6 +776,10 @@ class CheckpointManager(Closing):
             state: the state tree (see :mod:`globalstep.checkpoint.tree`).
             metrics: numbers for ``keep_best`` and ``globalstep ckpt ls``.
             force: replace an existing checkpoint of this step (atomically).
+            before_commit: called once before anything is written: what must be on disk
+                before this checkpoint exists (``globalstep.Run`` fsyncs its logs). It runs
+                on the save's thread (the background one for an async save); if it raises,
+                nothing is saved and the save fails with its error.
 
         Raises:
             CheckpointExistsError: the step is saved already and ``force`` is False.
@@ -809,14 +815,22 @@ class CheckpointManager(Closing):
             document["previous_step"] = self._resumed_from
             self._resumed_from = None
         if not self._async:
-            self._commit(number, flat.arrays, document, force, abandoned)
+            self._commit(number, flat.arrays, document, force, abandoned, before_commit)
             return
-        self._thread = threading.Thread(
-            target=self._commit_in_background,
-            args=(number, flat.arrays, document, force, abandoned),
-            name=f"globalstep-save-{number}",
+        self._thread = self._in_background(
+            self._commit_in_background,
+            (number, flat.arrays, document, force, abandoned, before_commit),
         )
-        self._thread.start()
+
+    def _in_background(self, work: Callable[..., None], args: tuple[Any, ...]) -> _InFlight:
+        """Runs ``work(*args)`` on the manager's save thread, made at the first async save
+        and kept (so a save does not wait for a new thread to be scheduled); interpreter
+        exit waits for the save in flight, as it would for a thread of its own."""
+        if self._saver is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="globalstep-save")
+        return _InFlight(self._saver.submit(work, *args))
 
     def maybe_save(
         self, clock: Clock, state: Any, *, metrics: Mapping[str, float] | None = None
@@ -846,7 +860,10 @@ class CheckpointManager(Closing):
         document: dict[str, Any],
         force: bool,
         abandoned: list[int],
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
+        if before_commit is not None:
+            before_commit()
         # The abandoned timeline goes before the new checkpoint is committed.
         # Oldest first, so that until the last deletion the old timeline's newest is the
         # newest checkpoint (a crash resumes there, as if the rollback had not started),
@@ -1179,11 +1196,28 @@ class CheckpointManager(Closing):
         try:
             self.wait()
         finally:
+            if self._saver is not None:
+                self._saver.shutdown()
             if self._lock is not None:
                 self._lock.release()
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"
+
+
+class _InFlight:
+    """An async save handed to the manager's save thread."""
+
+    def __init__(self, future: Any) -> None:
+        self._future = future
+
+    def join(self) -> None:
+        """Waits until the save has finished (its errors are kept by the manager)."""
+        self._future.result()
+
+    def is_alive(self) -> bool:
+        """True until the save has finished."""
+        return not self._future.done()
 
 
 class CheckpointFollower(Iterator[CheckpointReader]):

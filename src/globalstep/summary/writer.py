@@ -443,24 +443,29 @@ class SummaryWriter(Closing):
             self._error, self._error_path, self._error_lost = None, None, 0
         if error is None:
             return
+        if isinstance(error, NonFiniteError) and self._on_nonfinite is not None:
+            self._on_nonfinite(error)
+            return
+        raise self._reported(error, path, lost) from error
+
+    @staticmethod
+    def _reported(error: BaseException, path: str | None, lost: int) -> BaseException:
+        """The exception that reports a background error to a caller."""
         if isinstance(error, NonFiniteError):  # a guarded tensor, read in the background
-            if self._on_nonfinite is not None:
-                self._on_nonfinite(error)
-                return
-            raise error
+            return NonFiniteError(error.tag, error.value, error.step)
         if isinstance(error, ConfigError):
-            raise ConfigError(
+            return ConfigError(
                 error.parameter,
                 error.rule,
                 error.value,
                 hint="That tensor was read after the call returned; the point was not written.",
-            ) from error
+            )
         lost_text = f"{lost} points were lost; " if lost else ""
-        raise SummaryWriteError(
+        return SummaryWriteError(
             f"the summary writer could not write {path}: {error} ({lost_text}the writer goes "
             "on and writes later calls)",
             path,
-        ) from error
+        )
 
     def _resolve_step(self, step: Any) -> int:
         if step is None:
@@ -766,6 +771,32 @@ class SummaryWriter(Closing):
         self._check_open()
         self._drain(sync=True)
         self._check_open()
+
+    def sync_points(self) -> None:
+        """Writes and fsyncs every point queued so far; callable from any thread.
+
+        For what must reach the disk only after the points logged before it: ``Run``
+        passes this to the checkpoint's save as ``before_commit``, so an async save fsyncs
+        the logs on its own thread, and the checkpoint commits only if they are on disk.
+        Like :meth:`sync` it raises an error not yet reported (a failed write, or a tensor
+        refused when read: a guarded NaN loss, so no checkpoint of a diverged run is
+        saved), but it leaves the error for the training thread's next call to raise too.
+        On a closed writer it does nothing (closing wrote everything).
+
+        Raises:
+            SummaryWriteError: a write failed, now or earlier.
+            NonFiniteError: a guarded tensor read in the background was NaN or infinite
+                (not with an ``on_nonfinite`` handler, which the next call runs).
+            ConfigError: a tensor read in the background broke a rule.
+        """
+        if self._closed:
+            return
+        self._drain(sync=True)
+        with self._io_lock:
+            error, path, lost = self._error, self._error_path, self._error_lost
+        if error is None or (isinstance(error, NonFiniteError) and self._on_nonfinite):
+            return
+        raise self._reported(error, path, lost) from error
 
     def close(self) -> None:
         """Writes everything queued, stops the background thread and closes the files.
