@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from globalstep.errors import ConfigError, StepError
@@ -80,7 +80,8 @@ class Progress:
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the snapshot as a JSON-ready dict."""
-        return asdict(self)
+        # Every field is a number, a str or None: no deep copy (dataclasses.asdict) needed.
+        return {name: getattr(self, name) for name in _PROGRESS_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Progress:
@@ -103,6 +104,9 @@ class Progress:
             _check_count(f"data[{key!r}]", data.get(key), minimum=1)
         _check_seconds("data['elapsed_seconds']", data.get("elapsed_seconds"))
         return cls(**dict(data))
+
+
+_PROGRESS_FIELDS = tuple(f.name for f in fields(Progress))
 
 
 def _check_count(parameter: str, value: Any, *, minimum: int, optional: bool = True) -> None:

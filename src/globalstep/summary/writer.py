@@ -875,7 +875,12 @@ class SummaryWriter(Closing):
                 out.append(item)
                 continue
             try:
-                value = _as_float(tag, payload)
+                value = payload.item()  # a one-element tensor's number; raises for more
+            except Exception:  # _as_float below names the rule broken
+                value = None
+            try:
+                if type(value) is not float:  # an int, bool or complex one, or no number
+                    value = _as_float(tag, payload)
                 if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
                     self._check_float32(tag, value)
             except ConfigError as err:
