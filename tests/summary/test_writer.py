@@ -916,3 +916,12 @@ def test_sync_points_on_a_closed_writer_does_nothing(tmp_path):
     writer.close()
     writer.sync_points()
     assert [p.step for p in read_run(tmp_path).scalars["x"]] == [0]
+
+
+def test_scalars_of_an_empty_mapping_writes_nothing(tmp_path):
+    """scalars({}) queues nothing and marks no step."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({}, step=5)
+    writer.scalars({"x": 1.0}, step=2)
+    writer.close()
+    assert [p.step for p in read_run(tmp_path).scalars["x"]] == [2]

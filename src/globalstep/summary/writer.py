@@ -83,6 +83,7 @@ _SCALARS = -1
 """A queued group of scalars at one step: (_SCALARS, "", step, wall_time, {tag: value}),
 turned into SCALAR items in the background (see SummaryWriter._queue_scalars)."""
 _GROUP_TAGS = 16  # the most tags queued as one group (the queue's length bounds memory)
+_wall_time = time.time
 _MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
@@ -623,10 +624,12 @@ class SummaryWriter(Closing):
             number = self._clock._step
         else:
             number = step if type(step) is int and 0 <= step <= MAX_STEP else _check_step(step)
-        self._queue_scalars(dict(values), number)
+        if values:
+            self._queue_scalars(dict(values), number)
 
     def _queue_scalars(self, values: dict[str, Any], step: int) -> None:
-        """:meth:`scalars` for a dict the writer may keep, at an int step in [0, 2**63-1].
+        """:meth:`scalars` for a non-empty dict the writer may keep, at an int step in
+        [0, 2**63-1].
 
         The per-update path (``Run.update`` hands its keywords here, unchecked): a dict of
         known tags whose values are floats that fit (finite, and in float32 where event
@@ -657,8 +660,6 @@ class SummaryWriter(Closing):
             pass
         if not passed:
             values = self._checked(values, step)
-        if not values:
-            return
         if step > self._last_step and self._pending_restart is None:
             # _resolve_step() and _repeats() of a step that moved on; the frozen-step
             # detector hears of the step's first write when the step is written to again.
@@ -677,9 +678,9 @@ class SummaryWriter(Closing):
                 stale.observe(step, self._clock_name, stacklevel=4)
         queue = self._queue
         if len(values) <= _GROUP_TAGS:
-            queue.append((_SCALARS, "", step, time.time(), values))
+            queue.append((_SCALARS, "", step, _wall_time(), values))
         else:
-            wall_time = time.time()
+            wall_time = _wall_time()
             for tag, value in values.items():
                 queue.append((SCALAR, tag, step, wall_time, value))
         if len(queue) >= _BATCH_ITEMS:
