@@ -171,6 +171,7 @@ class Attachment:
         keys = ("lr", "momentum", "betas")
         self._saved = [{k: g[k] for k in keys if k in g} for g in groups]
         self._last_step: int | None = None
+        self._class_found_inf = hasattr(type(optimizer), "found_inf")
         self._handles = [
             optimizer.register_step_pre_hook(self._before),
             optimizer.register_step_post_hook(self._after),
@@ -187,7 +188,6 @@ class Attachment:
 
     def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         step = self.clock._step
-        block, offset = step >> MEMO_BITS, step & MEMO_MASK
         groups = optimizer.param_groups
         for i, table, memo in self._lr:
             group = groups[i]
@@ -195,7 +195,7 @@ class Attachment:
                 value = table(step)
             else:
                 try:
-                    value = memo[block][offset]
+                    value = memo[step >> MEMO_BITS][step & MEMO_MASK]
                 except KeyError:  # a block not computed yet
                     value = table(step)
             current = group["lr"]
@@ -203,6 +203,11 @@ class Attachment:
                 current.fill_(value)
             else:
                 group["lr"] = value
+        if self._momentum:
+            self._set_momentum(groups, step)
+
+    def _set_momentum(self, groups: Any, step: int) -> None:
+        block, offset = step >> MEMO_BITS, step & MEMO_MASK
         for i, table, memo, key in self._momentum:
             group = groups[i]
             if memo is None:
@@ -224,7 +229,11 @@ class Attachment:
     def _after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # A fused optimizer stepped by a GradScaler skips the update itself when the scaler
         # found inf or NaN gradients; the scaler then leaves ``found_inf`` on the optimizer.
-        found_inf = getattr(optimizer, "found_inf", None)
+        # (An instance attribute, which GradScaler sets: looked up without getattr's
+        # AttributeError when there is none, the common case.)
+        found_inf = optimizer.__dict__.get("found_inf")
+        if found_inf is None and self._class_found_inf:
+            found_inf = getattr(optimizer, "found_inf", None)
         if found_inf is not None and isinstance(found_inf, torch.Tensor) and found_inf.item():
             return
         self.clock.tick()

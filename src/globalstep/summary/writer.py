@@ -618,14 +618,18 @@ class SummaryWriter(Closing):
         """
         if self._error is not None or self._closed:
             self._check_open()
-        if type(values) is not dict and not isinstance(values, Mapping):
+        if type(values) is dict:
+            values = values.copy()  # the caller may change it after the call
+        elif isinstance(values, Mapping):
+            values = dict(values)
+        else:
             raise ConfigError("values", "must be a mapping from tag to number", values)
         if step is None and self._clock is not None:
             number = self._clock._step
         else:
             number = step if type(step) is int and 0 <= step <= MAX_STEP else _check_step(step)
         if values:
-            self._queue_scalars(dict(values), number)
+            self._queue_scalars(values, number)
 
     def _queue_scalars(self, values: dict[str, Any], step: int) -> None:
         """:meth:`scalars` for a non-empty dict the writer may keep, at an int step in
