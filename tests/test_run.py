@@ -403,3 +403,15 @@ def test_readme_run_block_runs(tmp_path, monkeypatch):
     exec(block, namespace)
     assert namespace["run"].step == 1000
     assert np.allclose(namespace["weights"], 1.0)
+
+
+def test_value_follows_a_schedule_replaced_in_schedules(tmp_path):
+    """run.value() reads a schedule put into run.schedules after earlier reads, not the
+    memo of the one it replaced."""
+    with _make_run(tmp_path, 10) as run:
+        run.restore({})
+        first = run.value("lr")
+        run.schedules["lr"] = CosineDecay(0.5, decay_steps=100)
+        assert run.value("lr") == 0.5 != first
+        run.schedules["lr"] = lambda step: 0.25
+        assert run.value("lr") == 0.25
