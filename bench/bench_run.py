@@ -23,9 +23,11 @@ same two for the process's CPU time (all threads: the training thread, the write
 the checkpoints' background threads), which a loaded machine's preemption does not
 inflate. For ``run`` and ``run+ckpt`` it also prints the training thread's own time in
 Run's calls (the two ``value`` calls and ``update``, the loss tensor passed as it is),
-timed around them with ``perf_counter_ns`` inside the loop, timer cost subtracted: the
-median over all updates, and the mean (which holds the saves' copies and every wait for
-the GIL or the CPU).
+timed around them with ``perf_counter_ns`` (and ``thread_time_ns``) inside the loop, less
+the same timers' cost read in place by the hand loop of the round (which times two empty
+spans at the same places): the median over all updates, the mean (which holds the saves'
+copies and every wait for the GIL or the CPU), the mean in thread CPU time, and the CPU
+time of globalstep's background threads (the writer's, the saves') per update.
 
 Run: `.venv/bin/python bench/bench_run.py [--n 2000] [--rounds 5] [--only hand,run]`.
 """
@@ -81,23 +83,40 @@ def bench_hand(n: int, directory: str) -> Cost:
     model, optimizer, x, y = _setup()
     loss_fn = nn.functional.mse_loss
     group = optimizer.param_groups[0]
+    spans, cpus = [], []
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
     start = _now()
     for step in range(n):
+        # The timers run's loop reads, around nothing: their cost in place.
+        c0 = cpu()
+        t0 = wall()
+        t1 = wall()
+        c1 = cpu()
         group["lr"] = _cosine(step, n)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-    return _per_update(start, _now(), n)
+        c2 = cpu()
+        t2 = wall()
+        t3 = wall()
+        c3 = cpu()
+        spans.append((t1 - t0) + (t3 - t2))
+        cpus.append((c1 - c0) + (c3 - c2))
+    cost = _per_update(start, _now(), n)
+    EMPTY_SPANS.append((statistics.median(spans), statistics.fmean(cpus)))
+    return cost
 
 
 # contender: per round, (median and mean wall us of Run's calls per update, their mean
 # thread CPU us, the background threads' CPU us per update)
 RUN_CALLS: dict[str, list[tuple[float, float, float, float]]] = {}
+EMPTY_SPANS: list[tuple[float, float]] = []  # per round: the hand loop's empty spans, ns
 
 
 def _span_cost_ns() -> tuple[float, float]:
-    """The median (wall, thread CPU) ns that the loop's timers read around nothing."""
+    """The (median wall, mean thread CPU) ns of the loop's two timed spans around nothing,
+    outside any loop (used only when no hand loop ran first)."""
     wall, cpu = time.perf_counter_ns, time.thread_time_ns
     walls, cpus = [], []
     for _ in range(2001):
@@ -107,7 +126,7 @@ def _span_cost_ns() -> tuple[float, float]:
         c1 = cpu()
         walls.append(t1 - t0)
         cpus.append(c1 - c0)
-    return statistics.median(walls), statistics.median(cpus)
+    return 2 * statistics.median(walls), 2 * statistics.fmean(cpus)
 
 
 def _background_cpu_ns(threads: list[threading.Thread]) -> int:
@@ -181,12 +200,13 @@ def _bench_run(n: int, directory: str, *, checkpoints: bool) -> Cost:
     background = _background_cpu_ns(_globalstep_threads()) - background + leftover
     run.close()
     sink.close()
-    wall_cost, cpu_cost = _span_cost_ns()
+    # The timers' own cost, read in place by the hand loop of this round (it runs first).
+    wall_cost, cpu_cost = EMPTY_SPANS[-1] if EMPTY_SPANS else _span_cost_ns()
     RUN_CALLS.setdefault("run+ckpt" if checkpoints else "run", []).append(
         (
-            (statistics.median(calls) - 2 * wall_cost) / 1e3,
-            (statistics.fmean(calls) - 2 * wall_cost) / 1e3,
-            (statistics.fmean(cpus) - 2 * cpu_cost) / 1e3,
+            (statistics.median(calls) - wall_cost) / 1e3,
+            (statistics.fmean(calls) - wall_cost) / 1e3,
+            (statistics.fmean(cpus) - cpu_cost) / 1e3,
             background / n / 1e3,
         )
     )

@@ -17,8 +17,10 @@ loop, per update (the step hooks, timed by marker hooks registered around them, 
 triggers and the scalars, timed in place, less the timer's own cost), as its median and
 mean over the updates in wall time, and its median in thread CPU time; the CPU time of
 the writer's background thread per update (encoding and writing the points, reading the
-loss tensors); and the whole loop's time minus the hand loop's (noisy on a loaded
-machine: the difference of two numbers of ~100 us or more).
+loss tensors); the median less that of the same timers and marker hooks with nothing
+between them, timed in place in the same round (their cold cost after torch's step is
+several times their cost measured alone); and the whole loop's time minus the hand
+loop's (noisy on a loaded machine: the difference of two numbers of ~100 us or more).
 
 Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000]``.
 """
@@ -89,11 +91,14 @@ def _timer_cost(timer: Callable[[], int]) -> float:
 
 
 def run_globalstep(
-    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns
+    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns, *, empty: bool = False
 ) -> dict[str, float]:
+    """The globalstep driver; ``empty=True`` keeps its timers and marker hooks but runs
+    none of globalstep's work in the spans (the clock ticks outside them): the timing's
+    own cost in place, subtracted from the driver's spans."""
     model, opt, batches = _setup(n)
     clock = Clock()
-    attachment = attach(opt, clock, CosineDecay(BASE_LR, n))
+    attachment = None if empty else attach(opt, clock, CosineDecay(BASE_LR, n))
     # Marker hooks around attach's own: the time between them is globalstep's hook work.
     marks = {"t": 0, "hooks": 0}
 
@@ -123,6 +128,11 @@ def run_globalstep(
         loss.backward()
         marks["hooks"] = 0
         opt.step()  # sets the rate of update clock.step, then ticks the clock
+        if empty:
+            clock.tick()
+            t0 = timer()
+            spans.append(timer() - t0 + marks["hooks"])
+            continue
         t0 = timer()
         writer.scalars({"loss": loss, "lr": opt.param_groups[0]["lr"]})  # read off the thread
         if log.should_fire(clock):
@@ -138,7 +148,8 @@ def run_globalstep(
     writer.close()
     for handle in [*pre_handles, *post_handles, pre_open, post_open]:
         handle.remove()
-    attachment.detach()
+    if attachment is not None:
+        attachment.detach()
     assert clock.step == n
     cost = 3 * _timer_cost(timer)  # three spans per update: pre-hook, post-hook, inline
     return {
@@ -229,10 +240,13 @@ def main() -> None:
     direct_mean: list[float] = []
     cpu: list[float] = []
     background: list[float] = []
+    net: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             per["hand"].append(run_hand(n)["total"] / n)
+            empty = run_globalstep(n, os.path.join(tmp, f"empty{r}"), empty=True)
             gs = run_globalstep(n, os.path.join(tmp, f"run{r}"))
+            net.append(gs["direct_median"] - empty["direct_median"])
             per["globalstep"].append(gs["total"] / n)
             direct.append(gs["direct_median"])
             direct_mean.append(gs["direct_mean"])
@@ -265,6 +279,7 @@ def main() -> None:
     print(f"  median over updates: {us(direct)}")
     print(f"  mean over updates:   {us(direct_mean)}  (GIL waits on the writer thread included)")
     print(f"  median, thread CPU time: {us(cpu)}  (preemption and GIL waits excluded)")
+    print(f"  median, less the same spans timed around nothing in place: {us(net)}")
     print(f"  the writer's thread, CPU time per update: {us(background)}")
 
 
