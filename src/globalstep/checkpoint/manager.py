@@ -817,12 +817,12 @@ class CheckpointManager(Closing):
         if not self._async:
             self._commit(number, flat.arrays, document, force, abandoned, before_commit)
             return
-        self._thread = self._in_background(
+        self._thread = self._submit(
             self._commit_in_background,
             (number, flat.arrays, document, force, abandoned, before_commit),
         )
 
-    def _in_background(self, work: Callable[..., None], args: tuple[Any, ...]) -> _InFlight:
+    def _submit(self, work: Callable[..., None], args: tuple[Any, ...]) -> _InFlight:
         """Runs ``work(*args)`` on the manager's save thread, made at the first async save
         and kept (so a save does not wait for a new thread to be scheduled); interpreter
         exit waits for the save in flight, as it would for a thread of its own."""
