@@ -9,19 +9,25 @@ contenders, run round-robin for ``--rounds`` rounds:
   schedules read per update (``run.value``), ``run.update(loss=<tensor>, lr=lr)`` logging
   two scalars (TensorBoard + JSONL), checking the save trigger (which never fires) and the
   progress display's trigger (a line every 100 steps, to /dev/null).
-- ``run+ckpt``: as ``run``, plus an async checkpoint every 100 updates (after the logs are
-  flushed and fsynced) of the model's weights.
+- ``run+ckpt``: as ``run``, plus an async checkpoint every 100 updates of the model's
+  weights (the save's thread fsyncs the logs before it commits).
 - ``ignite``: ignite's ``Engine`` with a handler every 100 iterations.
 - ``lightning``: Lightning's ``Trainer``, bare (no logger, checkpoint or progress bar).
 - ``lightning+log``: with its TensorBoard logger and ``self.log`` of the loss and the rate.
 - ``lightning+full``: with the logger, the progress bar and a ``ModelCheckpoint`` every
   100 steps.
 
-For each contender it prints the median time per update over the rounds, the spread
-(min-max) and the median of its per-round excess over the hand loop of the same round.
-For ``run`` it also prints the training thread's own time in Run's calls (the two
-``value`` calls and ``update``), timed around them inside the loop, per update (median
-over all updates; the background writer's share of the GIL is in the loop figures).
+For each contender it prints the median wall time per update over the rounds, the spread
+(min-max), the median of its per-round excess over the hand loop of the same round, and the
+same two for the process's CPU time (all threads: the training thread, the writer's and
+the checkpoints' background threads), which a loaded machine's preemption does not
+inflate. For ``run`` and ``run+ckpt`` it also prints the training thread's own time in
+Run's calls (the two ``value`` calls and ``update``, the loss tensor passed as it is),
+timed around them with ``perf_counter_ns`` (and ``thread_time_ns``) inside the loop, less
+the same timers' cost read in place by the hand loop of the round (which times two empty
+spans at the same places): the median over all updates, the mean (which holds the saves'
+copies and every wait for the GIL or the CPU), the mean in thread CPU time, and the CPU
+time of globalstep's background threads (the writer's, the saves') per update.
 
 Run: `.venv/bin/python bench/bench_run.py [--n 2000] [--rounds 5] [--only hand,run]`.
 """
@@ -29,12 +35,14 @@ Run: `.venv/bin/python bench/bench_run.py [--n 2000] [--rounds 5] [--only hand,r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import math
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -58,36 +66,84 @@ def _cosine(step: int, n: int) -> float:
     return 0.05 * (1 + math.cos(math.pi * min(step, n) / n))
 
 
-def bench_hand(n: int, directory: str) -> float:
+Cost = tuple[float, float]
+"""Seconds per update: (wall time, CPU time of the whole process, all threads)."""
+
+
+def _now() -> Cost:
+    return time.perf_counter(), time.process_time()
+
+
+def _per_update(start: Cost, end: Cost, n: int) -> Cost:
+    return (end[0] - start[0]) / n, (end[1] - start[1]) / n
+
+
+def bench_hand(n: int, directory: str) -> Cost:
     """The bare loop; the rate from an inline formula."""
     model, optimizer, x, y = _setup()
     loss_fn = nn.functional.mse_loss
     group = optimizer.param_groups[0]
-    start = time.perf_counter()
+    spans, cpus = [], []
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    start = _now()
     for step in range(n):
+        # The timers run's loop reads, around nothing: their cost in place.
+        c0 = cpu()
+        t0 = wall()
+        t1 = wall()
+        c1 = cpu()
         group["lr"] = _cosine(step, n)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-    return (time.perf_counter() - start) / n
+        c2 = cpu()
+        t2 = wall()
+        t3 = wall()
+        c3 = cpu()
+        spans.append((t1 - t0) + (t3 - t2))
+        cpus.append((c1 - c0) + (c3 - c2))
+    cost = _per_update(start, _now(), n)
+    EMPTY_SPANS.append((statistics.median(spans), statistics.fmean(cpus)))
+    return cost
 
 
-RUN_CALLS: list[float] = []
+# contender: per round, (median and mean wall us of Run's calls per update, their mean
+# thread CPU us, the background threads' CPU us per update)
+RUN_CALLS: dict[str, list[tuple[float, float, float, float]]] = {}
+EMPTY_SPANS: list[tuple[float, float]] = []  # per round: the hand loop's empty spans, ns
 
 
-def _timer_pair_ns() -> int:
-    """The least time between two perf_counter_ns() reads: the timing's own cost."""
-    clock = time.perf_counter_ns
-    best = 10**9
-    for _ in range(1000):
-        a = clock()
-        b = clock()
-        best = min(best, b - a)
-    return best
+def _span_cost_ns() -> tuple[float, float]:
+    """The (median wall, mean thread CPU) ns of the loop's two timed spans around nothing,
+    outside any loop (used only when no hand loop ran first)."""
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    walls, cpus = [], []
+    for _ in range(2001):
+        c0 = cpu()
+        t0 = wall()
+        t1 = wall()
+        c1 = cpu()
+        walls.append(t1 - t0)
+        cpus.append(c1 - c0)
+    return 2 * statistics.median(walls), 2 * statistics.fmean(cpus)
 
 
-def _bench_run(n: int, directory: str, *, checkpoints: bool) -> float:
+def _background_cpu_ns(threads: list[threading.Thread]) -> int:
+    """The CPU time the given threads have used so far."""
+    total = 0
+    for thread in threads:
+        if thread.ident is not None and thread.is_alive():
+            with contextlib.suppress(OSError):
+                total += time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
+    return total
+
+
+def _globalstep_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("globalstep-")]
+
+
+def _bench_run(n: int, directory: str, *, checkpoints: bool) -> Cost:
     from globalstep import CosineDecay, Run, warmup
 
     model, optimizer, x, y = _setup()
@@ -111,43 +167,63 @@ def _bench_run(n: int, directory: str, *, checkpoints: bool) -> float:
     weights = model.weight.detach().numpy()  # shares memory with the parameter
     run.restore({"weights": weights})
     _ = run.writer
-    calls = []
-    clock = time.perf_counter_ns
-    start = time.perf_counter()
+    background = _background_cpu_ns(_globalstep_threads())
+    calls, cpus = [], []
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    start = _now()
     for _ in range(n):
-        t0 = clock()
+        c0 = cpu()
+        t0 = wall()
         lr = run.value("lr")
         wd = run.value("wd")
-        t1 = clock()
+        t1 = wall()
+        c1 = cpu()
         group["lr"] = lr
         group["weight_decay"] = wd
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-        t2 = clock()
-        run.update(loss=loss.detach(), lr=lr)
-        t3 = clock()
+        c2 = cpu()
+        t2 = wall()
+        run.update(loss=loss, lr=lr)  # the loss tensor as it is: read off the thread
+        t3 = wall()
+        c3 = cpu()
         calls.append((t1 - t0) + (t3 - t2))
-    elapsed = (time.perf_counter() - start) / n
+        cpus.append((c1 - c0) + (c3 - c2))
+    elapsed = _per_update(start, _now(), n)
+    # What the loop left to the background: the points not written yet, the save in flight.
+    c0 = cpu()
+    run.writer.sync_points()
+    run.checkpoints.wait()
+    leftover = cpu() - c0
+    background = _background_cpu_ns(_globalstep_threads()) - background + leftover
     run.close()
     sink.close()
-    if not checkpoints:
-        RUN_CALLS.append((statistics.median(calls) - 2 * _timer_pair_ns()) / 1e3)
+    # The timers' own cost, read in place by the hand loop of this round (it runs first).
+    wall_cost, cpu_cost = EMPTY_SPANS[-1] if EMPTY_SPANS else _span_cost_ns()
+    RUN_CALLS.setdefault("run+ckpt" if checkpoints else "run", []).append(
+        (
+            (statistics.median(calls) - wall_cost) / 1e3,
+            (statistics.fmean(calls) - wall_cost) / 1e3,
+            (statistics.fmean(cpus) - cpu_cost) / 1e3,
+            background / n / 1e3,
+        )
+    )
     return elapsed
 
 
-def bench_run(n: int, directory: str) -> float:
+def bench_run(n: int, directory: str) -> Cost:
     """Run: two schedules read, two scalars logged, two triggers checked per update."""
     return _bench_run(n, directory, checkpoints=False)
 
 
-def bench_run_ckpt(n: int, directory: str) -> float:
+def bench_run_ckpt(n: int, directory: str) -> Cost:
     """As bench_run, plus an async checkpoint every 100 updates."""
     return _bench_run(n, directory, checkpoints=True)
 
 
-def bench_ignite(n: int, directory: str) -> float:
+def bench_ignite(n: int, directory: str) -> Cost:
     """ignite's Engine, a handler every 100 iterations."""
     from ignite.engine import Engine, Events
 
@@ -165,21 +241,17 @@ def bench_ignite(n: int, directory: str) -> float:
 
     engine = Engine(update)
     seen = []
-    times: dict[str, float] = {}
+    times: dict[str, Cost] = {}
     engine.add_event_handler(
         Events.ITERATION_COMPLETED(every=100), lambda e: seen.append(e.state.iteration)
     )
-    engine.add_event_handler(
-        Events.STARTED, lambda e: times.setdefault("start", time.perf_counter())
-    )
-    engine.add_event_handler(
-        Events.COMPLETED, lambda e: times.setdefault("end", time.perf_counter())
-    )
+    engine.add_event_handler(Events.STARTED, lambda e: times.setdefault("start", _now()))
+    engine.add_event_handler(Events.COMPLETED, lambda e: times.setdefault("end", _now()))
     engine.run(range(n), max_epochs=1)
-    return (times["end"] - times["start"]) / n
+    return _per_update(times["start"], times["end"], n)
 
 
-def _bench_lightning(n: int, directory: str, *, log: bool, full: bool) -> float:
+def _bench_lightning(n: int, directory: str, *, log: bool, full: bool) -> Cost:
     import lightning as L  # noqa: N812 - the name Lightning documents
     from lightning.pytorch.callbacks import Callback, ModelCheckpoint
     from lightning.pytorch.loggers import TensorBoardLogger
@@ -202,14 +274,14 @@ def _bench_lightning(n: int, directory: str, *, log: bool, full: bool) -> float:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    times: dict[str, float] = {}
+    times: dict[str, Cost] = {}
 
     class Timer(Callback):
         def on_train_start(self, trainer: object, module: object) -> None:
-            times["start"] = time.perf_counter()
+            times["start"] = _now()
 
         def on_train_end(self, trainer: object, module: object) -> None:
-            times["end"] = time.perf_counter()
+            times["end"] = _now()
 
     callbacks: list[Callback] = [Timer()]
     if full:
@@ -233,25 +305,25 @@ def _bench_lightning(n: int, directory: str, *, log: bool, full: bool) -> float:
         trainer.fit(Module(), train_dataloaders=data)
     finally:
         sys.stdout, sys.stderr = streams
-    return (times["end"] - times["start"]) / n
+    return _per_update(times["start"], times["end"], n)
 
 
-def bench_lightning(n: int, directory: str) -> float:
+def bench_lightning(n: int, directory: str) -> Cost:
     """Lightning's Trainer, bare."""
     return _bench_lightning(n, directory, log=False, full=False)
 
 
-def bench_lightning_log(n: int, directory: str) -> float:
+def bench_lightning_log(n: int, directory: str) -> Cost:
     """Lightning with its TensorBoard logger."""
     return _bench_lightning(n, directory, log=True, full=False)
 
 
-def bench_lightning_full(n: int, directory: str) -> float:
+def bench_lightning_full(n: int, directory: str) -> Cost:
     """Lightning with logger, progress bar and a ModelCheckpoint every 100 steps."""
     return _bench_lightning(n, directory, log=True, full=True)
 
 
-CONTENDERS: dict[str, Callable[[int, str], float]] = {
+CONTENDERS: dict[str, Callable[[int, str], Cost]] = {
     "hand": bench_hand,
     "run": bench_run,
     "run+ckpt": bench_run_ckpt,
@@ -277,30 +349,42 @@ def main() -> None:
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     torch.set_num_threads(1)
-    results: dict[str, list[float]] = {name: [] for name in names}
+    results: dict[str, list[Cost]] = {name: [] for name in names}
+    before = os.getloadavg()[0]
     for _ in range(args.rounds):
         for name in names:
             with tempfile.TemporaryDirectory() as directory:
                 results[name].append(CONTENDERS[name](args.n, directory))
-    load = os.getloadavg()
     print(
-        f"{args.n} updates x {args.rounds} rounds, "
-        f"load average {load[0]:.1f} ({os.cpu_count()} CPUs)"
+        f"{args.n} updates x {args.rounds} rounds, load average {before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs)"
     )
-    print(f"{'contender':16} {'us/update':>10} {'spread':>16} {'excess over hand':>17}")
+    print(
+        f"{'contender':16} {'wall us/update':>15} {'spread':>16} {'excess':>9} "
+        f"{'CPU us/update':>14} {'CPU excess':>11}"
+    )
     hand = results["hand"]
     for name in names:
-        times = results[name]
-        excess = statistics.median(t - h for t, h in zip(times, hand, strict=True))
-        spread = f"{min(times) * 1e6:.1f}-{max(times) * 1e6:.1f}"
+        costs = results[name]
+        walls = [c[0] for c in costs]
+        excess = statistics.median(c[0] - h[0] for c, h in zip(costs, hand, strict=True))
+        cpu_excess = statistics.median(c[1] - h[1] for c, h in zip(costs, hand, strict=True))
+        spread = f"{min(walls) * 1e6:.1f}-{max(walls) * 1e6:.1f}"
+        cpu = statistics.median(c[1] for c in costs)
         print(
-            f"{name:16} {statistics.median(times) * 1e6:10.1f} {spread:>16} {excess * 1e6:+16.1f}"
+            f"{name:16} {statistics.median(walls) * 1e6:15.1f} {spread:>16} "
+            f"{excess * 1e6:+9.1f} {cpu * 1e6:14.1f} {cpu_excess * 1e6:+11.1f}"
         )
-    if RUN_CALLS:
+    for name, rounds in RUN_CALLS.items():
+        columns = list(zip(*rounds, strict=True))
+        median, mean, cpu, background = (statistics.median(c) for c in columns)
         print(
-            "run: training thread's time in Run's calls per update (median): "
-            f"{statistics.median(RUN_CALLS):.2f} us (rounds: "
-            + ", ".join(f"{c:.2f}" for c in RUN_CALLS)
+            f"{name}: Run's calls (two value() + update()) on the training thread, per update: "
+            f"median {median:.2f} us (rounds: {', '.join(f'{c:.2f}' for c in columns[0])}), "
+            f"mean {mean:.2f} us wall / {cpu:.2f} us CPU; background threads "
+            f"{background:.2f} us CPU; averaged over the run, training thread CPU + "
+            f"background: {cpu + background:.2f} us (rounds: "
+            + ", ".join(f"{c + b:.2f}" for c, b in zip(columns[2], columns[3], strict=True))
             + ")"
         )
 

@@ -6,7 +6,8 @@ The same small model, data and SGD update run under five drivers, interleaved ro
   counter, logging ``loss.item()`` every 100 updates;
 * ``globalstep``: ``attach(optimizer, clock, CosineDecay)`` (the rate set and the clock
   ticked by the optimizer's step hooks), two triggers (``every(100)``, ``every(1000)``) and
-  two scalars per update through a JSONL ``SummaryWriter`` (the loss as a tensor);
+  two scalars per update through a JSONL ``SummaryWriter`` (the loss tensor as it is, read
+  on the writer's thread);
 * ``ignite``: an ignite ``Engine`` with a handler every 100 iterations;
 * ``lightning``: a bare Lightning ``Trainer`` (no logger, progress bar, checkpointing or
   model summary), its per-update cost taken from two run lengths so set-up is excluded.
@@ -14,9 +15,12 @@ The same small model, data and SGD update run under five drivers, interleaved ro
 Two measures of globalstep's share per update: the time spent in its own code inside the
 loop, per update (the step hooks, timed by marker hooks registered around them, plus the
 triggers and the scalars, timed in place, less the timer's own cost), as its median and
-mean over the updates in wall time, and its median in thread CPU time; and the
-whole loop's time minus the hand loop's (noisy on a loaded machine: the difference of two
-numbers of ~100 us or more).
+mean over the updates in wall time, and its median in thread CPU time; the CPU time of
+the writer's background thread per update (encoding and writing the points, reading the
+loss tensors); the median less that of the same timers and marker hooks with nothing
+between them, timed in place in the same round (their cold cost after torch's step is
+several times their cost measured alone); and the whole loop's time minus the hand
+loop's (noisy on a loaded machine: the difference of two numbers of ~100 us or more).
 
 Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000]``.
 """
@@ -31,6 +35,7 @@ import math
 import os
 import statistics
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -86,11 +91,14 @@ def _timer_cost(timer: Callable[[], int]) -> float:
 
 
 def run_globalstep(
-    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns
+    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns, *, empty: bool = False
 ) -> dict[str, float]:
+    """The globalstep driver; ``empty=True`` keeps its timers and marker hooks but runs
+    none of globalstep's work in the spans (the clock ticks outside them): the timing's
+    own cost in place, subtracted from the driver's spans."""
     model, opt, batches = _setup(n)
     clock = Clock()
-    attachment = attach(opt, clock, CosineDecay(BASE_LR, n))
+    attachment = None if empty else attach(opt, clock, CosineDecay(BASE_LR, n))
     # Marker hooks around attach's own: the time between them is globalstep's hook work.
     marks = {"t": 0, "hooks": 0}
 
@@ -111,6 +119,8 @@ def run_globalstep(
     log, save = every(100), every(1000)
     spans = []
     logs = []
+    writer_thread = writer._thread
+    background = _thread_cpu_ns(writer_thread)
     start = time.perf_counter()
     for x, y in batches:
         opt.zero_grad()
@@ -118,25 +128,42 @@ def run_globalstep(
         loss.backward()
         marks["hooks"] = 0
         opt.step()  # sets the rate of update clock.step, then ticks the clock
+        if empty:
+            clock.tick()
+            t0 = timer()
+            spans.append(timer() - t0 + marks["hooks"])
+            continue
         t0 = timer()
-        writer.scalars({"loss": loss.detach(), "lr": opt.param_groups[0]["lr"]})
+        writer.scalars({"loss": loss, "lr": opt.param_groups[0]["lr"]})  # read off the thread
         if log.should_fire(clock):
             logs.append(clock.step)
         if save.should_fire(clock):
             logs.append(-clock.step)
         spans.append(timer() - t0 + marks["hooks"])
     total = time.perf_counter() - start
+    # The writer's work for this loop: its thread's CPU, and what it had still to write.
+    c0 = time.thread_time_ns()
+    writer.flush()
+    background = _thread_cpu_ns(writer_thread) - background + time.thread_time_ns() - c0
     writer.close()
     for handle in [*pre_handles, *post_handles, pre_open, post_open]:
         handle.remove()
-    attachment.detach()
+    if attachment is not None:
+        attachment.detach()
     assert clock.step == n
     cost = 3 * _timer_cost(timer)  # three spans per update: pre-hook, post-hook, inline
     return {
         "total": total,
         "direct_median": (statistics.median(spans) - cost) * 1e-9,
         "direct_mean": (statistics.fmean(spans) - cost) * 1e-9,
+        "background": background / n * 1e-9,
     }
+
+
+def _thread_cpu_ns(thread: threading.Thread) -> int:
+    """The CPU time another thread has used so far."""
+    assert thread.ident is not None
+    return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
 
 
 def run_ignite(n: int) -> dict[str, float]:
@@ -212,13 +239,18 @@ def main() -> None:
     direct: list[float] = []
     direct_mean: list[float] = []
     cpu: list[float] = []
+    background: list[float] = []
+    net: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             per["hand"].append(run_hand(n)["total"] / n)
+            empty = run_globalstep(n, os.path.join(tmp, f"empty{r}"), empty=True)
             gs = run_globalstep(n, os.path.join(tmp, f"run{r}"))
+            net.append(gs["direct_median"] - empty["direct_median"])
             per["globalstep"].append(gs["total"] / n)
             direct.append(gs["direct_median"])
             direct_mean.append(gs["direct_mean"])
+            background.append(gs["background"])
             cpu.append(
                 run_globalstep(n, os.path.join(tmp, f"cpu{r}"), time.thread_time_ns)[
                     "direct_median"
@@ -247,6 +279,8 @@ def main() -> None:
     print(f"  median over updates: {us(direct)}")
     print(f"  mean over updates:   {us(direct_mean)}  (GIL waits on the writer thread included)")
     print(f"  median, thread CPU time: {us(cpu)}  (preemption and GIL waits excluded)")
+    print(f"  median, less the same spans timed around nothing in place: {us(net)}")
+    print(f"  the writer's thread, CPU time per update: {us(background)}")
 
 
 if __name__ == "__main__":

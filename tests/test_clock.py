@@ -4,6 +4,8 @@ import json
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from globalstep import Clock, ConfigError, Progress, StepError
 from globalstep.clock import MAX_STEP
@@ -243,3 +245,33 @@ def test_progress_from_dict_needs_mapping():
     """Progress.from_dict() of a non-mapping raises ConfigError."""
     with pytest.raises(ConfigError, match="`data`"):
         Progress.from_dict(["step", 1])  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps_per_epoch=st.none() | st.integers(1, 9),
+    batch_size=st.none() | st.integers(1, 5),
+    moves=st.lists(
+        st.one_of(st.just("tick"), st.integers(1, 20), st.just("end_epoch")), max_size=60
+    ),
+)
+def test_counters_agree_with_a_plain_count(steps_per_epoch, batch_size, moves):
+    """tick(), tick(n) and end_epoch() in any order leave step, epoch, step_in_epoch and
+    samples where counting them one by one puts them."""
+    clock = Clock(steps_per_epoch=steps_per_epoch, batch_size=batch_size)
+    step = epoch = start = 0
+    for move in moves:
+        if move == "end_epoch":
+            clock.end_epoch()
+            if step > start:
+                epoch, start = epoch + 1, step
+            continue
+        for _ in range(1 if move == "tick" else move):
+            step += 1
+            if steps_per_epoch is not None and step - start == steps_per_epoch:
+                epoch, start = epoch + 1, step
+        clock.tick() if move == "tick" else clock.tick(move)
+    p = clock.progress()
+    assert (p.step, p.epoch, p.step_in_epoch) == (step, epoch, step - start)
+    assert (clock.step, clock.epoch, clock.step_in_epoch) == (step, epoch, step - start)
+    assert p.samples == clock.samples == step * (batch_size or 0)

@@ -18,6 +18,7 @@ from globalstep import (
     Rollback,
     Run,
 )
+from globalstep.checkpoint import manager as manager_module
 from globalstep.run import ConfigDriftWarning, GeneratorState, config_differences
 from globalstep.summary.reader import read_run
 
@@ -169,18 +170,25 @@ def test_skipped_update_does_not_tick(tmp_path):
         assert run.step == 1
 
 
-def test_checkpoint_commits_after_the_logs_are_on_disk(tmp_path, monkeypatch):
-    """At the moment a checkpoint at step S is saved, the JSONL file holds every step <= S."""
+@pytest.mark.parametrize("async_save", [False, True])
+def test_checkpoint_commits_after_the_logs_are_on_disk(tmp_path, monkeypatch, async_save):
+    """At the moment a checkpoint at step S commits (on the save's own thread when it is
+    async), the JSONL file holds every step <= S."""
     seen = {}
-    real_save = CheckpointManager.save
+    real_commit = manager_module.commit
 
-    def spy(self, step, state, **kwargs):
+    def spy(storage, name, arrays, document, **kwargs):
         lines = (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
-        seen[int(step.step)] = {json.loads(line).get("step") for line in lines}
-        return real_save(self, step, state, **kwargs)
+        seen[document["step"]] = {json.loads(line).get("step") for line in lines}
+        return real_commit(storage, name, arrays, document, **kwargs)
 
-    monkeypatch.setattr(CheckpointManager, "save", spy)
-    _train(tmp_path, total_steps=30, writer_options={"formats": ("jsonl",), "flush_seconds": 60})
+    monkeypatch.setattr(manager_module, "commit", spy)
+    _train(
+        tmp_path,
+        total_steps=30,
+        writer_options={"formats": ("jsonl",), "flush_seconds": 60},
+        checkpoint_options={"async_save": async_save},
+    )
     assert sorted(seen) == [10, 20, 30]
     for step, steps in seen.items():
         assert set(range(1, step + 1)) <= steps
@@ -395,3 +403,15 @@ def test_readme_run_block_runs(tmp_path, monkeypatch):
     exec(block, namespace)
     assert namespace["run"].step == 1000
     assert np.allclose(namespace["weights"], 1.0)
+
+
+def test_value_follows_a_schedule_replaced_in_schedules(tmp_path):
+    """run.value() reads a schedule put into run.schedules after earlier reads, not the
+    memo of the one it replaced."""
+    with _make_run(tmp_path, 10) as run:
+        run.restore({})
+        first = run.value("lr")
+        run.schedules["lr"] = CosineDecay(0.5, decay_steps=100)
+        assert run.value("lr") == 0.5 != first
+        run.schedules["lr"] = lambda step: 0.25
+        assert run.value("lr") == 0.25

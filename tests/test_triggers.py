@@ -359,3 +359,54 @@ def test_epoch_trigger_with_steps_per_epoch_does_not_warn():
     clock, trigger = Clock(steps_per_epoch=12), every("3ep")
     clock.tick(5)
     assert trigger.should_fire(clock) is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    interval=st.integers(1, 40),
+    start=st.integers(0, 60),
+    ticks=st.lists(st.integers(1, 30), min_size=1, max_size=40),
+    restore_at=st.integers(0, 40),
+)
+def test_step_trigger_fires_at_each_crossed_boundary(interval, start, ticks, restore_at):
+    """every(interval, start) on a Clock fires exactly when a boundary start + k * interval
+    was crossed since it last fired, also after a state round trip in the middle."""
+    clock, trigger = Clock(), every(interval, start=start)
+    last, fired, expected = -1, [], []
+    for i, n in enumerate(ticks):
+        if i == restore_at:
+            state = trigger.state_dict()
+            trigger = every(interval, start=start)
+            trigger.load_state_dict(state)
+        if i % 2:
+            clock.tick(n)
+        else:
+            for _ in range(n):
+                clock.tick()
+        step = clock.step
+        crossed = [b for b in range(start, step + 1, interval) if b > last]
+        if crossed:
+            last = crossed[-1]
+            expected.append(step)
+        if trigger.should_fire(clock):
+            fired.append(step)
+    assert fired == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(st.integers(0, 200), min_size=1, max_size=6),
+    ticks=st.lists(st.integers(1, 25), min_size=1, max_size=30),
+)
+def test_at_trigger_on_a_clock_or_snapshot_fires_once_per_point_passed(points, ticks):
+    """at(points) fires once each time the step passes new points, read from a Clock or
+    from its Progress alike."""
+    clock, on_clock, on_snapshot = Clock(), at(*points), at(*points)
+    last = -1
+    for n in ticks:
+        clock.tick(n)
+        passed = [p for p in points if last < p <= clock.step]
+        if passed:
+            last = clock.step
+        assert on_clock.should_fire(clock) == bool(passed)
+        assert on_snapshot.should_fire(clock.progress()) == bool(passed)

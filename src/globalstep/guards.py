@@ -66,8 +66,17 @@ class StaleStepDetector:
         self._count = 0
         self._warned = False
 
-    def observe(self, step: int, clock_name: str | None = None) -> None:
-        """Records one read of ``step``; warns once if the step has stopped advancing."""
+    @property
+    def last_step(self) -> int | None:
+        """The step of the latest read observed, or None."""
+        return self._last
+
+    def observe(self, step: int, clock_name: str | None = None, *, stacklevel: int = 3) -> None:
+        """Records one read of ``step``; warns once if the step has stopped advancing.
+
+        ``stacklevel`` is the warning's, counted from this method: the default names the
+        line that called the caller.
+        """
         if step != self._last:
             self._last = step
             self._count = 1
@@ -81,5 +90,5 @@ class StaleStepDetector:
                 f"the step is not advancing, so {self._effect}. Call clock.tick() once per "
                 "optimizer update (or pass global_step= to minimize()).",
                 FrozenStepWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )

@@ -89,6 +89,7 @@ from globalstep._closing import Closing
 from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, DivergenceError
+from globalstep.schedules._base import MEMO_BITS, MEMO_MASK, memo_of
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter, available_formats
 from globalstep.triggers import Trigger, every
@@ -245,9 +246,9 @@ class Ranks:
     :class:`~globalstep.checkpoint.CheckpointManager` (the writer writes the replicated
     state, each rank the shards it holds); before the group exists, or with
     ``checkpoint_options={"distributed": False}``, the writer alone saves and the others
-    read the same directory without taking its lock. Every ``check_every`` calls of :meth:`Run.update` the ranks' steps are
-    compared (:func:`globalstep.distributed.assert_steps_agree`, one small collective);
-    with ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
+    read the same directory without taking its lock. Every ``check_every`` calls of
+    :meth:`Run.update` the ranks' steps are compared
+    (:func:`globalstep.distributed.assert_steps_agree`, one small collective); with ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
     the writer logs them. A Run on several ranks uses ``Ranks()`` unless told otherwise.
 
@@ -449,8 +450,10 @@ class Run(Closing):
         self.clock = clock
         self.clocks = all_clocks
         self.schedules: dict[str, Any] = schedules
+        self._memos: dict[str, tuple[Any, dict[int, list[float]]]] = {}  # see value()
         self.save_trigger, self._save_grid = _save_trigger(save_every)
         self._next_save_check = 0  # the step from which update() asks the save trigger
+        self._next_check = 0  # the step from which update() looks at more than the step
         self.strict = strict
         self.rollback = rollback
         self.data_position = 0
@@ -571,7 +574,7 @@ class Run(Closing):
 
     def _load_run_part(self, part: Mapping[str, Any]) -> None:
         self.data_position = int(part["data_position"])
-        self._next_save_check = 0
+        self._next_save_check = self._next_check = 0
         saved = part.get("save_trigger")
         if self.save_trigger is not None:
             try:
@@ -619,7 +622,7 @@ class Run(Closing):
             self._say(f"resumed from step {self.clock.step} ({self.checkpoints.directory})")
         self._restored = True
         self._careful = self.rollback is not None
-        self._next_save_check = 0
+        self._next_save_check = self._next_check = 0
         self._started_at = self.clock.step
         if self.done and latest is not None:
             self._say(
@@ -691,12 +694,25 @@ class Run(Closing):
             KeyError: no schedule has that name.
         """
         try:
+            # The per-update path: the schedule's memo, read here while the name still
+            # maps to the schedule it belongs to.
+            schedule, memo = self._memos[name]
+            if self.schedules[name] is schedule:
+                step = self.clock._step
+                return memo[step >> MEMO_BITS][step & MEMO_MASK]
+        except KeyError:
+            pass
+        try:
             schedule = self.schedules[name]
         except KeyError:
             raise KeyError(
                 f"no schedule named {name!r}; this run has {sorted(self.schedules)}"
             ) from None
-        return float(schedule(self.clock.step))
+        value = float(schedule(self.clock.step))
+        own = memo_of(schedule)
+        if own is not None:
+            self._memos[name] = (schedule, own)
+        return value
 
     def update(self, *, applied: bool = True, **scalars: Any) -> bool:
         """Reports one update: ticks the clock, logs the scalars, saves when it is time.
@@ -730,15 +746,28 @@ class Run(Closing):
         if self._per_rank:
             scalars = self._rank_update(scalars)
         if scalars:
-            (self._writer or self.writer).scalars(scalars)
+            (self._writer or self.writer)._queue_scalars(scalars, clock._step)  # a dict of its own
+        if clock._step >= self._next_check:
+            self._after_update(scalars)
+        return True
+
+    def _after_update(self, scalars: dict[str, Any]) -> None:
+        """The display, the save trigger and a signal, once one of them may be due; notes
+        the step before which none can be (a live bar: none)."""
+        step = self.clock._step
         progress = self.progress
-        if progress is not None:
+        if progress is not None and (step >= progress._next_line or progress._bar is not None):
             progress.update(**scalars)
-        if clock.step >= self._next_save_check:
+        if step >= self._next_save_check:
             self._maybe_save(scalars)
         if self._signal is not None:
             self._stop_for_signal()
-        return True
+        upcoming = self._next_save_check
+        if progress is not None:
+            upcoming = 0 if progress._bar is not None else min(upcoming, progress._next_line)
+        self._next_check = upcoming
+        if self._signal is not None:  # one that came while this ran: the next update stops
+            self._next_check = 0
 
     def _rank_update(self, scalars: dict[str, Any]) -> dict[str, Any]:
         """On several ranks: checks the steps when due, reduces the scalars, and returns
@@ -798,8 +827,6 @@ class Run(Closing):
         if not self.is_writer and not self._all_ranks_save:
             self._saved_step = step
             return
-        if self._writer is not None:
-            self._writer.sync()  # the curves up to `step` reach the disk before the checkpoint
         metrics = {}
         for tag, value in self._last_metrics.items():
             if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
@@ -811,6 +838,9 @@ class Run(Closing):
             self._tree(self.state),
             metrics=metrics,
             force=step in self.checkpoints.steps(),
+            # The curves up to `step` reach the disk before the checkpoint commits (on the
+            # save's thread when it is async).
+            before_commit=self._writer.sync_points if self._writer is not None else None,
         )
         self._saved_step = step
 
@@ -897,7 +927,7 @@ class Run(Closing):
             os.kill(os.getpid(), signum)
             return
         self._signal = signum
-        self._next_save_check = 0
+        self._next_save_check = self._next_check = 0
         name = signal.Signals(signum).name
         self._say(
             f"got {name}: saving a checkpoint after the update in flight, then exiting "
@@ -969,12 +999,12 @@ class Run(Closing):
         finally:
             self._closed = True
             self._restore_handlers()
-            closers: list[Callable[[], None]] = []
+            # The checkpoints first: an async save fsyncs the logs before it commits.
+            closers: list[Callable[[], None]] = [self.checkpoints.close]
             if self.progress is not None:
                 closers.append(self.progress.close)
             if self._writer is not None:
                 closers.append(self._writer.close)
-            closers.append(self.checkpoints.close)
             first: BaseException | None = None
             for close in closers:
                 try:

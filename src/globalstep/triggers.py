@@ -62,6 +62,10 @@ Amount = Fraction | int
 does no Fraction arithmetic."""
 
 
+_NEVER = 2**64
+"""Above every count a trigger of steps can see (steps stop at 2**63-1)."""
+
+
 def _whole(value: Fraction) -> Amount:
     return value.numerator if value.denominator == 1 else value
 
@@ -126,12 +130,24 @@ class _BoundaryTrigger(Trigger):
         # Steps and whole epochs are one int read, from a Clock or a snapshot alike.
         whole_epochs = unit_of.unit is Unit.EPOCHS and unit_of.value.denominator == 1
         self._field = "step" if unit_of.unit is Unit.STEPS else "epoch" if whole_epochs else ""
+        self._by_step = unit_of.unit is Unit.STEPS
         self._last: Amount | None = None
+        # The least count at which should_fire() can be True (the first boundary above
+        # _last): below it, a trigger of steps answers False with one comparison.
+        self._next: Amount = 0
         self._warned = False
 
     @abstractmethod
     def _boundary_at_or_below(self, value: Amount) -> Amount | None:
         """Returns the greatest boundary <= value, or None."""
+
+    @abstractmethod
+    def _boundary_above(self, value: Amount | None) -> Amount:
+        """Returns the least boundary > value (the first one for None); _NEVER if none."""
+
+    def _set_last(self, last: Amount | None) -> None:
+        self._last = last
+        self._next = self._boundary_above(last)
 
     def _count(self, progress: Progress | Clock) -> Amount:
         if self._field and isinstance(progress, Clock | Progress):
@@ -156,18 +172,26 @@ class _BoundaryTrigger(Trigger):
             )
 
     def should_fire(self, progress: Progress | Clock) -> bool:
+        if self._by_step:
+            kind = type(progress)
+            # The per-update path: below the next boundary nothing can fire.
+            if kind is Clock:
+                if progress._step < self._next:  # type: ignore[union-attr]
+                    return False
+            elif kind is Progress and progress.step < self._next:
+                return False
         boundary = self._boundary_at_or_below(self._count(progress))
         if boundary is None:
             return False
         if self._last is None or boundary > self._last:
-            self._last = boundary
+            self._set_last(boundary)
             return True
         return False
 
     def skip_past(self, progress: Progress | Clock) -> None:
         boundary = self._boundary_at_or_below(self._count(progress))
         if boundary is not None and (self._last is None or boundary > self._last):
-            self._last = boundary
+            self._set_last(boundary)
 
     def state_dict(self) -> dict[str, Any]:
         return {"spec": repr(self), "last": _fraction_to_json(self._last)}
@@ -178,9 +202,10 @@ class _BoundaryTrigger(Trigger):
         if last is not None and not isinstance(last, str):
             raise ConfigError("state['last']", "must be None or a fraction string", last)
         try:
-            self._last = None if last is None else _whole(Fraction(last))
+            value = None if last is None else _whole(Fraction(last))
         except ValueError as err:
             raise ConfigError("state['last']", "must be None or a fraction string", last) from err
+        self._set_last(value)
 
 
 class _Every(_BoundaryTrigger):
@@ -189,6 +214,7 @@ class _Every(_BoundaryTrigger):
         self._interval = _whole(interval.value)
         self._start = _whole(start.value)
         self._text = (str(interval), str(start))
+        self._next = self._start
 
     def __repr__(self) -> str:
         return f"every({self._text[0]!r}, start={self._text[1]!r})"
@@ -198,6 +224,11 @@ class _Every(_BoundaryTrigger):
             return None
         return self._start + (value - self._start) // self._interval * self._interval
 
+    def _boundary_above(self, value: Amount | None) -> Amount:
+        if value is None or value < self._start:
+            return self._start
+        return self._start + ((value - self._start) // self._interval + 1) * self._interval
+
 
 class _At(_BoundaryTrigger):
     def __init__(self, name: str, points: Sequence[Duration]) -> None:
@@ -205,6 +236,7 @@ class _At(_BoundaryTrigger):
         self._name = name
         self._points = sorted({_whole(p.value) for p in points})
         self._text = ", ".join(repr(str(p)) for p in points)
+        self._next = self._points[0]
 
     def __repr__(self) -> str:
         return f"{self._name}({self._text})"
@@ -212,6 +244,12 @@ class _At(_BoundaryTrigger):
     def _boundary_at_or_below(self, value: Amount) -> Amount | None:
         index = bisect.bisect_right(self._points, value)
         return self._points[index - 1] if index else None
+
+    def _boundary_above(self, value: Amount | None) -> Amount:
+        if value is None:
+            return self._points[0]
+        index = bisect.bisect_right(self._points, value)
+        return self._points[index] if index < len(self._points) else _NEVER
 
 
 def every(duration: DurationLike, *, start: DurationLike | None = None) -> Trigger:

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -782,3 +783,73 @@ def test_big_endian_state_restores_into_itself(ckpt_dir):
         state["w"][:] = 0
         manager.restore(state)
     assert state["w"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_before_commit_runs_before_the_checkpoint_exists(ckpt_dir, async_save):
+    """before_commit runs once per save, before the checkpoint is committed."""
+    seen = []
+    with CheckpointManager(ckpt_dir, async_save=async_save) as manager:
+
+        def before():
+            seen.append(manager.steps())
+
+        manager.save(1, {"w": np.ones(3)}, before_commit=before)
+        manager.save(2, {"w": np.ones(3)}, before_commit=before)
+        manager.wait()
+        assert seen == [[], [1]]
+        assert manager.steps() == [1, 2]
+
+
+def test_failing_before_commit_saves_nothing(ckpt_dir):
+    """A before_commit that raises fails the save with its error and commits nothing."""
+    with CheckpointManager(ckpt_dir) as manager:
+
+        def before():
+            raise OSError(5, "logs not on disk")
+
+        with pytest.raises(OSError, match="logs not on disk"):
+            manager.save(1, {"w": np.ones(3)}, before_commit=before)
+        assert manager.steps() == []
+
+
+def test_failing_before_commit_of_an_async_save_surfaces_on_wait(ckpt_dir):
+    """An async save whose before_commit raises commits nothing; wait() raises its error."""
+    with CheckpointManager(ckpt_dir, async_save=True) as manager:
+
+        def before():
+            raise OSError(5, "logs not on disk")
+
+        manager.save(1, {"w": np.ones(3)}, before_commit=before)
+        with pytest.raises(CheckpointError, match=r"background save failed: .*logs not on disk"):
+            manager.wait()
+        assert manager.steps() == []
+
+
+def test_async_saves_share_one_thread(ckpt_dir):
+    """Async saves run on one thread kept by the manager, not a new thread per save."""
+    names = []
+    with CheckpointManager(ckpt_dir, async_save=True) as manager:
+        for step in range(3):
+            manager.save(
+                step, {"w": np.ones(3)}, before_commit=lambda: names.append(threading.get_ident())
+            )
+        manager.wait()
+    assert len(names) == 3
+    assert len(set(names)) == 1
+    assert names[0] != threading.get_ident()
+
+
+def test_exit_waits_for_an_async_save_never_waited_for(tmp_path):
+    """A process that ends right after an async save, without wait() or close(), still
+    commits that checkpoint."""
+    code = (
+        "import numpy as np\n"
+        "import time\n"
+        "from globalstep.checkpoint import CheckpointManager\n"
+        f"m = CheckpointManager({str(tmp_path)!r}, async_save=True)\n"
+        "m.save(7, {'w': np.ones(1_000_000)}, before_commit=lambda: time.sleep(0.5))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], env=subprocess_env(), check=True)
+    with CheckpointManager(tmp_path, read_only=True) as reader:
+        assert reader.steps() == [7]

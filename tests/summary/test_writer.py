@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -794,7 +795,7 @@ def test_tensor_values_are_read_off_the_training_thread(tmp_path):
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
     loss = torch.tensor([0.25])
     writer.scalars({"loss": loss, "lr": 0.1}, step=1)
-    assert writer._queue[0][4] is loss
+    assert writer._queue[0][4]["loss"] is loss  # queued in a group of this step's scalars
     writer.close()
     assert read_run(tmp_path).scalars["loss"][0].value == 0.25
 
@@ -818,3 +819,109 @@ def test_tensor_of_two_elements_is_refused_at_once(writer):
     torch = pytest.importorskip("torch")
     with pytest.raises(ConfigError, match="exactly one element"):
         writer.scalar("loss", torch.ones(2), step=0)
+
+
+def test_first_tensor_of_a_tag_in_scalars_is_checked_at_once(writer):
+    """scalars() refuses a first tensor of two elements under a tag on the caller's thread."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ConfigError, match="exactly one element"):
+        writer.scalars({"loss": torch.ones(2)}, step=0)
+
+
+def test_later_bad_tensor_of_a_tag_raises_at_the_next_call(tmp_path):
+    """A later tensor of two elements under a checked tag is refused when read: the next
+    call raises ConfigError, its point is not written, and the writer goes on."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"loss": torch.tensor(0.5)}, step=1)
+    writer.scalars({"loss": torch.ones(2)}, step=2)
+    writer._drain()
+    with pytest.raises(ConfigError, match=r"exactly one element.*read after the call returned"):
+        writer.scalars({"loss": torch.tensor(0.25)}, step=3)
+    writer.scalars({"loss": torch.tensor(0.125)}, step=4)
+    writer.close()
+    assert [(p.step, p.value) for p in read_run(tmp_path).scalars["loss"]] == [(1, 0.5), (4, 0.125)]
+
+
+def test_later_complex_tensor_of_a_tag_raises_at_the_next_call(tmp_path):
+    """A later complex tensor under a checked tag raises ConfigError at the next call."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"loss": torch.tensor(0.5)}, step=1)
+    writer.scalars({"loss": torch.tensor(1 + 2j)}, step=2)
+    writer._drain()
+    with pytest.raises(ConfigError, match="must be a real number"):
+        writer.scalars({"loss": torch.tensor(0.25)}, step=3)
+    writer.close()
+
+
+def test_many_tags_in_one_call_keep_their_order(tmp_path):
+    """A call of more tags than one queued group holds writes each of them, in order."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    values = {f"t{i:02d}": float(i) for i in range(40)}
+    writer.scalars(values, step=7)
+    writer.scalars({"a": 1.0, "b": 2.0}, step=8)
+    writer.close()
+    run = read_run(tmp_path)
+    assert [run.scalars[tag][0].value for tag in values] == list(values.values())
+    assert [run.scalars[tag][0].step for tag in ("a", "b")] == [8, 8]
+
+
+def test_scalars_copies_the_mapping(tmp_path):
+    """A mapping changed after scalars() returns is written as it was at the call."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    values = {"x": 1.0}
+    writer.scalars(values, step=0)
+    values["x"] = 2.0
+    writer.close()
+    assert read_run(tmp_path).scalars["x"][0].value == 1.0
+
+
+def test_sync_points_from_another_thread_puts_the_points_on_disk(tmp_path):
+    """sync_points() called on another thread writes the queued points and fsyncs them."""
+    synced = []
+    real = os.fsync
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"x": 1.0, "y": 2.0}, step=3)
+    try:
+        os.fsync = lambda fd: synced.append(fd) or real(fd)
+        thread = threading.Thread(target=writer.sync_points)
+        thread.start()
+        thread.join()
+    finally:
+        os.fsync = real
+    assert synced
+    assert [p.step for p in read_run(tmp_path).scalars["y"]] == [3]
+    writer.close()
+
+
+def test_sync_points_raises_a_pending_error_and_leaves_it_for_the_next_call(tmp_path):
+    """sync_points() raises a guarded NaN tensor read in the background; the training
+    thread's next call raises it too."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"loss": torch.tensor(0.5)}, step=1)
+    writer.scalars({"loss": torch.tensor(float("nan"))}, step=2)
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 2"):
+        writer.sync_points()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 2"):
+        writer.scalars({"loss": 1.0}, step=3)
+    writer.close()
+
+
+def test_sync_points_on_a_closed_writer_does_nothing(tmp_path):
+    """sync_points() after close() returns without error."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",))
+    writer.scalar("x", 1.0, step=0)
+    writer.close()
+    writer.sync_points()
+    assert [p.step for p in read_run(tmp_path).scalars["x"]] == [0]
+
+
+def test_scalars_of_an_empty_mapping_writes_nothing(tmp_path):
+    """scalars({}) queues nothing and marks no step."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({}, step=5)
+    writer.scalars({"x": 1.0}, step=2)
+    writer.close()
+    assert [p.step for p in read_run(tmp_path).scalars["x"]] == [2]

@@ -436,7 +436,8 @@ class CheckpointManager(Closing):
         self._async = async_save
         self._read_only = read_only
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._thread: _InFlight | threading.Thread | None = None  # the save in flight
+        self._saver: Any = None  # the thread pool of one that writes async saves
         self._error: BaseException | None = None
         self._infos: dict[int, CheckpointInfo] = {}
         self._warned: set[str] = set()
@@ -816,6 +817,7 @@ class CheckpointManager(Closing):
         *,
         metrics: Mapping[str, float] | None = None,
         force: bool = False,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         """Saves ``state`` as the checkpoint of ``step``, then applies retention.
 
@@ -824,6 +826,10 @@ class CheckpointManager(Closing):
             state: the state tree (see :mod:`globalstep.checkpoint.tree`).
             metrics: numbers for ``keep_best`` and ``globalstep ckpt ls``.
             force: replace an existing checkpoint of this step (atomically).
+            before_commit: called once before anything is written: what must be on disk
+                before this checkpoint exists (``globalstep.Run`` fsyncs its logs). It runs
+                on the save's thread (the background one for an async save); if it raises,
+                nothing is saved and the save fails with its error.
 
         Raises:
             CheckpointExistsError: the step is saved already and ``force`` is False.
@@ -835,11 +841,11 @@ class CheckpointManager(Closing):
         self.wait()
         number = _step_of(step)
         if self._coordinator is None:
-            self._save(number, state, metrics, force, None)
+            self._save(number, state, metrics, force, None, before_commit)
             return
         round_ = self._coordinator.begin(number)
         try:
-            self._save(number, state, metrics, force, round_)
+            self._save(number, state, metrics, force, round_, before_commit)
         except BaseException as err:
             round_.abort(err)
             raise
@@ -851,8 +857,11 @@ class CheckpointManager(Closing):
         metrics: Mapping[str, float] | None,
         force: bool,
         round_: Any,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         if self._participant:
+            if before_commit is not None:
+                before_commit()  # this rank's own files, if any, before its part of the save
             self._participate(state, round_)
             return
         name = step_name(number)
@@ -891,14 +900,22 @@ class CheckpointManager(Closing):
             document["previous_step"] = self._resumed_from
             self._resumed_from = None
         if not self._async:
-            self._commit(number, flat.arrays, document, force, abandoned, round_)
+            self._commit(number, flat.arrays, document, force, abandoned, round_, before_commit)
             return
-        self._thread = threading.Thread(
-            target=self._commit_in_background,
-            args=(number, flat.arrays, document, force, abandoned, round_),
-            name=f"globalstep-save-{number}",
+        self._thread = self._submit(
+            self._commit_in_background,
+            (number, flat.arrays, document, force, abandoned, round_, before_commit),
         )
-        self._thread.start()
+
+    def _submit(self, work: Callable[..., None], args: tuple[Any, ...]) -> _InFlight:
+        """Runs ``work(*args)`` on the manager's save thread, made at the first async save
+        and kept (so a save does not wait for a new thread to be scheduled); interpreter
+        exit waits for the save in flight, as it would for a thread of its own."""
+        if self._saver is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="globalstep-save")
+        return _InFlight(self._saver.submit(work, *args))
 
     def _participate(self, state: Any, round_: Any) -> None:
         """A rank other than the writer: writes its shards and waits for the commit."""
@@ -909,12 +926,7 @@ class CheckpointManager(Closing):
         if not self._async:
             round_.participate()
             return
-        self._thread = threading.Thread(
-            target=self._in_background,
-            args=(round_.participate,),
-            name=f"globalstep-save-{round_.step}",
-        )
-        self._thread.start()
+        self._thread = self._submit(self._in_background, (round_.participate,))
 
     def _in_background(self, work: Callable[[], None]) -> None:
         try:
@@ -951,9 +963,10 @@ class CheckpointManager(Closing):
         force: bool,
         abandoned: list[int],
         round_: Any = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         try:
-            self._commit_once(step, arrays, document, force, abandoned, round_)
+            self._commit_once(step, arrays, document, force, abandoned, round_, before_commit)
         except BaseException as err:
             if round_ is not None:
                 round_.abort(err)
@@ -967,7 +980,10 @@ class CheckpointManager(Closing):
         force: bool,
         abandoned: list[int],
         round_: Any,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
+        if before_commit is not None:
+            before_commit()
         # The abandoned timeline goes before the new checkpoint is committed.
         # Oldest first, so that until the last deletion the old timeline's newest is the
         # newest checkpoint (a crash resumes there, as if the rollback had not started),
@@ -1315,11 +1331,28 @@ class CheckpointManager(Closing):
         try:
             self.wait()
         finally:
+            if self._saver is not None:
+                self._saver.shutdown()
             if self._lock is not None:
                 self._lock.release()
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"
+
+
+class _InFlight:
+    """An async save handed to the manager's save thread."""
+
+    def __init__(self, future: Any) -> None:
+        self._future = future
+
+    def join(self) -> None:
+        """Waits until the save has finished (its errors are kept by the manager)."""
+        self._future.result()
+
+    def is_alive(self) -> bool:
+        """True until the save has finished."""
+        return not self._future.done()
 
 
 class CheckpointFollower(Iterator[CheckpointReader]):

@@ -36,6 +36,7 @@ from globalstep.compat._libm32 import KERNELS, sure, vectorised
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
+    MEMO_CALLS,
     MEMO_MASK,
     Schedule,
     Steps,
@@ -473,3 +474,6 @@ class PeerSchedule(ABC):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({args})"
+
+
+MEMO_CALLS.add(PeerSchedule.__call__)

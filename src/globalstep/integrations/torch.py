@@ -51,7 +51,7 @@ from globalstep.clock import Clock
 from globalstep.errors import ConfigError, StepError
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
-from globalstep.schedules._base import Schedule
+from globalstep.schedules._base import MEMO_BITS, MEMO_MASK, Schedule, memo_of
 
 __all__ = [
     "Attachment",
@@ -160,15 +160,18 @@ class Attachment:
         self.scheduler = scheduler
         # Groups by index: optimizer.load_state_dict() (a restore) replaces the group dicts.
         groups = optimizer.param_groups
-        self._lr = [(i, t) for i, t in enumerate(lr) if t is not None]
+        # (group index, schedule, the schedule's memo or None): the hook reads a memo hit
+        # itself and calls the schedule on a miss (see memo_of).
+        self._lr = [(i, t, memo_of(t)) for i, t in enumerate(lr) if t is not None]
         self._momentum = [
-            (i, t, "betas" if "betas" in groups[i] else "momentum")
+            (i, t, memo_of(t), "betas" if "betas" in groups[i] else "momentum")
             for i, t in enumerate(momentum)
             if t is not None
         ]
         keys = ("lr", "momentum", "betas")
         self._saved = [{k: g[k] for k in keys if k in g} for g in groups]
         self._last_step: int | None = None
+        self._class_found_inf = hasattr(type(optimizer), "found_inf")
         self._handles = [
             optimizer.register_step_pre_hook(self._before),
             optimizer.register_step_post_hook(self._after),
@@ -186,17 +189,34 @@ class Attachment:
     def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         step = self.clock._step
         groups = optimizer.param_groups
-        for i, table in self._lr:
+        for i, table, memo in self._lr:
             group = groups[i]
-            value = table(step)
+            if memo is None:
+                value = table(step)
+            else:
+                try:
+                    value = memo[step >> MEMO_BITS][step & MEMO_MASK]
+                except KeyError:  # a block not computed yet
+                    value = table(step)
             current = group["lr"]
             if type(current) is not float and isinstance(current, torch.Tensor):
                 current.fill_(value)
             else:
                 group["lr"] = value
-        for i, table, key in self._momentum:
+        if self._momentum:
+            self._set_momentum(groups, step)
+
+    def _set_momentum(self, groups: Any, step: int) -> None:
+        block, offset = step >> MEMO_BITS, step & MEMO_MASK
+        for i, table, memo, key in self._momentum:
             group = groups[i]
-            value = table(step)
+            if memo is None:
+                value = table(step)
+            else:
+                try:
+                    value = memo[block][offset]
+                except KeyError:
+                    value = table(step)
             if key == "betas":
                 betas = group["betas"]
                 if isinstance(betas[0], torch.Tensor):
@@ -209,7 +229,11 @@ class Attachment:
     def _after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # A fused optimizer stepped by a GradScaler skips the update itself when the scaler
         # found inf or NaN gradients; the scaler then leaves ``found_inf`` on the optimizer.
-        found_inf = getattr(optimizer, "found_inf", None)
+        # (An instance attribute, which GradScaler sets: looked up without getattr's
+        # AttributeError when there is none, the common case.)
+        found_inf = optimizer.__dict__.get("found_inf")
+        if found_inf is None and self._class_found_inf:
+            found_inf = getattr(optimizer, "found_inf", None)
         if found_inf is not None and isinstance(found_inf, torch.Tensor) and found_inf.item():
             return
         self.clock.tick()

@@ -161,6 +161,37 @@ def memo_fill(schedule: Any, block: int) -> list[float]:
     return values
 
 
+MEMO_CALLS: set[Any] = set()
+"""The ``__call__`` functions that answer an int step in ``[0, 2**63)`` from
+``__dict__["_memo"]`` exactly as :func:`memo_fill` fills it (and compute a block only
+through it); see :func:`memo_of`."""
+
+
+def memo_of(schedule: Any) -> dict[int, list[float]] | None:
+    """Returns the memo a schedule answers int steps from, or None if it has none.
+
+    For a per-update reader (``Run.value``, ``attach``'s step hook) that reads the hit
+    itself, ``memo[step >> MEMO_BITS][step & MEMO_MASK]``, and calls the schedule on a
+    miss (a ``KeyError``), which fills the block: the value is the scalar call's, bit for
+    bit. The dict is the schedule's own, made empty here if it is new; it is never
+    replaced, only filled and trimmed, so the reference stays good. A type whose
+    ``__call__`` is not one of :data:`MEMO_CALLS` (an override) gets None.
+
+    Example:
+        >>> from globalstep.schedules import Linear
+        >>> lr = Linear(0.0, 1.0, 10)
+        >>> memo = memo_of(lr)
+        >>> lr(5) == memo[5 >> MEMO_BITS][5 & MEMO_MASK]
+        True
+        >>> memo_of(lambda step: 0.1) is None
+        True
+    """
+    if type(schedule).__call__ not in MEMO_CALLS:
+        return None
+    memo: dict[int, list[float]] = schedule.__dict__.setdefault("_memo", {})
+    return memo
+
+
 class Schedule(ABC):
     """A pure function of the step; subclasses are frozen dataclasses.
 
@@ -403,6 +434,9 @@ class Schedule(ABC):
             100
         """
         return None
+
+
+MEMO_CALLS.add(Schedule.__call__)
 
 
 def _to_json(value: Any) -> Any:

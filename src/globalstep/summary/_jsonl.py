@@ -102,12 +102,15 @@ class JsonlBackend:
     def write(self, items: list[Item]) -> None:
         lines = []
         tags = self._tags
+        last_time, time_text = None, ""
         for kind, tag, step, wall_time, payload in items:
             tag_text = tags.get(tag) or self._tag(tag)
             if kind == SCALAR:
                 number = repr(payload) if payload - payload == 0.0 else _nonfinite(payload)
+                if wall_time is not last_time:  # the scalars of one call share their time
+                    last_time, time_text = wall_time, repr(wall_time)
                 lines.append(
-                    f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
+                    f'{{"step": {step}, "wall_time": {time_text}, "tag": {tag_text}, '
                     f'"value": {number}}}\n'
                 )
             elif kind == RESTART:

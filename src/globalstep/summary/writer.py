@@ -9,11 +9,15 @@ background (disk full) raises :class:`~globalstep.errors.SummaryWriteError` at t
 call or at ``close()``, once; the writer goes on and writes the later calls. Every value
 and step is checked on the caller's thread before it is queued, so a bad call raises
 :class:`~globalstep.errors.ConfigError` and leaves the writer as it was. A framework tensor
-(torch, JAX, TensorFlow) of one real element is the exception: its shape and dtype are
-checked on the caller's thread, and its value is read in the background, so that logging a
-GPU loss never waits for the device; a guarded tensor that turns out NaN or infinite raises
-:class:`~globalstep.errors.NonFiniteError` at the next call (``scalar(..., guard=True)``
-reads the value at once instead).
+(torch, JAX, TensorFlow) of one real element is the exception: its value is read in the
+background, so that logging a GPU loss never waits for the device. The first tensor a
+:meth:`~SummaryWriter.scalars` call logs under a tag has its shape and dtype checked on the
+caller's thread; later ones of the same type under that tag are checked when read (each
+check reads the framework's metadata, about a microsecond inside a training loop). A
+tensor that breaks a rule there (not one element, complex) is not written and raises
+:class:`~globalstep.errors.ConfigError` at the next call; a guarded one that turns out NaN
+or infinite is written and raises :class:`~globalstep.errors.NonFiniteError` at the next
+call (``scalar(..., guard=True)`` reads the value at once instead).
 
 Restarts: the first point a writer writes decides. Where the run's logs already reach that
 point's step P (a run resumed from a checkpoint, whose crashed attempt logged past it), the
@@ -51,6 +55,7 @@ import contextlib
 import importlib.util
 import math
 import os
+import sys
 import threading
 import time
 import warnings
@@ -74,6 +79,11 @@ FORMATS = ("tensorboard", "jsonl")
 """The output formats a writer knows."""
 
 _BATCH_ITEMS = 20_000
+_SCALARS = -1
+"""A queued group of scalars at one step: (_SCALARS, "", step, wall_time, {tag: value}),
+turned into SCALAR items in the background (see SummaryWriter._queue_scalars)."""
+_GROUP_TAGS = 16  # the most tags queued as one group (the queue's length bounds memory)
+_wall_time = time.time
 _MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
@@ -175,6 +185,7 @@ def _as_float(tag: str, value: Any) -> float:
 
 
 _TENSOR_TYPES: set[type] = set()  # framework tensor types seen (not NumPy's)
+_REAL_DTYPES: set[Any] = set()  # their dtypes found real (not complex): one lookup next time
 
 
 def _tensor_or_float(tag: str, value: Any) -> Any:
@@ -202,11 +213,18 @@ def _tensor_or_float(tag: str, value: Any) -> Any:
         if count != 1:
             return _as_float(tag, value)  # raises, naming the rule
     dtype = value.dtype
+    try:
+        if dtype in _REAL_DTYPES:
+            return value
+    except TypeError:  # an unhashable dtype: checked each time
+        pass
     complex_dtype = getattr(dtype, "is_complex", None)
     if complex_dtype is None:
         complex_dtype = "complex" in str(dtype)
     if complex_dtype:
         return _as_float(tag, value)  # raises, naming the rule
+    with contextlib.suppress(TypeError):
+        _REAL_DTYPES.add(dtype)
     return value
 
 
@@ -329,7 +347,8 @@ class SummaryWriter(Closing):
             effect="every point lands on that one step",
         )
         self._stale_step: int | None = None
-        self._stale_tag: str | None = None
+        # The first tag written at _stale_step, or the group of scalars it is the first of.
+        self._stale_tag: str | dict[str, Any] | None = None
         self._clock = clock
         self._clock_name = clock.name if clock is not None else None
         self._guarded = guarded
@@ -346,7 +365,13 @@ class SummaryWriter(Closing):
         self._warned_order = False
         self._dir_synced = False
         self._float32 = "tensorboard" in formats
+        # The largest magnitude a float value may have without further checks.
+        self._limit = _FLOAT32_MAX if self._float32 else sys.float_info.max
         self._tensors = False  # whether a tensor (read in the background) was queued
+        # Tags that _queue_scalars() lets through on one check, with the type of value: a
+        # float (in range), or the type of the tag's first tensor, whose shape and dtype
+        # were checked on the caller's thread (later ones are checked when read).
+        self._fast_tags: dict[str, type] = {}
 
         # The restart check: the highest step already logged, in any format. Without an
         # explicit purge_step, the first point written decides whether to mark a restart.
@@ -439,24 +464,29 @@ class SummaryWriter(Closing):
             self._error, self._error_path, self._error_lost = None, None, 0
         if error is None:
             return
+        if isinstance(error, NonFiniteError) and self._on_nonfinite is not None:
+            self._on_nonfinite(error)
+            return
+        raise self._reported(error, path, lost) from error
+
+    @staticmethod
+    def _reported(error: BaseException, path: str | None, lost: int) -> BaseException:
+        """The exception that reports a background error to a caller."""
         if isinstance(error, NonFiniteError):  # a guarded tensor, read in the background
-            if self._on_nonfinite is not None:
-                self._on_nonfinite(error)
-                return
-            raise error
+            return NonFiniteError(error.tag, error.value, error.step)
         if isinstance(error, ConfigError):
-            raise ConfigError(
+            return ConfigError(
                 error.parameter,
                 error.rule,
                 error.value,
                 hint="That tensor was read after the call returned; the point was not written.",
-            ) from error
+            )
         lost_text = f"{lost} points were lost; " if lost else ""
-        raise SummaryWriteError(
+        return SummaryWriteError(
             f"the summary writer could not write {path}: {error} ({lost_text}the writer goes "
             "on and writes later calls)",
             path,
-        ) from error
+        )
 
     def _resolve_step(self, step: Any) -> int:
         if step is None:
@@ -523,7 +553,14 @@ class SummaryWriter(Closing):
         if step != self._stale_step:
             self._stale_step, self._stale_tag = step, tag
             return True
-        return tag == self._stale_tag
+        return tag == self._stale_first()
+
+    def _stale_first(self) -> str | None:
+        """The first tag written at ``_stale_step``."""
+        first = self._stale_tag
+        if type(first) is dict:
+            first = self._stale_tag = next(iter(first))
+        return first  # type: ignore[return-value]
 
     def _enqueue(self, item: Item) -> None:
         queue = self._queue
@@ -575,7 +612,7 @@ class SummaryWriter(Closing):
         if step != self._stale_step:
             self._stale_step, self._stale_tag = step, tag
             self._stale.observe(step, self._clock_name)
-        elif tag == self._stale_tag:
+        elif tag == self._stale_first():
             self._stale.observe(step, self._clock_name)
         if (guard or tag in self._guarded) and type(value) is float and value - value != 0.0:
             check_finite(tag, value, step, self._on_nonfinite)
@@ -601,14 +638,82 @@ class SummaryWriter(Closing):
         """
         if self._error is not None or self._closed:
             self._check_open()
-        if type(values) is not dict and not isinstance(values, Mapping):
+        if type(values) is dict:
+            values = values.copy()  # the caller may change it after the call
+        elif isinstance(values, Mapping):
+            values = dict(values)
+        else:
             raise ConfigError("values", "must be a mapping from tag to number", values)
-        known, guarded = self._known_tags, self._guarded
         if step is None and self._clock is not None:
-            number = self._clock.step
+            number = self._clock._step
         else:
             number = step if type(step) is int and 0 <= step <= MAX_STEP else _check_step(step)
-        checked = []
+        if values:
+            self._queue_scalars(values, number)
+
+    def _queue_scalars(self, values: dict[str, Any], step: int) -> None:
+        """:meth:`scalars` for a non-empty dict the writer may keep, at an int step in
+        [0, 2**63-1].
+
+        The per-update path (``Run.update`` hands its keywords here, unchecked): a dict of
+        known tags whose values are floats that fit (finite, and in float32 where event
+        files are written) or 0-d tensors of a real dtype is queued whole, as one item;
+        anything else goes through the checks that name the rule it breaks.
+
+        Raises:
+            ConfigError: a bad tag or value (then none is queued), or a closed writer.
+            NonFiniteError: a guarded value is NaN or infinite.
+            SummaryWriteError: an earlier background write failed.
+        """
+        if self._error is not None or self._closed:
+            self._check_open()
+        limit: float = self._limit
+        fast = self._fast_tags
+        passed = False
+        try:
+            for tag, value in values.items():
+                kind = fast[tag]
+                if type(value) is not kind:
+                    break
+                if kind is float and not -limit <= value <= limit:  # type: ignore[operator]
+                    # (a NaN or an infinite value fails this too)
+                    break
+            else:
+                passed = True
+        except KeyError:  # a tag not checked yet
+            pass
+        if not passed:
+            values = self._checked(values, step)
+        if step > self._last_step and self._pending_restart is None:
+            # _resolve_step() and _repeats() of a step that moved on; the frozen-step
+            # detector hears of the step's first write when the step is written to again.
+            self._last_step = step
+            self._stale_step = step
+            self._stale_tag = values
+        else:
+            step = self._resolve_step(step)
+            if step != self._stale_step:
+                self._stale_step, self._stale_tag = step, values
+            elif next(iter(values)) == self._stale_first():
+                stale = self._stale
+                if stale.last_step != step:
+                    stale.observe(step, self._clock_name)
+                # The warning names the line that called scalars() or Run.update().
+                stale.observe(step, self._clock_name, stacklevel=4)
+        queue = self._queue
+        if len(values) <= _GROUP_TAGS:
+            queue.append((_SCALARS, "", step, _wall_time(), values))
+        else:
+            wall_time = _wall_time()
+            for tag, value in values.items():
+                queue.append((SCALAR, tag, step, wall_time, value))
+        if len(queue) >= _BATCH_ITEMS:
+            self._queue_grew()
+
+    def _checked(self, values: dict[str, Any], step: int) -> dict[str, Any]:
+        """Checks every tag and value; returns the values as queued (numbers as floats)."""
+        known, fast = self._known_tags, self._fast_tags
+        checked = {}
         for tag, value in values.items():
             try:
                 new = tag not in known
@@ -620,30 +725,17 @@ class SummaryWriter(Closing):
                 value = _tensor_or_float(tag, value)
                 if type(value) is not float:
                     self._tensors = True
-                    checked.append((tag, value))
+                    checked[tag] = value
+                    fast[tag] = type(value)
                     continue
             if value - value != 0.0:  # NaN or infinite
-                if tag in guarded:
-                    check_finite(tag, value, number, self._on_nonfinite)
+                if tag in self._guarded:
+                    check_finite(tag, value, step, self._on_nonfinite)
             elif (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
                 self._check_float32(tag, value)
-            checked.append((tag, value))
-        if not checked:
-            return
-        step = self._resolve_step(number)
-        first = checked[0][0]
-        # _repeats() inlined: this is the hot path.
-        if step != self._stale_step:
-            self._stale_step, self._stale_tag = step, first
-            self._stale.observe(step, self._clock_name)
-        elif first == self._stale_tag:
-            self._stale.observe(step, self._clock_name)
-        wall_time = time.time()
-        queue = self._queue
-        for tag, value in checked:
-            queue.append((SCALAR, tag, step, wall_time, value))
-        if len(queue) >= _BATCH_ITEMS:
-            self._queue_grew()
+            checked[tag] = value
+            fast[tag] = float
+        return checked
 
     def histogram(self, tag: str, values: Any, step: int | None = None) -> None:
         """Queues a histogram of ``values`` (any array-like of finite numbers; copied).
@@ -705,6 +797,32 @@ class SummaryWriter(Closing):
         self._drain(sync=True)
         self._check_open()
 
+    def sync_points(self) -> None:
+        """Writes and fsyncs every point queued so far; callable from any thread.
+
+        For what must reach the disk only after the points logged before it: ``Run``
+        passes this to the checkpoint's save as ``before_commit``, so an async save fsyncs
+        the logs on its own thread, and the checkpoint commits only if they are on disk.
+        Like :meth:`sync` it raises an error not yet reported (a failed write, or a tensor
+        refused when read: a guarded NaN loss, so no checkpoint of a diverged run is
+        saved), but it leaves the error for the training thread's next call to raise too.
+        On a closed writer it does nothing (closing wrote everything).
+
+        Raises:
+            SummaryWriteError: a write failed, now or earlier.
+            NonFiniteError: a guarded tensor read in the background was NaN or infinite
+                (not with an ``on_nonfinite`` handler, which the next call runs).
+            ConfigError: a tensor read in the background broke a rule.
+        """
+        if self._closed:
+            return
+        self._drain(sync=True)
+        with self._io_lock:
+            error, path, lost = self._error, self._error_path, self._error_lost
+        if error is None or (isinstance(error, NonFiniteError) and self._on_nonfinite):
+            return
+        raise self._reported(error, path, lost) from error
+
     def close(self) -> None:
         """Writes everything queued, stops the background thread and closes the files.
 
@@ -745,7 +863,17 @@ class SummaryWriter(Closing):
             try:
                 while queue:
                     count = min(len(queue), _BATCH_ITEMS)
-                    items = [queue.popleft() for _ in range(count)]
+                    items = []
+                    for _ in range(count):
+                        item = queue.popleft()
+                        if item[0] == _SCALARS:
+                            _, _, step, wall_time, group = item
+                            items.extend(
+                                (SCALAR, tag, step, wall_time, value)
+                                for tag, value in group.items()
+                            )
+                        else:
+                            items.append(item)
                     if self._tensors:
                         items = self._read_tensors(items)
                     for backend in self._backends:
@@ -772,7 +900,12 @@ class SummaryWriter(Closing):
                 out.append(item)
                 continue
             try:
-                value = _as_float(tag, payload)
+                value = payload.item()  # a one-element tensor's number; raises for more
+            except Exception:  # _as_float below names the rule broken
+                value = None
+            try:
+                if type(value) is not float:  # an int, bool or complex one, or no number
+                    value = _as_float(tag, payload)
                 if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
                     self._check_float32(tag, value)
             except ConfigError as err:
