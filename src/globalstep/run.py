@@ -248,7 +248,8 @@ class Ranks:
     ``checkpoint_options={"distributed": False}``, the writer alone saves and the others
     read the same directory without taking its lock. Every ``check_every`` calls of
     :meth:`Run.update` the ranks' steps are compared
-    (:func:`globalstep.distributed.assert_steps_agree`, one small collective); with ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
+    (:func:`globalstep.distributed.assert_steps_agree`, one small collective); with
+    ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
     the writer logs them. A Run on several ranks uses ``Ranks()`` unless told otherwise.
 
