@@ -334,3 +334,18 @@ def test_stateful_dataclass_saves_through_state_dict():
     target = Counter()
     unflatten(flat.structure, flat.arrays, {"c": target})
     assert target.n == 4
+
+
+def test_sharded_leaf_inside_a_dataclass_template_is_found():
+    """A sharded value held by a dataclass in the template is found where the saved
+    structure has its sharded node (the same walk as for arrays)."""
+    from globalstep.checkpoint.tree import Sharded, template_sharded
+
+    @dataclasses.dataclass
+    class Holder:
+        w: object
+
+    value = Sharded(object(), np.dtype(np.float32), (4,))
+    structure = {"dict": {"h": {"dict": {"w": {"sharded": "h/w"}}}}}
+    assert template_sharded(structure, {"h": Holder(value)}) == {"h/w": value.value}
+    assert template_sharded(structure, {"h": Holder(np.zeros(4))}) == {"h/w": None}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -444,16 +444,19 @@ def _leaf_nodes(structure: Any, leaf: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, Any]]:
-    """Returns the template's arrays that sit where the saved structure has an array."""
-    found: dict[str, np.ndarray[Any, Any]] = {}
+def _walk_template(
+    structure: Any, template: Any, leaf: Callable[[str, dict[str, Any], Any], bool]
+) -> None:
+    """Walks the saved structure and the template side by side; ``leaf(kind, node, tmpl)``
+    sees every node first and returns True where it took the node (no descent there)."""
 
     def walk(node: Any, tmpl: Any) -> None:
         kind = _kind(node, "<template>")
-        if kind == "array" and isinstance(tmpl, np.ndarray):
-            found[node["array"]] = tmpl
-        elif kind == "dict" and _dataclass_fields(tmpl) is not None:
-            walk(node, _dataclass_fields(tmpl))
+        if leaf(kind, node, tmpl):
+            return
+        fields = _dataclass_fields(tmpl)
+        if kind == "dict" and fields is not None:
+            walk(node, fields)
         elif kind == "dict" and isinstance(tmpl, Mapping):
             for k, child in node["dict"].items():
                 if k in tmpl:
@@ -468,6 +471,18 @@ def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, 
 
     if template is not None:
         walk(structure, template)
+
+
+def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, Any]]:
+    """Returns the template's arrays that sit where the saved structure has an array."""
+    found: dict[str, np.ndarray[Any, Any]] = {}
+
+    def leaf(kind: str, node: dict[str, Any], tmpl: Any) -> bool:
+        if kind == "array" and isinstance(tmpl, np.ndarray):
+            found[node["array"]] = tmpl
+        return kind == "array"
+
+    _walk_template(structure, template, leaf)
     return found
 
 
@@ -477,24 +492,12 @@ def template_sharded(structure: Any, template: Any) -> dict[str, Any]:
     plain tensor's array)."""
     found: dict[str, Any] = {}
 
-    def walk(node: Any, tmpl: Any) -> None:
-        kind = _kind(node, "<template>")
+    def leaf(kind: str, node: dict[str, Any], tmpl: Any) -> bool:
         if kind == "sharded":
             found[node["sharded"]] = tmpl.value if isinstance(tmpl, Sharded) else None
-        elif kind == "dict" and isinstance(tmpl, Mapping):
-            for k, child in node["dict"].items():
-                if k in tmpl:
-                    walk(child, tmpl[k])
-        elif kind in ("list", "tuple") and isinstance(tmpl, list | tuple):
-            for child, sub in zip(node[kind], tmpl, strict=False):
-                walk(child, sub)
-        elif kind == "adapted":
-            adapter = _template_adapter(node, tmpl)
-            if adapter is not None:
-                walk(node["state"], adapter.template(tmpl))
+        return kind == "sharded"
 
-    if template is not None:
-        walk(structure, template)
+    _walk_template(structure, template, leaf)
     return found
 
 
