@@ -239,6 +239,29 @@ class Clock:
         """Tokens per update, where known."""
         return self._tokens_per_step
 
+    def _advance(self) -> None:
+        """``tick()`` of one update, with nothing to check: the per-update path of the
+        optimizer hooks and ``Run.update`` (one tuple read, one built, two stores)."""
+        step, epoch, start, done, used, before, session = self._state
+        step += 1
+        if step > MAX_STEP:
+            self._too_far(1)
+        spe = self._steps_per_epoch
+        if spe is not None and step - start >= spe:
+            rolled = (step - start) // spe
+            epoch += rolled
+            start += rolled * spe
+        self._state = (
+            step,
+            epoch,
+            start,
+            done + self._tick_samples,
+            used + self._tick_tokens,
+            before,
+            session,
+        )
+        self._step = step
+
     def tick(self, n: int = 1, *, samples: int | None = None, tokens: int | None = None) -> None:
         """Records ``n`` applied optimizer updates.
 
@@ -253,26 +276,7 @@ class Clock:
             ConfigError: ``samples`` or ``tokens`` is not an int >= 0.
         """
         if samples is None and tokens is None and type(n) is int and n == 1:
-            # The per-update path: one tuple read, one built, two stores.
-            step, epoch, start, done, used, before, session = self._state
-            step += 1
-            if step > MAX_STEP:
-                self._too_far(n)
-            spe = self._steps_per_epoch
-            if spe is not None and step - start >= spe:
-                rolled = (step - start) // spe
-                epoch += rolled
-                start += rolled * spe
-            self._state = (
-                step,
-                epoch,
-                start,
-                done + self._tick_samples,
-                used + self._tick_tokens,
-                before,
-                session,
-            )
-            self._step = step
+            self._advance()
             return
         if isinstance(n, bool) or not isinstance(n, int):
             raise StepError(f"`n` must be an int number of updates; got n={n!r}.", n)

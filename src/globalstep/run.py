@@ -743,7 +743,7 @@ class Run(Closing):
                 return False
         clock = self.clock
         if applied:
-            clock.tick()
+            clock._advance()
         if self._per_rank:
             scalars = self._rank_update(scalars)
         if scalars:

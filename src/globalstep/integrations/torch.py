@@ -170,11 +170,10 @@ class Attachment:
         ]
         keys = ("lr", "momentum", "betas")
         self._saved = [{k: g[k] for k in keys if k in g} for g in groups]
-        self._last_step: int | None = None
         self._class_found_inf = hasattr(type(optimizer), "found_inf")
         self._handles = [
-            optimizer.register_step_pre_hook(self._before),
-            optimizer.register_step_post_hook(self._after),
+            optimizer.register_step_pre_hook(self._pre_hook()),
+            optimizer.register_step_post_hook(self._post_hook()),
         ]
 
     def __repr__(self) -> str:
@@ -186,25 +185,55 @@ class Attachment:
         """True until :meth:`detach`."""
         return bool(self._handles)
 
-    def _before(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        step = self.clock._step
-        groups = optimizer.param_groups
-        for i, table, memo in self._lr:
-            group = groups[i]
-            if memo is None:
-                value = table(step)
-            else:
+    def _pre_hook(self) -> Callable[[Any, Any, Any], None]:
+        """The step pre-hook: sets each group's rate (and momentum) for ``clock.step``.
+
+        A closure over what it reads, because it runs once per update right after the
+        backward pass, where every attribute lookup is a cold one: one schedule on one
+        group (the common case) takes a path of its own.
+        """
+        clock, lr, momentum = self.clock, self._lr, self._momentum
+        set_momentum = self._set_momentum
+        memo = lr[0][2] if len(lr) == 1 and not momentum else None
+        if memo is not None:
+            index, table, _ = lr[0]
+
+            def one_rate(optimizer: Any, args: Any, kwargs: Any) -> None:
+                step = clock._step
+                group = optimizer.param_groups[index]
                 try:
                     value = memo[step >> MEMO_BITS][step & MEMO_MASK]
                 except KeyError:  # a block not computed yet
                     value = table(step)
-            current = group["lr"]
-            if type(current) is not float and isinstance(current, torch.Tensor):
-                current.fill_(value)
-            else:
-                group["lr"] = value
-        if self._momentum:
-            self._set_momentum(groups, step)
+                current = group["lr"]
+                if type(current) is float or not isinstance(current, torch.Tensor):
+                    group["lr"] = value
+                else:
+                    current.fill_(value)
+
+            return one_rate
+
+        def rates(optimizer: Any, args: Any, kwargs: Any) -> None:
+            step = clock._step
+            groups = optimizer.param_groups
+            for i, table, memo in lr:
+                group = groups[i]
+                if memo is None:
+                    value = table(step)
+                else:
+                    try:
+                        value = memo[step >> MEMO_BITS][step & MEMO_MASK]
+                    except KeyError:
+                        value = table(step)
+                current = group["lr"]
+                if type(current) is not float and isinstance(current, torch.Tensor):
+                    current.fill_(value)
+                else:
+                    group["lr"] = value
+            if momentum:
+                set_momentum(groups, step)
+
+        return rates
 
     def _set_momentum(self, groups: Any, step: int) -> None:
         block, offset = step >> MEMO_BITS, step & MEMO_MASK
@@ -226,19 +255,27 @@ class Attachment:
             else:
                 group["momentum"] = value
 
-    def _after(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        # A fused optimizer stepped by a GradScaler skips the update itself when the scaler
-        # found inf or NaN gradients; the scaler then leaves ``found_inf`` on the optimizer.
-        # (An instance attribute, which GradScaler sets: looked up without getattr's
-        # AttributeError when there is none, the common case.)
-        found_inf = optimizer.__dict__.get("found_inf")
-        if found_inf is None and self._class_found_inf:
-            found_inf = getattr(optimizer, "found_inf", None)
-        if found_inf is not None and isinstance(found_inf, torch.Tensor) and found_inf.item():
-            return
-        self.clock.tick()
-        if self.scheduler is not None:
-            self.scheduler.step()
+    def _post_hook(self) -> Callable[[Any, Any, Any], None]:
+        """The step post-hook: ticks the clock (and steps an adopted scheduler), unless
+        the update was skipped."""
+        advance, scheduler = self.clock._advance, self.scheduler
+        class_found_inf = self._class_found_inf
+
+        def ticked(optimizer: Any, args: Any, kwargs: Any) -> None:
+            # A fused optimizer stepped by a GradScaler skips the update itself when the
+            # scaler found inf or NaN gradients; the scaler then leaves ``found_inf`` on
+            # the optimizer. (An instance attribute, which GradScaler sets: looked up
+            # without getattr's AttributeError when there is none, the common case.)
+            found_inf = optimizer.__dict__.get("found_inf")
+            if found_inf is None and class_found_inf:
+                found_inf = getattr(optimizer, "found_inf", None)
+            if found_inf is not None and isinstance(found_inf, torch.Tensor) and found_inf.item():
+                return
+            advance()
+            if scheduler is not None:
+                scheduler.step()
+
+        return ticked
 
     def detach(self) -> None:
         """Removes the hooks and puts back each group's rate and momentum as they were.
