@@ -654,23 +654,28 @@ class _Stream:
             self._checksum.feed(chunk)
             self._position += len(chunk)
 
-    def read_many(self, views: list[Any]) -> None:
-        """Fills each of ``views`` (small buffers) in turn from the stream."""
-        total = sum(len(v) for v in views)
+    def read_many(self, views: list[Any], total: int) -> None:
+        """Fills each of ``views`` (small buffers, none empty, ``total`` bytes in all) in
+        turn from the stream."""
         self._ahead(self._position + total)
         if self._fd is None:
             for view in views:
                 read_exactly(self._f, view, self._path)
         else:
-            _readv_exactly(self._fd, [v for v in views if len(v)], self._path)
+            _readv_exactly(self._fd, views, self._path)
         for view in views:
             self._checksum.feed(view)
         self._position += total
 
 
 def _readv_exactly(fd: int, views: list[memoryview], path: str) -> None:
+    views = list(views)  # trimmed below as buffers fill; the caller's list stays whole
     while views:
-        n = os.readv(fd, views[:_GATHER_COUNT])
+        batch = views[:_GATHER_COUNT]
+        n = os.readv(fd, batch)
+        if n == sum(map(len, batch)):  # the usual case: every buffer filled
+            views = views[_GATHER_COUNT:]
+            continue
         if not n:
             raise CorruptCheckpointError(f"{path} is truncated", path)
         while n and views:  # drop what was filled; a short read resumes mid-buffer
@@ -765,7 +770,7 @@ def _read_all(
     """Reads every array in file order: a large one straight into its own buffer, a run of
     small ones with one call (into one buffer they then view, or into the template's)."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-    run: list[tuple[str, np.dtype[Any], tuple[int, ...], np.ndarray[Any, Any] | None]] = []
+    run: list[tuple[str, np.dtype[Any], tuple[int, ...], int, np.ndarray[Any, Any] | None]] = []
     run_bytes = 0
     for key, code, begin, end, shape in entries:
         dtype, array_shape = check_entry(nodes[key], code, shape, path)
@@ -780,7 +785,7 @@ def _read_all(
             ):
                 target = None
         if end - begin < _GATHER_BYTES:
-            run.append((key, dtype, array_shape, target))
+            run.append((key, dtype, array_shape, end - begin, target))
             run_bytes += end - begin
             if run_bytes >= _BATCH_BYTES or len(run) >= _GATHER_COUNT:
                 _read_run(stream, run, run_bytes, arrays)
@@ -800,7 +805,7 @@ def _read_all(
 
 def _read_run(
     stream: _Stream,
-    run: list[tuple[str, np.dtype[Any], tuple[int, ...], np.ndarray[Any, Any] | None]],
+    run: list[tuple[str, np.dtype[Any], tuple[int, ...], int, np.ndarray[Any, Any] | None]],
     run_bytes: int,
     arrays: dict[str, np.ndarray[Any, Any]],
 ) -> None:
@@ -811,17 +816,18 @@ def _read_run(
         buffer = np.empty(run_bytes, np.uint8)
         stream.read(buffer.data)
         offset = 0
-        for key, dtype, shape, _ in run:
+        for key, dtype, shape, nbytes, _ in run:
             arrays[key] = np.ndarray(shape, dtype, buffer, offset)
-            offset += math.prod(shape) * dtype.itemsize
+            offset += nbytes
         return
     views = []
-    for key, dtype, shape, target in run:
+    for key, dtype, shape, nbytes, target in run:
         if target is None:
             target = np.empty(shape, dtype)
         arrays[key] = target
-        views.append(target.reshape(-1).view(np.uint8).data)
-    stream.read_many(views)
+        if nbytes:
+            views.append(target.reshape(-1).view(np.uint8).data)
+    stream.read_many(views, run_bytes)
 
 
 def verify_checkpoint(storage: Storage, name: str) -> dict[str, Any]:
