@@ -4,6 +4,7 @@ import contextlib
 import errno
 import itertools
 import json
+import math
 import os
 import pathlib
 import random
@@ -89,6 +90,32 @@ def test_header_is_eight_byte_aligned(tmp_path):
     data = (saved(tmp_path) / "arrays.safetensors").read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
     assert (8 + length) % 8 == 0
+
+
+def test_header_is_what_json_dumps_writes():
+    """The header, joined from one piece per array, is byte for byte the compact
+    json.dumps of the header dict (as earlier versions wrote it): odd keys, raw-byte
+    dtypes, 0-d and empty arrays, ordered by alignment and then name."""
+    arrays = {
+        'q"u\\ot\u00e9/\u4e2d': np.zeros((2, 3), ">i4"),
+        "a": np.zeros(3, np.float64),
+        "z": np.zeros((), np.int8),
+        "rec": np.zeros(2, [("x", "<f4"), ("y", "<i2")]),
+        "e": np.zeros((0, 4), np.float16),
+        "c": np.zeros(2, np.complex128),
+    }
+    order = sorted(arrays, key=lambda k: (-arrays[k].dtype.alignment, k))
+    header = {"__metadata__": {"format": "globalstep", "version": "1"}}
+    offset = 0
+    for key in order:
+        code, raw, _ = fmt._dtype_info(arrays[key].dtype)
+        nbytes = arrays[key].nbytes
+        shape = [nbytes] if raw else list(arrays[key].shape)
+        header[key] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    assert fmt._header(arrays) == (struct.pack("<Q", len(text)) + text, order)
 
 
 def test_state_json_holds_format_clocks_metrics_and_checksums(tmp_path):
@@ -607,14 +634,14 @@ def test_small_and_large_arrays_round_trip_through_batches(tmp_path, tiny_batche
 
 
 class CountingOs:
-    """The os module, counting calls of ``write``."""
+    """The os module, counting calls of ``write`` and ``writev``."""
 
     def __init__(self):
         self.writes = 0
 
     def __getattr__(self, attribute):
         function = getattr(os, attribute)
-        if attribute != "write":
+        if attribute not in ("write", "writev"):
             return function
 
         def counted(*args, **kwargs):
@@ -625,17 +652,51 @@ class CountingOs:
 
 
 def test_many_small_arrays_go_out_in_few_writes(tmp_path, monkeypatch):
-    """2,000 small arrays are staged and written in a few calls, not one call each."""
+    """2,000 small arrays go out 64 to a vectored write, not one call each."""
     counting = CountingOs()
     monkeypatch.setattr(storage_module, "os", counting)
     state = {f"a{i:04d}": np.full(3, i, np.float32) for i in range(2000)}
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
     monkeypatch.undo()
-    # The header, the staged arrays, state.json, the marker, and the directory's summary index.
-    assert counting.writes == 5
+    # The header, 32 writev of 64 arrays, state.json, the marker and the summary index.
+    assert counting.writes == 1 + math.ceil(2000 / fmt._GATHER_COUNT) + 3
     with CheckpointManager(tmp_path, read_only=True) as manager:
         assert_tree_equal(manager.restore(), state)
+
+
+class ShortWritevOs:
+    """The os module whose writev writes at most 5 bytes per call."""
+
+    def __getattr__(self, attribute):
+        if attribute == "writev":
+            return lambda fd, buffers: os.write(fd, memoryview(buffers[0]).cast("B")[:5])
+        return getattr(os, attribute)
+
+
+def test_short_vectored_writes_resume(tmp_path, monkeypatch, tiny_batches):
+    """writev that writes only part of the buffers is resumed where it stopped."""
+    state = mixed_state()
+    monkeypatch.setattr(storage_module, "os", ShortWritevOs())
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        monkeypatch.undo()
+        manager.verify(1)
+        assert_same_values(manager.restore(), state)
+
+
+def test_injected_enospc_in_a_vectored_write_keeps_earlier_checkpoints(tmp_path, monkeypatch):
+    """ENOSPC from writev raises a clear error and leaves the earlier checkpoint."""
+    state = {f"a{i}": np.full(3, i, np.float32) for i in range(10)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+        monkeypatch.setattr(storage_module, "os", FailingOs("writev"))
+        with pytest.raises(CheckpointError, match=r"saving step-000000000002 failed .*No space"):
+            manager.save(2, state)
+        monkeypatch.undo()
+        assert manager.steps() == [1]
+        manager.verify(1)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
 
 
 class ShortOs:

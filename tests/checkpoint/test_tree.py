@@ -349,3 +349,40 @@ def test_sharded_leaf_inside_a_dataclass_template_is_found():
     structure = {"dict": {"h": {"dict": {"w": {"sharded": "h/w"}}}}}
     assert template_sharded(structure, {"h": Holder(value)}) == {"h/w": value.value}
     assert template_sharded(structure, {"h": Holder(np.zeros(4))}) == {"h/w": None}
+
+
+def test_check_fit_finds_what_template_arrays_finds():
+    """The fit check's walk returns the template arrays that template_arrays finds:
+    through dicts, lists, tuples and dataclasses, misfits included under partial."""
+    from globalstep.checkpoint.tree import check_fit, template_arrays
+
+    saved = {"m": Moments(np.arange(3.0), 7), "l": [np.ones(2), (np.zeros((2, 2), np.int32),)]}
+    flat = flatten(saved)
+    template = {"m": Moments(np.zeros(3), 0), "l": [np.zeros(2), (np.zeros((3, 3), np.int32),)]}
+    found = check_fit(flat.structure, template, partial=True)
+    expected = template_arrays(flat.structure, template)
+    assert sorted(found) == sorted(expected) == ["l/0", "l/1/0", "m/mean"]
+    assert all(found[k] is expected[k] for k in found)
+
+
+def test_check_fit_refuses_a_misfit_and_a_bad_shape():
+    """Without partial a misfit raises as unflatten does; a bad saved shape is corrupt."""
+    from globalstep.checkpoint.tree import check_fit
+
+    flat = flatten({"w": np.zeros(2, np.float32)})
+    with pytest.raises(RestoreMismatchError, match=r"w: expected float32\[3\], got float32\[2\]"):
+        check_fit(flat.structure, {"w": np.zeros(3, np.float32)})
+    with pytest.raises(RestoreMismatchError, match="w: expected float64"):
+        check_fit(flat.structure, {"w": np.zeros(2, np.float64)})
+    with pytest.raises(CorruptCheckpointError, match="bad shape"):
+        check_fit({"array": "a", "dtype": "<f8", "shape": [True]}, np.zeros(1))
+
+
+def test_check_fit_refuses_a_read_only_view_of_a_foreign_buffer():
+    """A read-only template array over another library's buffer misfits, as in unflatten."""
+    from globalstep.checkpoint.tree import check_fit
+
+    flat = flatten({"w": np.zeros(4, np.uint8)})
+    foreign = np.frombuffer(memoryview(bytes(4)), np.uint8)
+    with pytest.raises(RestoreMismatchError, match="read-only view"):
+        check_fit(flat.structure, {"w": foreign})

@@ -69,9 +69,9 @@ from globalstep.checkpoint.policy import (
 from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage, wrap_os_errors
 from globalstep.checkpoint.tree import (
     RestoreReport,
+    array_nodes,
+    check_fit,
     flatten,
-    placeholders,
-    template_arrays,
     template_sharded,
     unflatten,
 )
@@ -1290,12 +1290,13 @@ class CheckpointManager(Closing):
         name = step_name(step)
         state = self._load(step)
         structure = state["tree"]
-        if template is not None:
-            # Check the fit first, so that a misfit touches nothing in the template.
-            unflatten(structure, placeholders(structure), template, partial=partial, apply=False)
-        arrays: dict[str, Any] = read_arrays(
-            self._storage, name, state, into=template_arrays(structure, template)
+        nodes = array_nodes(structure)  # one walk, for the fit check and the read
+        # Check the fit first, so that a misfit touches nothing in the template; the same
+        # walk finds the template's arrays to fill in place.
+        into = (
+            {} if template is None else check_fit(structure, template, partial=partial, nodes=nodes)
         )
+        arrays: dict[str, Any] = read_arrays(self._storage, name, state, into=into, nodes=nodes)
         if "sharded" in state:
             from globalstep.checkpoint.distributed import load_sharded
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -46,12 +46,14 @@ __all__ = [
     "RestoreReport",
     "Sharded",
     "array_nodes",
+    "check_fit",
     "check_key",
     "decode_dtype",
     "encode_dtype",
     "flatten",
     "float_from_json",
     "float_to_json",
+    "is_shape",
     "is_stateful",
     "placeholders",
     "safetensors_code",
@@ -127,6 +129,21 @@ def check_key(key: Any, parameter: str = "state") -> str:
             key,
         )
     return key
+
+
+def is_shape(shape: Any) -> TypeGuard[list[int]]:
+    """True for a shape as JSON holds it: a list of non-negative ints (bools are not).
+
+    Example:
+        >>> is_shape([2, 3]), is_shape([2.0]), is_shape([True])
+        (True, False, False)
+    """
+    if type(shape) is not list:
+        return False
+    for dim in shape:  # noqa: SIM110 - a loop, not all() over a generator: once per array
+        if type(dim) is not int or dim < 0:
+            return False
+    return True
 
 
 def is_stateful(obj: Any) -> bool:
@@ -262,21 +279,26 @@ def flatten(state: Any, *, copy: bool = False) -> Flattened:
         {'value': None}
     """
     out = Flattened(structure=None)
-    out.structure = _encode(state, (), out, copy)
+    out.structure = _encode(state, "", out, copy)
     return out
 
 
-def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
-    where = "/".join(path) or "<root>"
-    if isinstance(obj, np.ndarray | np.generic):
+def _encode(obj: Any, path: str, out: Flattened, copy: bool) -> Any:
+    """The JSON node of ``obj``; ``path`` is its flat name ("" at the root)."""
+    if type(obj) is np.ndarray:  # the common leaf first: per-array cost adds up
+        array = obj
+    elif isinstance(obj, np.ndarray | np.generic):
         array = np.asarray(obj)
+    else:
+        array = None
+    if array is not None:
         if array.dtype.hasobject:
             raise ConfigError(
                 "state",
                 "arrays must not hold Python objects (that would need pickle)",
-                f"{where}: dtype={array.dtype}",
+                f"{path or '<root>'}: dtype={array.dtype}",
             )
-        key = where if path else "_"
+        key = path or "_"
         out.arrays[key] = np.array(array, copy=True) if copy else array
         node: dict[str, Any] = {
             "array": key,
@@ -289,7 +311,7 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
     if obj is None or isinstance(obj, bool | int | str):
         return {"value": obj}
     if isinstance(obj, Sharded):
-        key = where if path else "_"
+        key = path or "_"
         out.sharded[key] = obj.value
         return {"sharded": key, "dtype": obj.dtype, "shape": list(obj.shape)}
     if isinstance(obj, float):
@@ -298,14 +320,16 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
     if adapter is not None:
         return {"adapted": adapter.name, "state": _encode(adapter.save(obj), path, out, copy)}
     if isinstance(obj, Mapping):
-        return {
-            "dict": {
-                check_key(k): _encode(v, (*path, check_key(k)), out, copy) for k, v in obj.items()
-            }
-        }
+        prefix = f"{path}/" if path else ""
+        children = {}
+        for k, v in obj.items():
+            check_key(k)
+            children[k] = _encode(v, prefix + k, out, copy)
+        return {"dict": children}
     if isinstance(obj, list | tuple):
         kind = "list" if isinstance(obj, list) else "tuple"
-        return {kind: [_encode(v, (*path, str(i)), out, copy) for i, v in enumerate(obj)]}
+        prefix = f"{path}/" if path else ""
+        return {kind: [_encode(v, f"{prefix}{i}", out, copy) for i, v in enumerate(obj)]}
     fields = _dataclass_fields(obj)
     if fields is not None:
         return _encode(fields, path, out, copy)
@@ -317,7 +341,7 @@ def _encode(obj: Any, path: tuple[str, ...], out: Flattened, copy: bool) -> Any:
         "state",
         "leaves must be arrays, scalars, strings, None, dataclasses, objects with "
         "state_dict() or framework objects globalstep has an adapter for (torch, JAX, Keras)",
-        f"{where}: {_type_name(obj)}",
+        f"{path or '<root>'}: {_type_name(obj)}",
     )
 
 
@@ -389,10 +413,11 @@ _KIND_SET = frozenset(_KINDS)
 def _kind(node: Any, where: str) -> str:
     if not isinstance(node, dict):
         raise CorruptCheckpointError(f"state.json: node at {where} is not an object")
-    kinds: list[str] = [k for k in node if k in _KIND_SET]  # few keys: cheaper than _KINDS
+    kinds = _KIND_SET.intersection(node)  # few keys: one C-level pass
     if len(kinds) != 1:
         raise CorruptCheckpointError(f"state.json: node at {where} has no single kind")
-    return kinds[0]
+    (kind,) = kinds
+    return kind
 
 
 def array_nodes(structure: Any) -> dict[str, dict[str, Any]]:
@@ -513,13 +538,10 @@ def _same_memory(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
     """True when two arrays are the same view of the same bytes (nothing to copy)."""
     if a is b:
         return True
-    ia, ib = a.__array_interface__, b.__array_interface__
-    return bool(
-        ia["data"][0] == ib["data"][0]
-        and a.shape == b.shape
-        and a.strides == b.strides
-        and a.dtype == b.dtype
-    )
+    # The cheap attributes first: the data pointers build two dicts.
+    if a.shape != b.shape or a.strides != b.strides or a.dtype != b.dtype:
+        return False
+    return bool(a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _foreign_read_only(tmpl: Any) -> bool:
@@ -534,13 +556,15 @@ def _foreign_read_only(tmpl: Any) -> bool:
 
 
 class _Builder:
-    def __init__(self, arrays: Mapping[str, np.ndarray[Any, Any]], apply: bool) -> None:
+    def __init__(self, arrays: Mapping[str, Any], apply: bool) -> None:
         self.arrays = arrays
         self.apply = apply
         self.report = RestoreReport()
         self.loads: list[tuple[Any, Any]] = []
         self.applies: list[tuple[adapters.Adapter, Any, Any]] = []
         self.copies: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        self.targets: dict[str, np.ndarray[Any, Any]] = {}
+        """The template's arrays met where the structure has an array (see check_fit)."""
 
     def build(self, node: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
         kind = _kind(node, path or "<root>")
@@ -586,6 +610,7 @@ class _Builder:
             # The fit is checked against the adapter's template; getting the data into the
             # object is the adapter's own restore()/apply(), given the plain state.
             check = _Builder(self.arrays, apply=False)
+            check.targets = self.targets
             check.build(node["state"], adapter.template(tmpl), path, True)
             for name in ("missing", "unexpected", "mismatched"):
                 getattr(self.report, name).extend(getattr(check.report, name))
@@ -605,6 +630,17 @@ class _Builder:
 
     def _array(self, node: dict[str, Any], tmpl: Any, path: str, has_tmpl: bool) -> Any:
         array = self.arrays[node["array"]]
+        if has_tmpl and array is tmpl:  # filled in place: nothing to check or copy
+            return array[()] if node.get("numpy_scalar") else array
+        if has_tmpl and isinstance(tmpl, np.ndarray):
+            self.targets[node["array"]] = tmpl
+            if (
+                not self.apply
+                and tmpl.shape == array.shape
+                and _same_dtype(tmpl.dtype, array.dtype)
+                and not _foreign_read_only(tmpl)
+            ):
+                return tmpl  # checking the fit only: it fits (what is returned is unused)
         if has_tmpl:
             if not isinstance(tmpl, np.ndarray | np.generic):
                 self.report.mismatched.append(
@@ -746,6 +782,26 @@ def unflatten(
         >>> tree["n"], report.ok
         (3, True)
     """
+    builder, tree = _build(structure, arrays, template, partial, apply)
+    report = builder.report
+    if apply:
+        for target, source in builder.copies:
+            np.copyto(target, source)
+        for obj, state in builder.loads:
+            obj.load_state_dict(state)
+        for adapter, obj, state in builder.applies:
+            adapter.apply(obj, state)
+    return tree, report
+
+
+def _build(
+    structure: Any,
+    arrays: Mapping[str, Any],  # arrays, or check_fit's stand-ins
+    template: Any,
+    partial: bool,
+    apply: bool,
+) -> tuple[_Builder, Any]:
+    """Walks the structure against the template; raises on a misfit unless ``partial``."""
     builder = _Builder(arrays, apply)
     try:
         tree = builder.build(structure, template, "", template is not None)
@@ -758,31 +814,86 @@ def unflatten(
             "Pass partial=True to restore what fits.",
             report,
         )
-    if apply:
-        for target, source in builder.copies:
-            np.copyto(target, source)
-        for obj, state in builder.loads:
-            obj.load_state_dict(state)
-        for adapter, obj, state in builder.applies:
-            adapter.apply(obj, state)
-    return tree, report
+    return builder, tree
+
+
+def check_fit(
+    structure: Any,
+    template: Any,
+    *,
+    partial: bool = False,
+    nodes: Mapping[str, dict[str, Any]] | None = None,
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Checks that a saved structure fits ``template`` before anything is read, and returns
+    the template's arrays that sit where the structure has an array (to fill in place).
+
+    One walk does both: :func:`unflatten` with ``apply=False`` against
+    :func:`placeholders`, collecting what :func:`template_arrays` would find.
+
+    Args:
+        structure: the saved JSON structure.
+        template: the template tree.
+        partial: allow a misfit (it is left out of the restore, as :func:`unflatten` does).
+        nodes: ``array_nodes(structure)``, where the caller has it already.
+
+    Raises:
+        RestoreMismatchError: the template does not fit and ``partial`` is False.
+        CorruptCheckpointError: the structure is malformed.
+
+    Example:
+        >>> flat = flatten({"w": np.zeros(2)})
+        >>> template = {"w": np.ones(2)}
+        >>> check_fit(flat.structure, template)["w"] is template["w"]
+        True
+    """
+    saved = {key: _Saved(shape, dtype) for key, shape, dtype in _saved_arrays(structure, nodes)}
+    builder, _ = _build(structure, saved, template, partial, False)
+    return builder.targets
+
+
+class _Saved:
+    """A saved array's shape and dtype, standing in for it while :func:`check_fit` walks:
+    lighter than :func:`placeholders`' zero-byte arrays, and all a fit check looks at."""
+
+    __slots__ = ("dtype", "shape")
+    strides = None  # never the same memory as a template array
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+        self.shape = shape
+        self.dtype = dtype
+
+    def __getitem__(self, index: Any) -> _Saved:
+        return self  # a NumPy scalar's value: unused by a fit check
+
+
+def _saved_arrays(
+    structure: Any, nodes: Mapping[str, dict[str, Any]] | None = None
+) -> Iterator[tuple[str, tuple[int, ...], np.dtype[Any]]]:
+    """Yields (key, shape, dtype) of every saved array, checked; ``nodes`` is
+    ``array_nodes(structure)`` where the caller has it already."""
+    dtypes: dict[Any, np.dtype[Any]] = {}
+    for key, node in (array_nodes(structure) if nodes is None else nodes).items():
+        shape = node.get("shape")
+        if not is_shape(shape):
+            raise CorruptCheckpointError(f"state.json: bad shape for {key!r}")
+        descr = node.get("dtype")
+        dtype = dtypes.get(descr) if isinstance(descr, str) else None
+        if dtype is None:
+            dtype = decode_dtype(descr)
+            if isinstance(descr, str):
+                dtypes[descr] = dtype
+        yield key, tuple(shape), dtype
 
 
 def placeholders(structure: Any) -> dict[str, np.ndarray[Any, Any]]:
     """Returns a zero-byte stand-in for every saved array, to check a template's fit first."""
     out = {}
-    bases: dict[Any, np.ndarray[Any, Any]] = {}
-    for key, node in array_nodes(structure).items():
-        shape = node.get("shape")
-        if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-            raise CorruptCheckpointError(f"state.json: bad shape for {key!r}")
-        descr = node.get("dtype")
-        base = bases.get(descr) if isinstance(descr, str) else None
+    bases: dict[np.dtype[Any], np.ndarray[Any, Any]] = {}
+    for key, shape, dtype in _saved_arrays(structure):
+        base = bases.get(dtype)
         if base is None:
-            base = np.empty(1, decode_dtype(descr))
-            if isinstance(descr, str):
-                bases[descr] = base
+            base = bases[dtype] = np.empty(1, dtype)
         # np.ndarray, not as_strided: the latter goes through the array interface's type
         # string, which cannot tell ml_dtypes' float8_e5m2 ('<f1') from other dtypes.
-        out[key] = np.ndarray(tuple(shape), base.dtype, base, strides=(0,) * len(shape))
+        out[key] = np.ndarray(shape, base.dtype, base, strides=(0,) * len(shape))
     return out
