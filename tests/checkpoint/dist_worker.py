@@ -19,6 +19,8 @@ Modes:
                  print the error.
   ddp-train      DDP training to STEPS, saving every 3 steps, resuming from the newest
                  checkpoint; rank 0 writes final.st at the end.
+  late-reader    saves step 1 with rank 1 late to look for the outcome (1 s), and rank 0
+                 (the Store's host) exits at once after its save; prints SAVED.
 """
 
 from __future__ import annotations
@@ -165,6 +167,25 @@ def kill_save() -> None:
     print("NO-ERROR", flush=True)
 
 
+def late_reader() -> None:
+    model, optimizer = fsdp_model()
+    original = gs_dist.SaveRound._wait_for
+
+    def late(self, names, since):  # type: ignore[no-untyped-def]
+        if names == ["outcome"]:
+            time.sleep(1.0)  # the writer has committed and gone on by now
+        return original(self, names, since)
+
+    gs_dist.SaveRound._wait_for = late
+    options = gs_dist.DistributedOptions(timeout_seconds=TIMEOUT)
+    with CheckpointManager(DIRECTORY, distributed=options) as manager:
+        train_step(model, optimizer, 0)
+        manager.save(1, {"model": model, "optim": optimizer})
+    print("SAVED", flush=True)
+    if RANK_ == 0:
+        os._exit(0)  # no barrier, no destroy_process_group: the Store goes with it
+
+
 def ddp_train() -> None:
     steps = int(sys.argv[6])
     torch.manual_seed(0)
@@ -204,9 +225,12 @@ def main(argv: list[str]) -> None:
     RANK_, WORLD_ = int(rank), int(world)
     TIMEOUT = float(os.environ.get("GS_TIMEOUT", "20"))
     init()
-    {"fsdp-save": fsdp_save, "fsdp-restore": fsdp_restore, "kill-save": kill_save}.get(
-        MODE, ddp_train
-    )()
+    {
+        "fsdp-save": fsdp_save,
+        "fsdp-restore": fsdp_restore,
+        "kill-save": kill_save,
+        "late-reader": late_reader,
+    }.get(MODE, ddp_train)()
     dist.destroy_process_group()
 
 

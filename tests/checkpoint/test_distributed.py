@@ -346,6 +346,15 @@ def test_a_failing_rank_fails_the_save_everywhere_at_once(
     assert CheckpointManager(directory, read_only=True).steps() == [1]
 
 
+def test_store_host_waits_for_a_late_rank_before_leaving(tmp_path, zygote):
+    """Rank 0 hosts the Store and leaves right after its save; rank 1, slow to look for
+    the outcome, still reads it: the save is committed on both (it failed with "Store
+    stopped answering" when rank 0 did not wait)."""
+    results = zygote.finish(zygote.launch("late-reader", 2, tmp_path / "ckpt"))
+    assert all(code == 0 and "SAVED" in text for code, text in results), results
+    assert CheckpointManager(tmp_path / "ckpt", read_only=True).steps() == [1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])
 def test_rank_killed_during_sharded_save_commits_nothing(tmp_path, zygote, victim):

@@ -67,6 +67,8 @@ _OPENED: dict[str, int] = {}
 """How many distributed managers this process opened per directory."""
 _MAX_PAUSE = 0.01
 """The longest pause, in seconds, between two looks at the Store for the other ranks."""
+_RELEASE_SECONDS = 10.0
+"""The longest rank 0 waits, in seconds, for the other ranks to be done with a save's keys."""
 
 
 class DistributedCheckpointError(CheckpointError):
@@ -326,6 +328,7 @@ class SaveRound:
         self._start = time.monotonic()
         self._dir_sent = False
         self._done = False
+        self._absent: list[int] = []
 
     def _key(self, name: str) -> str:
         return f"{self.c.prefix}/{self.seq}/{name}"
@@ -405,6 +408,7 @@ class SaveRound:
             raise self._fail(f"rank {failed[0]} failed: {report.get('error')}", failed)
         if missing:
             ranks = [int(n[4:]) for n in missing]
+            self._absent = ranks  # perhaps dead: abort() does not wait for them to leave
             raise self._fail(
                 f"rank(s) {ranks} did not report within timeout_seconds="
                 f"{self._timeout():g} (dead, hung, or not calling save)",
@@ -441,6 +445,32 @@ class SaveRound:
         """Tells the other ranks the checkpoint is committed."""
         self._done = True
         self._set("outcome", {"ok": True})
+        self._release_store()
+
+    def _release_store(self) -> None:
+        """Ends this rank's use of the save's Store keys.
+
+        Rank 0 hosts the Store under tcp:// and env:// initialisation, and a process that
+        exits takes the Store with it: a rank still polling for the outcome would then
+        fail a save that was committed. So every other rank's last Store call is this
+        acknowledgement, and rank 0 returns only once all of them have made it (or
+        ``_RELEASE_SECONDS`` passed: a rank that died does not hold the save up, and
+        live ranks poll every 10 ms at most). Ranks that never reported are not waited for.
+        """
+        key = self._key("released")
+        try:
+            if self.c.rank != 0:
+                self._store("add", key, 1)
+                return
+            others = len({r for r in range(1, self.c.world) if r not in self._absent})
+            since, pause = time.monotonic(), 0.001
+            while self._store("add", key, 0) < others:
+                if time.monotonic() - since >= min(self._timeout(), _RELEASE_SECONDS):
+                    return
+                time.sleep(pause)
+                pause = min(pause * 1.5, _MAX_PAUSE)
+        except DistributedCheckpointError:
+            return  # the Store is gone already: nothing is left to protect
 
     def abort(self, error: BaseException) -> None:
         """Tells the other ranks this save failed (idempotent)."""
@@ -454,6 +484,7 @@ class SaveRound:
             self._set("outcome", {"error": f"the writer (rank {self.c.rank}) failed: {message}"})
         except DistributedCheckpointError:
             return  # the Store is gone: the others fail on it too
+        self._release_store()
 
     # ------------------------------------------------------------ the other ranks
 
@@ -473,12 +504,14 @@ class SaveRound:
             )
         told = self._get("dir")
         if "error" in told:
+            self._release_store()
             raise self._fail(str(told["error"]), [writer])
         try:
             report = write_chunks(self.c.storage, str(told["staging"]), self.c.rank, self.chunks)
         except BaseException as err:
             with contextlib.suppress(DistributedCheckpointError):
                 self._set(f"rank{self.c.rank}", {"error": f"{type(err).__name__}: {err}"})
+            self._release_store()
             raise
         self._set(f"rank{self.c.rank}", report)
         since = time.monotonic()
@@ -489,6 +522,7 @@ class SaveRound:
                 [writer],
             )
         outcome = self._get("outcome")
+        self._release_store()
         if "error" in outcome:
             raise self._fail(str(outcome["error"]), [writer])
 
