@@ -155,6 +155,20 @@ def _check(data, name):
     _compare(name, kwargs, data.draw(st.lists(steps(edges), min_size=1, max_size=8)))
 
 
+# The input a long search once found one cycle off: through float32, 1.50530008 divides
+# the step to just past 14380370, so its ceiling is one higher than the float64 division's.
+CYCLE_DECAY_STEPS, CYCLE_STEP = 1.50530008, 21_646_772
+
+
+def test_polynomial_cycle_at_a_float64_rate_divides_by_decay_steps_itself():
+    """PolynomialDecay(cycle=True) at a float64 rate counts cycles as Keras does, dividing
+    the step by the float64 ``decay_steps`` (not by its float32 cast) at the failing input."""
+    step, decay_steps = CYCLE_STEP, CYCLE_DECAY_STEPS
+    assert np.ceil(step / decay_steps) != np.ceil(step / float(np.float32(decay_steps)))
+    kwargs = {"initial_learning_rate": np.float64(0.1), "decay_steps": decay_steps, "cycle": True}
+    _compare("PolynomialDecay", kwargs, [step, float(step), np.float64(step), step - 1, step + 1])
+
+
 common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 
 

@@ -273,6 +273,15 @@ def test_decay_equals_tensorflow_at_length(tf, name):
     run_decay(tf, name, SLOW_EXAMPLES)
 
 
+def test_polynomial_cycle_at_a_float64_rate_divides_by_decay_steps_itself(tf):
+    """polynomial_decay(cycle=True) at a float64 rate gives TF's bits where dividing by the
+    float32 cast of ``decay_steps`` would count one cycle more (compat.keras once did)."""
+    step, decay_steps = 21_646_772, 1.50530008
+    assert np.ceil(step / decay_steps) != np.ceil(step / float(np.float32(decay_steps)))
+    kwargs = {"decay_steps": decay_steps, "cycle": True}
+    compare_decay(tf, "polynomial_decay", np.float64(0.1), kwargs, [step, float(step)])
+
+
 # -- piecewise_constant ------------------------------------------------------------------
 scalars = (
     st.integers(-(10**6), 10**6)

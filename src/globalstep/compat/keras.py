@@ -427,7 +427,9 @@ class PolynomialDecay(_KerasSchedule):
         t = steps.astype(o.dtype)
         d = o.c(self.decay_steps)
         if self.cycle:
-            multiplier = np.where(t == 0, o.c(1.0), np.ceil(t / o.c(self.decay_steps)))
+            # Keras divides by the Python number itself here (a float64 rate: the float64
+            # nearest it), where ``d`` is cast through float32 as ``ops.cast`` casts it.
+            multiplier = np.where(t == 0, o.c(1.0), np.ceil(t / o.exact(self.decay_steps)))
             d = d * multiplier
         else:
             t = np.minimum(t, d)
