@@ -282,6 +282,11 @@ def test_polynomial_cycle_at_a_float64_rate_divides_by_decay_steps_itself(tf):
     compare_decay(tf, "polynomial_decay", np.float64(0.1), kwargs, [step, float(step)])
 
 
+def test_a_subnormal_hyper_parameter_is_read_as_zero(tf):
+    """cosine_decay(alpha=1e-40) gives TF's 0 at the end (TF reads the subnormal as zero)."""
+    compare_decay(tf, "cosine_decay", 1e20, {"decay_steps": 10, "alpha": 1e-40}, [10, 5])
+
+
 # -- piecewise_constant ------------------------------------------------------------------
 scalars = (
     st.integers(-(10**6), 10**6)
