@@ -256,7 +256,21 @@ def run(capsys, examples, derandomize):
             f"{TALLY['counts']} counts, each as Python int, jax.Array eager and jitted: "
             "0 mismatches"
         )
+        print("deliberate differences from optax:\n  - " + "\n  - ".join(DELIBERATE))
     assert TALLY["configurations"] > 0
+
+
+DELIBERATE = [
+    "degenerate arguments optax turns into a constant or corrects (transition_steps <= 0, "
+    "decay_rate == 0, negative transition_begin, join_schedules boundaries) behave as in "
+    "optax and also warn OptaxScheduleWarning",
+    "hyper-parameters are numbers (optax: also arrays); lengths are ints; an empty "
+    "join_schedules/sgdr_schedule list raises at construction (optax: at the first call)",
+    "a Python-int count returns a Python float (optax: a 0-d jax.Array of the same value); "
+    "counts past int32 are computed in int64 (optax raises or overflows)",
+    "a Python-int count is computed as XLA's CPU kernels compute it (on a GPU optax's own "
+    "eager value may differ in the last bits; arrays and tracers run optax's program)",
+]
 
 
 def test_differential_against_optax(capsys):
