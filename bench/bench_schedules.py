@@ -230,13 +230,16 @@ def compat_cases() -> list[
             import torch
 
             theirs = dict(kwargs)
-            lr = theirs.pop("base_lr", 0.1)
+            lr = theirs["base_lr"] if name == "CyclicLR" else theirs.pop("base_lr", 0.1)
             count = len(steps)
 
             def run() -> list[float]:
                 param = torch.nn.Parameter(torch.zeros(1))
                 optimizer = torch.optim.SGD([param], lr=lr, momentum=0.9)
-                scheduler = getattr(torch.optim.lr_scheduler, name)(optimizer, **theirs)
+                if name == "SWALR":
+                    scheduler = torch.optim.swa_utils.SWALR(optimizer, **theirs)
+                else:
+                    scheduler = getattr(torch.optim.lr_scheduler, name)(optimizer, **theirs)
                 optimizer.step()  # (torch warns when the scheduler steps first)
                 rates = [scheduler.get_last_lr()[0]]
                 step, last = scheduler.step, scheduler.get_last_lr
@@ -256,8 +259,13 @@ def compat_cases() -> list[
         ("CosineAnnealingLR", {"base_lr": 0.1, "T_max": 1000}),
         ("CosineAnnealingLR", {"base_lr": 0.1, "T_max": 1000, "eta_min": 0.001}),
         ("OneCycleLR", {"max_lr": 0.1, "total_steps": 10**6}),
+        ("CyclicLR", {"base_lr": 0.001, "max_lr": 0.1, "step_size_up": 2000}),
+        ("CyclicLR", {"base_lr": 0.001, "max_lr": 0.1, "mode": "exp_range", "gamma": 0.99999}),
+        ("LambdaLR", {"base_lr": 0.1, "lr_lambda": _inverse_sqrt}),
+        ("SWALR", {"base_lr": 0.1, "swa_lr": 0.05, "anneal_epochs": 10}),
     ):
         label = name + ("(eta_min)" if "eta_min" in kwargs else "")
+        label += "(exp_range)" if kwargs.get("mode") == "exp_range" else ""
         cases.append(
             (
                 f"torch.{label}",
@@ -266,6 +274,11 @@ def compat_cases() -> list[
             )
         )
     return cases
+
+
+def _inverse_sqrt(k: int) -> float:
+    """A LambdaLR factor (module level: the same function for ours and torch's)."""
+    return 1.0 / math.sqrt(k + 1)
 
 
 def compat_timings(repeat: int, only: str = "") -> None:

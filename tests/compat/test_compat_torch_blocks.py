@@ -36,6 +36,19 @@ CASES = [
     gt.CosineAnnealingWarmRestarts(base_lr=0.1, T_0=7, T_mult=3, eta_min=0.001),
     gt.OneCycleLR(max_lr=0.1, total_steps=N),
     gt.OneCycleLR(max_lr=0.1, total_steps=N, anneal_strategy="linear", three_phase=True),
+    gt.CyclicLR(base_lr=0.01, max_lr=0.5, step_size_up=200),
+    gt.CyclicLR(
+        base_lr=0.01, max_lr=0.5, step_size_up=17.3, step_size_down=4.1, mode="triangular2"
+    ),
+    gt.CyclicLR(base_lr=0.01, max_lr=0.5, step_size_up=3, mode="exp_range", gamma=0.9993),
+    gt.CyclicLR(base_lr=0.01, max_lr=0.5, step_size_up=1, step_size_down=0),
+    gt.CyclicLR(base_lr=0.01, max_lr=0.5, step_size_up=9, scale_fn=lambda c: 1 / (c + 1)),
+    gt.CyclicLR(0.01, 0.5, 9, scale_fn=lambda k: 0.999**k, scale_mode="iterations"),
+    gt.LambdaLR(base_lr=0.1, lr_lambda=lambda k: 0.95**k),
+    gt.LambdaLR(base_lr=0.1, lr_lambda=lambda k: k % 3),
+    gt.SWALR(base_lr=0.1, swa_lr=0.05, anneal_epochs=10),
+    gt.SWALR(base_lr=0.1, swa_lr=0.2, anneal_epochs=2500, anneal_strategy="linear"),
+    gt.SWALR(base_lr=0.1, swa_lr=0.0, anneal_epochs=0),
 ]
 
 
@@ -74,6 +87,58 @@ def test_the_table_is_built_as_a_running_product(schedule):
 
     object.__setattr__(fresh, "_next", refused)  # an instance attribute: the method shadowed
     assert fresh.values(np.arange(N)).shape == (N,)
+
+
+def test_swalr_replays_only_its_anneal():
+    """SWALR's table calls the per-step recursion through the anneal only, then holds."""
+    fresh = gt.SWALR(base_lr=0.1, swa_lr=0.05, anneal_epochs=10)
+    calls = []
+    step = fresh._next
+
+    def counted(lr, k):
+        calls.append(k)
+        return step(lr, k)
+
+    object.__setattr__(fresh, "_next", counted)
+    assert fresh.values(np.arange(N))[-1] == 0.05
+    assert max(calls) <= 11
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        gt.LambdaLR(base_lr=0.1, lr_lambda=lambda k: np.float32(0.9) ** k),
+        gt.LambdaLR(base_lr=0.1, lr_lambda=lambda k: 10**20 if k > 50 else 1),
+        gt.CyclicLR(0.01, 0.5, 9, scale_fn=lambda k: np.float32(0.5), scale_mode="iterations"),
+    ],
+    ids=repr,
+)
+def test_a_lambda_of_other_numbers_keeps_pythons_arithmetic(schedule):
+    """Where a user function returns a NumPy number or a huge int, values() is each call's."""
+    assert values_are_calls(schedule, 300)
+
+
+def values_are_calls(schedule: gt.TorchSchedule, n: int) -> bool:
+    fresh = _fresh(schedule)
+    calls = np.array([schedule(k) for k in range(n)], dtype=np.float64)
+    return fresh.values(np.arange(n)).tobytes() == calls.tobytes()
+
+
+def test_a_lambda_dividing_by_zero_raises_at_its_step():
+    """LambdaLR whose function divides by zero at step 70: values() raises at step 70."""
+    schedule = gt.LambdaLR(base_lr=0.1, lr_lambda=lambda k: 1 / (70 - k))
+    with pytest.raises(StepZeroDivisionError, match="at step 70"):
+        schedule.values(np.arange(200))
+
+
+def test_cyclic_triangular2_overflow_raises_as_the_scalar_call():
+    """Where torch's 2.0 ** cycle overflows (OverflowError), values() raises it too."""
+    schedule = gt.CyclicLR(base_lr=0.01, max_lr=0.5, step_size_up=1, mode="triangular2")
+    steps = np.array([0, 5, 10**6], dtype=np.int64)
+    with pytest.raises(OverflowError):
+        schedule(10**6)
+    with pytest.raises(OverflowError):
+        schedule.values(np.concatenate([steps, np.arange(20)]))
 
 
 def test_a_numpy_scalar_gamma_keeps_pythons_arithmetic():

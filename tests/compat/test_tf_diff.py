@@ -273,6 +273,20 @@ def test_decay_equals_tensorflow_at_length(tf, name):
     run_decay(tf, name, SLOW_EXAMPLES)
 
 
+def test_polynomial_cycle_at_a_float64_rate_divides_by_decay_steps_itself(tf):
+    """polynomial_decay(cycle=True) at a float64 rate gives TF's bits where dividing by the
+    float32 cast of ``decay_steps`` would count one cycle more (compat.keras once did)."""
+    step, decay_steps = 21_646_772, 1.50530008
+    assert np.ceil(step / decay_steps) != np.ceil(step / float(np.float32(decay_steps)))
+    kwargs = {"decay_steps": decay_steps, "cycle": True}
+    compare_decay(tf, "polynomial_decay", np.float64(0.1), kwargs, [step, float(step)])
+
+
+def test_a_subnormal_hyper_parameter_is_read_as_zero(tf):
+    """cosine_decay(alpha=1e-40) gives TF's 0 at the end (TF reads the subnormal as zero)."""
+    compare_decay(tf, "cosine_decay", 1e20, {"decay_steps": 10, "alpha": 1e-40}, [10, 5])
+
+
 # -- piecewise_constant ------------------------------------------------------------------
 scalars = (
     st.integers(-(10**6), 10**6)
@@ -373,3 +387,18 @@ def test_zz_report_counts(tf, capsys):
     lines = [f"  {k}: {v}" for k, v in sorted(COUNTS.items())]
     with capsys.disabled():
         print("\ncompat.tf differential test vs TensorFlow, 0 mismatches:\n" + "\n".join(lines))
+        print("deliberate differences from TensorFlow:\n  - " + "\n  - ".join(DELIBERATE))
+
+
+DELIBERATE = [
+    "noisy_linear_cosine_decay draws seeded noise, a pure function of (seed, step) (TF: "
+    "unseeded), warned",
+    "an int learning rate, or a float64 one in the cosine decays: ConfigError at "
+    "construction (TF fails at the first call)",
+    "piecewise boundaries must increase and be at least one: ConfigError (an IndexError "
+    "where TF raises IndexError) at construction, where TF fails at a call",
+    "a subnormal intermediate of plain arithmetic is not flushed (TF flushes it)",
+    "not compared: a zero's sign where an argument is -0.0 (TF's eager constant cache "
+    "returns whichever zero it converted first); subnormal rates (TF's flush depends on "
+    "the thread that ran the op)",
+]

@@ -2,8 +2,9 @@
 
 ``CosineAnnealingWarmRestarts``, ``OneCycleLR`` and ``CyclicLR`` are closed forms in
 PyTorch too (computed from the step, not from the previous rate), so they equal torch bit
-for bit at every step; ``SWALR`` is recursive (it inverts the previous rate) and is
-replayed like the others. See :mod:`globalstep.compat.torch`.
+for bit at every step, and are evaluated on arrays; ``SWALR`` is recursive (it inverts the
+previous rate) and is replayed like the others through its anneal, then holds one rate.
+See :mod:`globalstep.compat.torch`.
 """
 
 from __future__ import annotations
@@ -430,6 +431,44 @@ class CyclicLR(TorchSchedule):
         factor, scale = self._factors(k)
         return self.base_lr + (self.max_lr - self.base_lr) * factor * scale
 
+    def _closed_array(self, ks: Any) -> Any:
+        """:meth:`_closed` on an array: the ramp with ``_factors``' float64 operations, the
+        scale by the scalar function once per distinct cycle (or, by iteration,
+        ``gamma ** k`` through the C library's pow, a custom ``scale_fn`` per step)."""
+        base, top, size, ratio = self.base_lr, self.max_lr, self._size, self._ratio
+        if not plain(base, top, size, ratio, self.gamma) or int(ks.max()) >= 2**53:
+            return None
+        with np.errstate(all="ignore"):
+            q = ks.astype(np.float64) / size
+            cycle = np.floor(1 + q)
+            x = (1.0 + q) - cycle
+            factor = np.where(x <= ratio, x / ratio, (x - 1) / (ratio - 1))
+            if self._by_cycle:
+                cycles = cycle.astype(np.int64)
+                low, high = int(cycles.min()), int(cycles.max())
+                if high - low > 2 * ks.size:  # sparse steps: the distinct cycles only
+                    distinct, where = np.unique(cycles, return_inverse=True)
+                    numbers, where = distinct.tolist(), where.reshape(ks.shape)
+                else:
+                    numbers, where = list(range(low, high + 1)), cycles - low
+                try:
+                    scales = [self._scale(c) for c in numbers]
+                except Exception:  # an overflow, or at a cycle not asked for
+                    return None  # each step on its own: raising where torch raises
+                if not plain(*scales):
+                    return None
+                scale = np.asarray(scales, dtype=np.float64)[where]
+            elif self.scale_fn is None:  # exp_range: gamma ** k, Python's float pow
+                scale = libm64(np.power, np.float64(self.gamma), ks.astype(np.float64))
+                if not np.isfinite(scale).all():
+                    return None  # Python raises OverflowError there: each step on its own
+            else:
+                scales = [self._scale(k) for k in ks.tolist()]
+                if not plain(*scales):
+                    return None
+                scale = np.asarray(scales, dtype=np.float64)
+            return base + (top - base) * factor * scale
+
     def _momentum(self, k: int) -> float | None:
         if not self.cycle_momentum:
             return None
@@ -489,3 +528,21 @@ class SWALR(TorchSchedule):
     def _closed(self, k: int) -> float:
         alpha = self._alpha(max(0, min(1, k / max(1, self._epochs))))
         return self.swa_lr * alpha + self.base_lr * (1 - alpha)
+
+    def _block(self, lr: float, start: int, stop: int) -> Any:
+        """The recursion's rates from ``start`` to ``stop - 1``: replayed through the anneal,
+        then constant. From step ``max(1, anneal_epochs) + 1`` on, ``_next`` reads the
+        previous rate as ``swa_lr`` (its ``prev_alpha`` is ``_alpha(1)``, which is 1) and
+        ignores ``lr``, so every later step sets one rate, computed once by ``_next``."""
+        if self._alpha(1) != 1:  # a C library whose cos(pi) is not -1: replay every step
+            return None
+        steady = max(1, self._epochs) + 1
+        out = np.empty(stop - start, dtype=np.float64)
+        k = start
+        while k < min(stop, steady):
+            lr = self._next(lr, k)
+            out[k - start] = lr
+            k += 1
+        if k < stop:
+            out[k - start :] = self._next(lr, steady)
+        return out

@@ -35,6 +35,12 @@ Deliberate differences from Keras (each warns at construction with
   ConfigError (Keras shifts the cosine so that step 0 is already decayed).
 - ``PiecewiseConstantDecay`` with boundaries that do not increase warns, and then adds
   the values of every range holding the step, as Keras does.
+- A subnormal intermediate of plain arithmetic is not flushed to zero (TensorFlow's
+  kernels flush it): only where two rates differ by less than 1.2e-38 (documented, not
+  warned; see :mod:`globalstep.compat._common`). Subnormal hyper-parameters are read as
+  zero and subnormal results flushed, as Keras does.
+- On Keras' JAX and NumPy backends a float64 ``initial_learning_rate`` computes in
+  float32 (JAX without x64); this follows the TensorFlow backend and computes in float64.
 
 Example:
     >>> lr = ExponentialDecay(0.1, decay_steps=1000, decay_rate=0.96)
@@ -427,7 +433,9 @@ class PolynomialDecay(_KerasSchedule):
         t = steps.astype(o.dtype)
         d = o.c(self.decay_steps)
         if self.cycle:
-            multiplier = np.where(t == 0, o.c(1.0), np.ceil(t / o.c(self.decay_steps)))
+            # Keras divides by the Python number itself here (a float64 rate: the float64
+            # nearest it), where ``d`` is cast through float32 as ``ops.cast`` casts it.
+            multiplier = np.where(t == 0, o.c(1.0), np.ceil(t / o.exact(self.decay_steps)))
             d = d * multiplier
         else:
             t = np.minimum(t, d)

@@ -11,8 +11,9 @@ What a schedule returns depends on what it is called with, as in optax:
 - **A Python int** (as a person calls it): a Python float, exactly optax's float32 value for
   that int, computed with NumPy, operation for operation in optax's order, with the C
   library's float32 pow and cos and flush-to-zero, as XLA's eager kernels (see
-  :mod:`globalstep.compat._common`); ``values(counts)`` is the vectorised form, bit for bit
-  the same. No framework is imported.
+  :mod:`globalstep.compat._common`), and an int power or exponent as JAX's
+  ``integer_pow`` (square and multiply, each product rounded); ``values(counts)`` is the
+  vectorised form, bit for bit the same. No framework is imported.
 - **Anything else optax takes** (a ``jax.Array``, a tracer inside ``jax.jit``, a NumPy scalar
   or array, a float): the schedule runs optax's own sequence of ``jax.numpy`` operations on
   it and returns what optax returns (a ``jax.Array``, or a tracer). Eagerly this is optax's
@@ -238,6 +239,36 @@ def _f32(value: Any) -> Any:
     return _F32.flush(np.float32(value))[()]
 
 
+def _power(base: Values, exponent: Any) -> Values:
+    """``base ** exponent`` in float32 as ``jnp.power`` computes it: for an int exponent
+    (Python or NumPy), JAX's ``integer_pow``, square-and-multiply with a rounding at each
+    product (``x ** 3`` is ``(x * x) * x``, which can differ from ``powf`` in the last bit);
+    otherwise the C library's ``powf``.
+
+    Example:
+        >>> x = np.float32(1) - np.float32(1) / np.float32(21)
+        >>> _power(np.array([x]), 3).view(np.uint32), (x * x * x).view(np.uint32)
+        (array([1063068791], dtype=uint32), np.uint32(1063068791))
+    """
+    if isinstance(exponent, bool) or not isinstance(exponent, int | np.integer):
+        return _F32.pow(base, _f32(exponent))
+    base = np.asarray(base, dtype=np.float32)
+    if exponent == 0:
+        return np.ones_like(base)
+    y = abs(int(exponent))
+    acc = None
+    while y:  # JAX's _integer_pow, product for product
+        if y & 1:
+            acc = base if acc is None else acc * base
+        y >>= 1
+        if y:
+            base = base * base
+    if exponent > 0:
+        return acc
+    with np.errstate(divide="ignore"):  # 1 / 0 is inf, as XLA gives it
+        return np.float32(1) / _F32.flush(acc)  # a subnormal divisor is read as zero
+
+
 def _counts(count: Steps) -> Values:
     """Counts as float32, as JAX divides int32 counts."""
     return count.astype(np.float32)
@@ -255,15 +286,11 @@ def _constant_jax(value: Any) -> _JaxMaker:
 
 
 def _polynomial(init: float, end: float, power: float, steps: int, begin: int) -> _Fn:
-    exact = isinstance(power, int)
-
     def fn(count: Steps) -> Values:
         frac = np.float32(1) - _counts(
             np.minimum(np.maximum(count - begin, 0), steps)
         ) / np.float32(steps)
-        # An int power is integer_pow in JAX: exact for 1.
-        scaled = frac**power if exact else _F32.pow(frac, _f32(power))
-        return _f32(init - end) * scaled + _f32(end)
+        return _f32(init - end) * _power(frac, power) + _f32(end)
 
     return fn
 
@@ -322,7 +349,7 @@ def _cosine(init: float, steps: float, alpha: float, exponent: float) -> _Fn:
         cosine = np.float32(0.5) * (
             np.float32(1) + _F32.cos(np.float32(math.pi) * t / np.float32(steps))
         )
-        decayed = _f32(1 - alpha) * _F32.pow(cosine, _f32(exponent))
+        decayed = _f32(1 - alpha) * _power(cosine, exponent)
         return _f32(init) * (decayed + _f32(alpha))
 
     return fn
@@ -473,7 +500,7 @@ def polynomial_schedule(
     Args:
         init_value: the value up to ``transition_begin``.
         end_value: the value from ``transition_begin + transition_steps`` on.
-        power: the polynomial's power (an int is exact, as JAX's integer power).
+        power: the polynomial's power (an int one is JAX's ``integer_pow``, as in optax).
         transition_steps: counts over which the value moves; ``<= 0`` gives a constant
             ``init_value`` schedule, as in optax (with :class:`OptaxScheduleWarning`).
         transition_begin: counts before the move starts; a negative one is taken as 0, as

@@ -15,7 +15,11 @@ the classic frozen-learning-rate bug of a ``minimize()`` without ``global_step=`
 
 Values are TF's: float32 for a Python-float rate, operation for operation, with the C
 library's pow, exp, log and cos and flush-to-zero, as TF's kernels on one step (see
-:mod:`globalstep.compat._common`).
+:mod:`globalstep.compat._common`). Deliberate differences: the noisy decay's seeded noise
+(:func:`noisy_linear_cosine_decay`), the refusals at construction that
+:mod:`globalstep.compat._tf_schedules` lists, and a subnormal intermediate of plain
+arithmetic, which TF flushes to zero and this does not (only where two rates differ by
+less than 1.2e-38; see :mod:`globalstep.compat._common`).
 
 Example:
     >>> from globalstep import Clock

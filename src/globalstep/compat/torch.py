@@ -156,6 +156,23 @@ class LambdaLR(TorchSchedule):
     def _closed(self, k: int) -> float:
         return self.base_lr * self.lr_lambda(k)
 
+    def _closed_array(self, ks: Any) -> Any:
+        """``lr_lambda`` called once per step (it is Python code: no other way), with none
+        of the per-step lookups, and the products taken as one array."""
+        lam = self.lr_lambda
+        try:
+            factors = [lam(k) for k in ks.tolist()]
+        except ZeroDivisionError:
+            return None  # each step on its own, raising at the right one
+        kinds = set(map(type, factors))
+        if (
+            not plain(self.base_lr)
+            or not kinds <= {float, int}
+            or (int in kinds and not plain(*factors))
+        ):
+            return None  # a NumPy or torch number, a huge int: Python's arithmetic per step
+        return self.base_lr * np.asarray(factors, dtype=np.float64)
+
 
 @dataclasses.dataclass(frozen=True)
 class MultiplicativeLR(TorchSchedule):
