@@ -4,7 +4,8 @@ Run as ``python run_loop.py DIRECTORY TOTAL_STEPS WRITER [SLEEP_SECONDS]``. WRIT
 ``before`` (the writer is opened before the restore) or ``after`` (opened at the first
 update, after it). The loop shuffles its data per epoch, adds a noise term drawn from a
 saved random generator, follows a schedule, saves every 25 steps and logs a scalar per
-step. It prints ``ready`` after the restore, ``save S`` just before each checkpoint commit
+step. It prints ``ready S`` after the restore (S: the step resumed at), ``save S`` just before
+each checkpoint commit
 and ``saved S`` after it; at the end it writes the weights' bytes to ``DIRECTORY/weights``.
 """
 
@@ -52,7 +53,7 @@ def main(directory: str, total_steps: int, writer: str, sleep_seconds: float) ->
         if writer == "before":
             _ = run.writer
         run.restore({"weights": weights, "noise": GeneratorState(noise), "ballast": ballast})
-        print("ready", flush=True)
+        print(f"ready {run.step}", flush=True)
         while not run.done:
             epoch, index = divmod(run.next_batch(), rows // batch)
             order = np.random.default_rng([5, epoch]).permutation(rows)

@@ -81,12 +81,17 @@ def _crash_and_resume(directory, writer, seed):
     inside_saves = 0
     for moment in moments:
         process, lines = _start(directory, writer)
-        assert _wait_for(lines, "ready") is not None
-        if moment == "save":
+        ready = _wait_for(lines, "ready")
+        assert ready is not None
+        remaining = TOTAL_STEPS - int(ready.split()[1])
+        if moment == "save" and remaining > 25:  # a save before the last one
             _wait_for(lines, "save ")
             time.sleep(rng.uniform(0, 0.002))
         else:
-            time.sleep(rng.uniform(0.0, 0.4))
+            # Every step sleeps SLEEP_SECONDS: within this window the run does at most
+            # half the steps it has left, so it cannot end before the kill, however fast
+            # the machine is.
+            time.sleep(rng.uniform(0.0, min(0.4, 0.5 * remaining * SLEEP_SECONDS)))
         process.kill()
         process.wait(timeout=60)
         checkpoints = pathlib.Path(directory, "checkpoints")

@@ -26,7 +26,7 @@ def _start(directory, sleep_seconds):
 
 def _wait_ready(process):
     for line in process.stdout:
-        if line.strip() == "ready":
+        if line.startswith("ready"):
             return
     raise AssertionError("the loop ended before it was ready")
 
