@@ -371,6 +371,11 @@ class CheckpointManager(Closing):
         save_every: when :meth:`maybe_save` saves: a duration (``500``, ``"1ep"``,
             ``"30min"``) or a :class:`~globalstep.triggers.Trigger`.
         async_save: write in a background thread; the caller waits only for the copy.
+            The thread still takes the GIL for its Python work and after each system
+            call, which slows a training loop that gives the GIL up in every op (torch):
+            for a small state saved every few milliseconds a synchronous save costs the
+            loop less (BENCHMARKS.md, "Run: the per-update path"); async pays off when
+            writing and syncing the files takes long.
         read_only: inspect and restore without taking the writer's lock.
         distributed: ``True`` or a
             :class:`~globalstep.checkpoint.distributed.DistributedOptions`: open it on every
