@@ -287,6 +287,19 @@ def test_closed_writer_refuses_writes(tmp_path):
         writer.scalar("x", 1.0, step=0)
 
 
+def test_closed_clock_writer_refuses_scalars(tmp_path):
+    """scalars() of a dict at the clock's step (its per-update path) on a closed writer
+    is the same ConfigError, and an empty dict too."""
+    clock = Clock()
+    writer = SummaryWriter(tmp_path, clock=clock, formats=("jsonl",))
+    writer.scalars({"x": 1.0})
+    writer.close()
+    for values in ({"x": 2.0}, {}):
+        with pytest.raises(ConfigError, match="must be open"):
+            writer.scalars(values)
+    assert [p.value for p in read_run(tmp_path).scalars["x"]] == [1.0]
+
+
 # --- bad input ------------------------------------------------------------------------
 
 

@@ -260,6 +260,16 @@ class Attachment:
         the update was skipped."""
         advance, scheduler = self.clock._advance, self.scheduler
         class_found_inf = self._class_found_inf
+        if scheduler is None and not (
+            class_found_inf or getattr(self.optimizer, "_step_supports_amp_scaling", False)
+        ):
+            # A GradScaler calls step() only for an update it applies, unless the
+            # optimizer skips inf updates itself (fused ones say so, and are read below).
+
+            def tick(optimizer: Any, args: Any, kwargs: Any) -> None:
+                advance()
+
+            return tick
 
         def ticked(optimizer: Any, args: Any, kwargs: Any) -> None:
             # A fused optimizer stepped by a GradScaler skips the update itself when the

@@ -636,6 +636,12 @@ class SummaryWriter(Closing):
                 (then none of them is queued).
             NonFiniteError: a guarded value is NaN or infinite.
         """
+        clock = self._clock
+        if step is None and clock is not None and type(values) is dict and values:
+            # The per-update path (_queue_scalars checks that the writer is open); the
+            # copy, because the caller may change the dict after the call.
+            self._queue_scalars(values.copy(), clock._step)
+            return
         if self._error is not None or self._closed:
             self._check_open()
         if type(values) is dict:
