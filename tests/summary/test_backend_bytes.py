@@ -4,6 +4,8 @@ records are protobuf's ``Event`` of each point, the JSONL lines ``json.dumps`` o
 from __future__ import annotations
 
 import json
+import math
+import random
 from typing import Any
 
 import pytest
@@ -41,29 +43,63 @@ def batch(calls: list[Any]) -> tuple[list[Item], list[Point]]:
     return items, points
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
-@given(calls=CALLS)
-def test_event_records_equal_protobuf(tmp_path_factory, calls) -> None:
-    """The event file holds protobuf's serialised Event of each point (a value past
-    float32's range stored as an infinity), each framed as one record, in order."""
+def assert_events_equal_protobuf(directory: Any, items: list[Item], points: list[Point]) -> None:
+    """The event file of ``items`` holds protobuf's serialised Event of each point (a value
+    past float32's range stored as an infinity), each framed as one record, in order."""
     event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
     from globalstep.summary._records import frame, iter_records
     from globalstep.summary._tensorboard import TensorBoardBackend
 
     expected = []
-    items, points = batch(calls)
     for tag, step, wall_time, value in points:
         event = event_pb2.Event(step=step, wall_time=wall_time)
         scalar = event.summary.value.add()
         scalar.tag, scalar.simple_value = tag, value
         expected.append(event.SerializeToString())
-    backend = TensorBoardBackend(str(tmp_path_factory.mktemp("events")), 0)
+    backend = TensorBoardBackend(str(directory), 0)
     backend.write(items)
     backend.close()
     with open(backend.path, "rb") as file:
         data = file.read()
     assert list(iter_records(data))[1:] == expected  # (the first is the file's version)
     assert data.endswith(b"".join(frame(record) for record in expected))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(calls=CALLS)
+def test_event_records_equal_protobuf(tmp_path_factory, calls) -> None:
+    """A short batch's event records are protobuf's, point by point."""
+    items, points = batch(calls)
+    assert_events_equal_protobuf(tmp_path_factory.mktemp("events"), items, points)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    start=st.sampled_from([0, 1, 100, 16_000, 2**21 - 300]) | st.integers(0, 2**63 - 2000),
+    tags=st.lists(TAGS, min_size=1, max_size=3, unique=True),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_long_runs_equal_protobuf(tmp_path_factory, start, tags, seed) -> None:
+    """A batch of runs of groups long enough to be encoded as tables (NumPy) has the event
+    records of protobuf: steps across a varint's length, zero wall times, a tag order
+    that changes, a value past float32's range, single scalars between groups."""
+    rng = random.Random(seed)
+    special = [0.0, -0.0, math.nan, -math.nan, math.inf, -math.inf, 3.4028234663852886e38, 1e-320]
+    calls = []
+    order = list(tags)
+    for i in range(rng.choice([300, 700, 1200])):
+        step = start + i if rng.random() > 0.002 else rng.randrange(2**63)
+        wall_time = 1764441600.25 + i / 7 if i % 600 > 50 else rng.choice([0.0, -0.0, 1.5])
+        if rng.random() < 0.005:
+            rng.shuffle(order)
+        values = [rng.choice(special) if rng.random() < 0.02 else rng.gauss(0, 1) for _ in order]
+        calls.append(
+            (rng.random() > 0.002, (step, wall_time), dict(zip(order, values, strict=True)))
+        )
+    if rng.random() < 0.2:  # a finite value that float32 cannot hold: protobuf's infinity
+        calls[rng.randrange(len(calls))][2][tags[0]] = rng.choice([1e39, 3.4028235677973366e38])
+    items, points = batch(calls)
+    assert_events_equal_protobuf(tmp_path_factory.mktemp("events"), items, points)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
@@ -82,3 +118,18 @@ def test_jsonl_lines_equal_json_dumps(tmp_path_factory, calls) -> None:
     backend.write(items)
     backend.close()
     assert (directory / "metrics.jsonl").read_text(encoding="utf-8") == "".join(expected)
+
+
+@pytest.mark.parametrize(
+    ("steps", "wall_time"),
+    [(range(0, 1), 0.0), (range(0, 1), 1.5), (range(5, 6), 0.0), (range(300, 700), -0.0)],
+)
+def test_long_runs_of_default_fields_equal_protobuf(tmp_path, steps, wall_time) -> None:
+    """Runs of groups whose step is 0 or wall time +0.0 (fields protobuf leaves out) have
+    protobuf's records too."""
+    calls = [
+        (True, (steps[i % len(steps)], wall_time), {"loss": i / 3, "lr": -i / 7})
+        for i in range(400)
+    ]
+    items, points = batch(calls)
+    assert_events_equal_protobuf(tmp_path, items, points)

@@ -18,10 +18,13 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from globalstep._optional import require
 from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, SCALARS, Item, histogram_buckets
+from globalstep.summary._event_batch import MIN_GROUPS, encode_groups
 
 __all__ = ["TensorBoardBackend", "event_file_name", "require_tensorboard", "scalar_event"]
 
@@ -169,34 +172,68 @@ class TensorBoardBackend:
 
     def write(self, items: list[Item]) -> None:
         frame = self._frame
-        crc32c = self._crc32c
         chunks: list[bytes] = []
         append = chunks.append
-        for kind, tag, step, wall_time, payload in items:
+        # A long batch: runs of groups with one tuple of tags go to encode_groups.
+        batched = len(items) >= MIN_GROUPS
+        run: list[Item] = []
+        run_tags: tuple[str, ...] = ()
+        for item in items:
+            kind, tag, step, wall_time, payload = item
             if kind == SCALARS:
-                # One call's scalars share their step and wall time: the head is made once.
-                head = _head(step, wall_time)
-                templates = self._templates.get(len(head)) or self._new_templates(len(head))
-                for tag, value in payload.items():
-                    template = templates.get(tag) or self._template(len(head), tag)
-                    try:
-                        data = head + template[1] + _FLOAT(value)
-                    except OverflowError:
-                        data = head + template[1] + _float32(value)
-                    # frame(data), inlined: this runs once per point.
-                    crc = crc32c(data)
-                    append(
-                        template[0]
-                        + data
-                        + _PACK_CRC((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
-                    )
-            elif kind == SCALAR:
+                if not batched:
+                    self._encode_group(item, append)
+                    continue
+                tags = tuple(payload)
+                if tags != run_tags and run:
+                    self._encode_run(run, run_tags, append)
+                    run = []
+                run.append(item)
+                run_tags = tags
+                continue
+            if run:
+                self._encode_run(run, run_tags, append)
+                run = []
+            if kind == SCALAR:
                 append(frame(scalar_event(tag, step, wall_time, payload)))
             elif kind == RESTART:
                 append(self._restart_record(step, wall_time))
             else:
                 append(frame(self._other_event(kind, tag, step, wall_time, payload)))
+        if run:
+            self._encode_run(run, run_tags, append)
         self._file.write(b"".join(chunks))
+
+    def _encode_run(
+        self, run: list[Item], tags: tuple[str, ...], append: Callable[[bytes], object]
+    ) -> None:
+        """Appends the records of groups whose tags are ``tags``, in that order."""
+        if len(run) < MIN_GROUPS:
+            for item in run:
+                self._encode_group(item, append)
+        else:
+            encode_groups(
+                run, tags, self._template, append, partial(self._encode_group, append=append)
+            )
+
+    def _encode_group(self, item: Item, append: Callable[[bytes], object]) -> None:
+        """Appends the records of one group, one point at a time."""
+        _, _, step, wall_time, values = item
+        # The group's scalars share their step and wall time: the head is made once.
+        head = _head(step, wall_time)
+        templates = self._templates.get(len(head)) or self._new_templates(len(head))
+        crc32c = self._crc32c
+        for tag, value in values.items():
+            header, part = templates.get(tag) or self._template(len(head), tag)
+            try:
+                data = head + part + _FLOAT(value)
+            except OverflowError:
+                data = head + part + _float32(value)
+            # frame(data), inlined: this runs once per point.
+            crc = crc32c(data)
+            append(
+                header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+            )
 
     def _new_templates(self, head_length: int) -> dict[str, tuple[bytes, bytes]]:
         templates: dict[str, tuple[bytes, bytes]] = {}
@@ -206,9 +243,11 @@ class TensorBoardBackend:
     def _template(self, head_length: int, tag: str) -> tuple[bytes, bytes]:
         """A scalar record's bytes that depend on its tag and its head's length alone:
         the record's header (its data's length, checksummed) and :func:`_tag_part`."""
-        part = _tag_part(tag)
-        template = self._record_header(head_length + len(part) + 4), part
-        self._templates[head_length][tag] = template
+        templates = self._templates.get(head_length) or self._new_templates(head_length)
+        template = templates.get(tag)
+        if template is None:
+            part = _tag_part(tag)
+            template = templates[tag] = self._record_header(head_length + len(part) + 4), part
         return template
 
     def _other_event(self, kind: int, tag: str, step: int, wall_time: float, payload: Any) -> bytes:
