@@ -827,6 +827,22 @@ def test_guarded_nan_tensor_raises_at_the_next_call(tmp_path):
     assert [p.step for p in read_run(tmp_path).scalars["loss"]] == [3, 5]
 
 
+def test_guarded_nan_tensor_in_a_group_raises_at_the_next_call(tmp_path):
+    """A guarded NaN tensor in a scalars() call is written with the call's other values,
+    and NonFiniteError is raised at the next call."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"lr": 0.1, "loss": torch.tensor(float("nan")), "acc": 0.5}, step=3)
+    writer._drain()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 3"):
+        writer.scalars({"lr": 0.2}, step=4)
+    writer.close()
+    run = read_run(tmp_path)
+    assert math.isnan(run.scalars["loss"][0].value)
+    assert [(p.step, p.value) for p in run.scalars["lr"]] == [(3, 0.1)]
+    assert [p.value for p in run.scalars["acc"]] == [0.5]
+
+
 def test_tensor_of_two_elements_is_refused_at_once(writer):
     """A tensor of more than one element raises ConfigError on the caller's thread."""
     torch = pytest.importorskip("torch")

@@ -899,8 +899,7 @@ class SummaryWriter(Closing):
         call, and its point is not written.
 
         A group's dict gets each tensor's number in place of the tensor (its keys, which
-        the training thread may still read, stay as they are); a group that loses a point
-        is replaced by a new dict without it.
+        the training thread may still read, stay as they are).
         """
         limit = self._limit
         refused: list[int] | None = None
@@ -908,31 +907,22 @@ class SummaryWriter(Closing):
             kind = item[0]
             if kind == SCALARS:
                 group = item[4]
-                dropped: list[str] | None = None
                 for tag, payload in group.items():
-                    if type(payload) is float:
-                        continue
-                    try:
-                        value = payload.item()  # a one-element tensor's number
-                    except Exception:  # _read_value names the rule broken
-                        value = None
-                    if type(value) is not float or not -limit <= value <= limit:
+                    if type(payload) is not float:
+                        try:
+                            value = payload.item()  # a one-element tensor's number
+                        except Exception:  # _read_group names the rule broken
+                            break
                         # (a NaN or an infinite value fails the range check too)
-                        value = self._read_value(tag, payload, value, item[2])
-                        if value is None:
-                            dropped = [*(dropped or ()), tag]
-                            continue
-                    group[tag] = value  # a value, not a key: the dict keeps its order
-                if dropped is not None:
-                    kept = {tag: v for tag, v in group.items() if tag not in dropped}
-                    items[index] = (kind, "", item[2], item[3], kept)
+                        if type(value) is not float or not -limit <= value <= limit:
+                            break
+                        group[tag] = value  # a value, not a key: the dict keeps its order
+                else:
+                    continue
+                items[index] = self._read_group(item)
             elif kind == SCALAR and type(item[4]) is not float:
                 kind, tag, step, wall_time, payload = item
-                try:
-                    value = payload.item()
-                except Exception:
-                    value = None
-                value = self._read_value(tag, payload, value, step)
+                value = self._read_value(tag, payload, step)
                 if value is None:
                     refused = [*(refused or ()), index]
                 else:
@@ -941,9 +931,29 @@ class SummaryWriter(Closing):
             for index in reversed(refused):
                 del items[index]
 
-    def _read_value(self, tag: str, payload: Any, value: Any, step: int) -> float | None:
-        """The number of a tensor whose ``item()`` gave ``value`` (None if it raised), or
-        None where it breaks a rule (recorded for the training thread)."""
+    def _read_group(self, item: Item) -> Item:
+        """:meth:`_read_tensors` of a group with a value that is not a plain finite number
+        (in range): the group as written, a new dict without the points refused."""
+        kind, _, step, wall_time, group = item
+        dropped = []
+        for tag, payload in group.items():
+            if type(payload) is not float:
+                value = self._read_value(tag, payload, step)
+                if value is None:
+                    dropped.append(tag)
+                else:
+                    group[tag] = value
+        if not dropped:
+            return item
+        return (kind, "", step, wall_time, {t: v for t, v in group.items() if t not in dropped})
+
+    def _read_value(self, tag: str, payload: Any, step: int) -> float | None:
+        """The number of a tensor, or None where it breaks a rule (recorded for the
+        training thread)."""
+        try:
+            value = payload.item()  # a one-element tensor's number
+        except Exception:  # _as_float below names the rule broken
+            value = None
         try:
             if type(value) is not float:  # an int, bool or complex one, or no number
                 value = _as_float(tag, payload)
