@@ -53,6 +53,41 @@ def _crc_update(crc: npt.NDArray[np.uint32], rows: Bytes) -> npt.NDArray[np.uint
     return crc
 
 
+_Jump = tuple[npt.NDArray[np.uint32], np.uint32]
+_JUMPS: dict[bytes, _Jump] = {}
+
+
+def _jump(constant: bytes) -> _Jump:
+    """What feeding ``constant`` does to any CRC state, to feed it in one step.
+
+    A CRC's update is linear in the state: feeding bytes ``c`` turns a state ``s`` into
+    ``L(s) ^ K``, where ``K`` is what it turns a state of 0 into and ``L`` is feeding as
+    many zero bytes. ``L`` is kept as four tables, of each byte of the state.
+    """
+    jump = _JUMPS.get(constant)
+    if jump is None:
+        shifts = (8 * np.arange(4, dtype=np.uint32))[:, None]
+        tables = np.arange(256, dtype=np.uint32)[None, :] << shifts
+        for _ in constant:
+            tables = _TABLE[tables & 0xFF] ^ (tables >> 8)
+        rows = np.frombuffer(constant, dtype=np.uint8)[:, None]
+        offset = _crc_update(np.zeros(1, dtype=np.uint32), rows)[0]
+        if len(_JUMPS) >= 1024:
+            _JUMPS.clear()
+        jump = _JUMPS[constant] = (tables, offset)
+    return jump
+
+
+def _crc_skip(crc: npt.NDArray[np.uint32], jump: _Jump) -> npt.NDArray[np.uint32]:
+    """Feeds the bytes of ``jump`` into the records' CRCs."""
+    tables, offset = jump
+    low, second, third, high = tables
+    fed: npt.NDArray[np.uint32] = (
+        low[crc & 0xFF] ^ second[(crc >> 8) & 0xFF] ^ third[(crc >> 16) & 0xFF] ^ high[crc >> 24]
+    ) ^ offset
+    return fed
+
+
 def _varint_lengths(steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The bytes of each step's varint; 0 for a step of 0, which the event leaves out."""
     lengths = (steps > 0).astype(np.int64)
@@ -65,7 +100,7 @@ def encode_groups(
     run: Sequence[Item],
     tags: tuple[str, ...],
     template: Template,
-    append: Callable[[bytes], object],
+    append: Callable[[bytes | memoryview], object],
     encode_one: Callable[[Item], None],
 ) -> None:
     """Appends the records of ``run``, groups whose tags are ``tags`` in that order.
@@ -114,9 +149,10 @@ def _encode_layout(
     numbers: Bytes,
     tags: tuple[str, ...],
     template: Template,
-) -> bytes:
+) -> memoryview:
     """The records of groups whose heads share one layout: a time or none, a step varint
-    of ``step_bytes`` bytes (0: no step). Arrays are built with a row per byte position."""
+    of ``step_bytes`` bytes (0: no step). The heads are built with a row per byte
+    position, the CRCs fed one such row at a time."""
     count = len(steps)
     head_length = (9 if times is not None else 0) + (1 + step_bytes if step_bytes else 0)
     head = np.empty((head_length, count), dtype=np.uint8)
@@ -131,18 +167,24 @@ def _encode_layout(
             seven = (steps >> 7 * k) & 0x7F
             head[row + 1 + k] = seven | 0x80 if k < step_bytes - 1 else seven
     head_crc = _crc_update(np.full(count, _ALL_ONES), head)
-    blocks = []
-    for index, tag in enumerate(tags):
-        header, tag_part = template(head_length, tag)
-        tail = np.empty((len(tag_part) + 4, count), dtype=np.uint8)
-        tail[: len(tag_part)] = np.frombuffer(tag_part, dtype=np.uint8)[:, None]
-        tail[len(tag_part) :] = numbers[:, 4 * index : 4 * index + 4].T
-        crc = _crc_update(head_crc, tail) ^ _ALL_ONES
+    templates = [template(head_length, tag) for tag in tags]
+    # One row per group: its records one after the other, each 12 + data + 4 bytes.
+    width = sum(12 + head_length + len(part) + 4 + 4 for _, part in templates)
+    table = np.empty((count, width), dtype=np.uint8)
+    start = 0
+    for index, (header, part) in enumerate(templates):
+        value = numbers[:, 4 * index : 4 * index + 4]
+        data = start + 12  # where the record's data begins
+        table[:, start:data] = np.frombuffer(header, dtype=np.uint8)
+        table[:, data : data + head_length] = head.T
+        table[:, data + head_length : data + head_length + len(part)] = np.frombuffer(
+            part, dtype=np.uint8
+        )
+        end = data + head_length + len(part) + 4
+        table[:, end - 4 : end] = value
+        # The tag's bytes are the same in every record: fed in one step.
+        crc = _crc_update(_crc_skip(head_crc, _jump(part)), value.T) ^ _ALL_ONES
         masked = ((crc >> 15) | (crc << 17)) + _MASK_DELTA  # wraps, as & 0xFFFFFFFF does
-        block = np.empty((count, 12 + head_length + len(tail) + 4), dtype=np.uint8)
-        block[:, :12] = np.frombuffer(header, dtype=np.uint8)
-        block[:, 12 : 12 + head_length] = head.T
-        block[:, 12 + head_length : -4] = tail.T
-        block[:, -4:] = masked.astype("<u4").view(np.uint8).reshape(count, 4)
-        blocks.append(block)
-    return np.concatenate(blocks, axis=1).tobytes()
+        table[:, end : end + 4] = masked.astype("<u4").view(np.uint8).reshape(count, 4)
+        start = end + 4
+    return table.data.cast("B")

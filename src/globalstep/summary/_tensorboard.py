@@ -171,41 +171,47 @@ class TensorBoardBackend:
         return data + data
 
     def write(self, items: list[Item]) -> None:
-        frame = self._frame
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         append = chunks.append
-        # A long batch: runs of groups with one tuple of tags go to encode_groups.
-        batched = len(items) >= MIN_GROUPS
-        run: list[Item] = []
-        run_tags: tuple[str, ...] = ()
-        for item in items:
-            kind, tag, step, wall_time, payload = item
-            if kind == SCALARS:
-                if not batched:
+        if len(items) < MIN_GROUPS:
+            for item in items:
+                if item[0] == SCALARS:
                     self._encode_group(item, append)
+                else:
+                    self._encode_other(item, append)
+        else:
+            # A long batch: runs of groups with one tuple of tags go to encode_groups.
+            run: list[Item] = []
+            run_tags: tuple[str, ...] = ()
+            for item in items:
+                if item[0] == SCALARS:
+                    tags = tuple(item[4])
+                    if tags != run_tags:
+                        if run:
+                            self._encode_run(run, run_tags, append)
+                        run, run_tags = [], tags
+                    run.append(item)
                     continue
-                tags = tuple(payload)
-                if tags != run_tags and run:
+                if run:
                     self._encode_run(run, run_tags, append)
-                    run = []
-                run.append(item)
-                run_tags = tags
-                continue
+                    run, run_tags = [], ()
+                self._encode_other(item, append)
             if run:
                 self._encode_run(run, run_tags, append)
-                run = []
-            if kind == SCALAR:
-                append(frame(scalar_event(tag, step, wall_time, payload)))
-            elif kind == RESTART:
-                append(self._restart_record(step, wall_time))
-            else:
-                append(frame(self._other_event(kind, tag, step, wall_time, payload)))
-        if run:
-            self._encode_run(run, run_tags, append)
         self._file.write(b"".join(chunks))
 
+    def _encode_other(self, item: Item, append: Callable[[bytes | memoryview], object]) -> None:
+        """Appends the record(s) of an item that is not a group of scalars."""
+        kind, tag, step, wall_time, payload = item
+        if kind == SCALAR:
+            append(self._frame(scalar_event(tag, step, wall_time, payload)))
+        elif kind == RESTART:
+            append(self._restart_record(step, wall_time))
+        else:
+            append(self._frame(self._other_event(kind, tag, step, wall_time, payload)))
+
     def _encode_run(
-        self, run: list[Item], tags: tuple[str, ...], append: Callable[[bytes], object]
+        self, run: list[Item], tags: tuple[str, ...], append: Callable[[bytes | memoryview], object]
     ) -> None:
         """Appends the records of groups whose tags are ``tags``, in that order."""
         if len(run) < MIN_GROUPS:
@@ -216,7 +222,7 @@ class TensorBoardBackend:
                 run, tags, self._template, append, partial(self._encode_group, append=append)
             )
 
-    def _encode_group(self, item: Item, append: Callable[[bytes], object]) -> None:
+    def _encode_group(self, item: Item, append: Callable[[bytes | memoryview], object]) -> None:
         """Appends the records of one group, one point at a time."""
         _, _, step, wall_time, values = item
         # The group's scalars share their step and wall time: the head is made once.
