@@ -3,7 +3,9 @@
 Messages are TensorBoard's protobufs (``tensorboard.compat.proto``), framed as TFRecords
 (:mod:`globalstep.summary._records`). A scalar's ``Event`` is encoded by hand
 (:func:`scalar_event`): its bytes are the ones ``Event.SerializeToString()`` gives, a
-test compares them, at a third of the cost; the rest goes through the protobuf classes.
+test compares them, at a third of the cost; a long run of ``scalars()`` groups with the
+same tags is encoded as NumPy tables (:mod:`globalstep.summary._event_batch`), at a third
+again; the rest goes through the protobuf classes.
 A restart is TensorBoard's own mechanism:
 an event at the purge step whose ``session_log`` status is ``START``, after which
 TensorBoard drops the points at that step and above written before it. It is written twice,

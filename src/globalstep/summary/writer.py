@@ -902,7 +902,7 @@ class SummaryWriter(Closing):
         the training thread may still read, stay as they are).
         """
         limit = self._limit
-        refused: list[int] | None = None
+        refused: list[int] = []
         for index, item in enumerate(items):
             kind = item[0]
             if kind == SCALARS:
@@ -924,12 +924,11 @@ class SummaryWriter(Closing):
                 kind, tag, step, wall_time, payload = item
                 value = self._read_value(tag, payload, step)
                 if value is None:
-                    refused = [*(refused or ()), index]
+                    refused.append(index)
                 else:
                     items[index] = (kind, tag, step, wall_time, value)
-        if refused is not None:
-            for index in reversed(refused):
-                del items[index]
+        for index in reversed(refused):
+            del items[index]
 
     def _read_group(self, item: Item) -> Item:
         """:meth:`_read_tensors` of a group with a value that is not a plain finite number
