@@ -20,7 +20,7 @@ import re
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -206,7 +206,7 @@ class TensorBoardBackend:
         """Appends the record(s) of an item that is not a group of scalars."""
         kind, tag, step, wall_time, payload = item
         if kind == SCALAR:
-            append(self._frame(scalar_event(tag, step, wall_time, payload)))
+            self._encode_points(_head(step, wall_time), ((tag, payload),), append)
         elif kind == RESTART:
             append(self._restart_record(step, wall_time))
         else:
@@ -228,10 +228,18 @@ class TensorBoardBackend:
         """Appends the records of one group, one point at a time."""
         _, _, step, wall_time, values = item
         # The group's scalars share their step and wall time: the head is made once.
-        head = _head(step, wall_time)
+        self._encode_points(_head(step, wall_time), values.items(), append)
+
+    def _encode_points(
+        self,
+        head: bytes,
+        points: Iterable[tuple[str, float]],
+        append: Callable[[bytes | memoryview], object],
+    ) -> None:
+        """Appends a record for each (tag, value) of ``points``, all with ``head``."""
         templates = self._templates.get(len(head)) or self._new_templates(len(head))
         crc32c = self._crc32c
-        for tag, value in values.items():
+        for tag, value in points:
             header, part = templates.get(tag) or self._template(len(head), tag)
             try:
                 data = head + part + _FLOAT(value)
