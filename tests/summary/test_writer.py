@@ -827,6 +827,22 @@ def test_guarded_nan_tensor_raises_at_the_next_call(tmp_path):
     assert [p.step for p in read_run(tmp_path).scalars["loss"]] == [3, 5]
 
 
+def test_guarded_nan_tensor_in_a_group_raises_at_the_next_call(tmp_path):
+    """A guarded NaN tensor in a scalars() call is written with the call's other values,
+    and NonFiniteError is raised at the next call."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"lr": 0.1, "loss": torch.tensor(float("nan")), "acc": 0.5}, step=3)
+    writer._drain()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 3"):
+        writer.scalars({"lr": 0.2}, step=4)
+    writer.close()
+    run = read_run(tmp_path)
+    assert math.isnan(run.scalars["loss"][0].value)
+    assert [(p.step, p.value) for p in run.scalars["lr"]] == [(3, 0.1)]
+    assert [p.value for p in run.scalars["acc"]] == [0.5]
+
+
 def test_tensor_of_two_elements_is_refused_at_once(writer):
     """A tensor of more than one element raises ConfigError on the caller's thread."""
     torch = pytest.importorskip("torch")
@@ -854,6 +870,39 @@ def test_later_bad_tensor_of_a_tag_raises_at_the_next_call(tmp_path):
     writer.scalars({"loss": torch.tensor(0.125)}, step=4)
     writer.close()
     assert [(p.step, p.value) for p in read_run(tmp_path).scalars["loss"]] == [(1, 0.5), (4, 0.125)]
+
+
+def test_later_bad_tensor_in_a_group_drops_only_its_point(tmp_path):
+    """A later tensor of two elements in a scalars() call is not written; the call's other
+    values are, and the next call raises ConfigError."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"loss": torch.tensor(0.5), "lr": 0.1, "acc": torch.tensor(0.5)}, step=1)
+    writer.scalars({"lr": 0.2, "loss": torch.ones(2), "acc": torch.tensor(0.75)}, step=2)
+    writer._drain()
+    with pytest.raises(ConfigError, match="exactly one element"):
+        writer.scalars({"loss": torch.tensor(0.25)}, step=3)
+    writer.close()
+    run = read_run(tmp_path)
+    assert [(p.step, p.value) for p in run.scalars["loss"]] == [(1, 0.5)]
+    assert [(p.step, p.value) for p in run.scalars["lr"]] == [(1, 0.1), (2, 0.2)]
+    assert [(p.step, p.value) for p in run.scalars["acc"]] == [(1, 0.5), (2, 0.75)]
+
+
+def test_failed_write_counts_the_points_of_each_group(tmp_path):
+    """A failed write reports the number of points it lost, each scalar of a group counted."""
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer._backends[0]._file.write = full
+    writer.scalars({"a": 1.0, "b": 2.0, "c": 3.0}, step=1)
+    writer.scalar("a", 4.0, step=2)
+    writer._drain()
+    with pytest.raises(SummaryWriteError, match="4 points were lost"):
+        writer.scalar("a", 5.0, step=3)
+    writer.close()
 
 
 def test_later_complex_tensor_of_a_tag_raises_at_the_next_call(tmp_path):

@@ -6,20 +6,23 @@ from typing import Any, Protocol
 
 from globalstep._closing import Closing
 
-__all__ = ["HISTOGRAM", "RESTART", "SCALAR", "TEXT", "Backend", "Closing", "Item"]
+__all__ = ["HISTOGRAM", "RESTART", "SCALAR", "SCALARS", "TEXT", "Backend", "Closing", "Item"]
 
 SCALAR = 0
 HISTOGRAM = 1
 TEXT = 2
 RESTART = 3
+SCALARS = 4
 
 Item = tuple[int, str, int, float, Any]
 """One buffered write: (kind, tag, step, wall_time, payload).
 
 The payload is a float for a scalar, a float64 NumPy array for a histogram and a str for a
-text. A restart mark is ``(RESTART, "", purge_step, wall_time, None)``: it goes through the
-queue so that it lands between the points written before and after it. The caller's thread
-only builds this tuple; backends encode it.
+text. ``(SCALARS, "", step, wall_time, {tag: float, ...})`` is several scalars at one step
+and wall time (one ``SummaryWriter.scalars`` call), written in the dict's order; a backend
+encodes their step and wall time once. A restart mark is ``(RESTART, "", purge_step,
+wall_time, None)``: it goes through the queue so that it lands between the points written
+before and after it. The caller's thread only builds this tuple; backends encode it.
 """
 
 

@@ -25,11 +25,16 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, Item, histogram_buckets
+from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, SCALARS, Item, histogram_buckets
 
 __all__ = ["JSONL_NAME", "JsonlBackend"]
 
 JSONL_NAME = "metrics.jsonl"
+
+
+def _json(text: str) -> str:
+    """``text`` as a JSON string (non-ASCII characters kept as they are)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _nonfinite(value: float) -> str:
@@ -94,35 +99,40 @@ class JsonlBackend:
         self._file.write(f'{{"restart": {purge_step}, "wall_time": {wall_time!r}}}\n'.encode())
 
     def _tag(self, tag: str) -> str:
+        """A scalar line's text from the tag's JSON string to the value: ``"loss", "value": ``."""
         text = self._tags.get(tag)
         if text is None:
-            text = self._tags[tag] = json.dumps(tag, ensure_ascii=False)
+            text = self._tags[tag] = f'{_json(tag)}, "value": '
         return text
 
     def write(self, items: list[Item]) -> None:
-        lines = []
+        lines: list[str] = []
+        append = lines.append
         tags = self._tags
         last_time, time_text = None, ""
         for kind, tag, step, wall_time, payload in items:
-            tag_text = tags.get(tag) or self._tag(tag)
-            if kind == SCALAR:
+            if kind == SCALARS:
+                head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": '
+                for tag, value in payload.items():
+                    tag_text = tags.get(tag) or self._tag(tag)
+                    number = repr(value) if value - value == 0.0 else _nonfinite(value)
+                    append(f"{head}{tag_text}{number}}}\n")
+            elif kind == SCALAR:
+                tag_text = tags.get(tag) or self._tag(tag)
                 number = repr(payload) if payload - payload == 0.0 else _nonfinite(payload)
                 if wall_time is not last_time:  # the scalars of one call share their time
                     last_time, time_text = wall_time, repr(wall_time)
-                lines.append(
-                    f'{{"step": {step}, "wall_time": {time_text}, "tag": {tag_text}, '
-                    f'"value": {number}}}\n'
-                )
+                append(f'{{"step": {step}, "wall_time": {time_text}, "tag": {tag_text}{number}}}\n')
             elif kind == RESTART:
-                lines.append(f'{{"restart": {step}, "wall_time": {wall_time!r}}}\n')
+                append(f'{{"restart": {step}, "wall_time": {wall_time!r}}}\n')
             else:
-                head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {tag_text}, '
+                head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": {_json(tag)}, '
                 body: Any = (
                     {"histogram": histogram_buckets(payload)}
                     if kind == HISTOGRAM
                     else {"text": payload}
                 )
-                lines.append(head + json.dumps(body, ensure_ascii=False)[1:] + "\n")
+                append(head + json.dumps(body, ensure_ascii=False)[1:] + "\n")
         self._file.write("".join(lines).encode("utf-8"))
 
     def flush(self) -> None:

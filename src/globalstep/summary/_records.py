@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import google_crc32c
 
-__all__ = ["frame", "iter_records", "masked_crc32c"]
+__all__ = ["frame", "iter_records", "masked_crc32c", "record_header"]
 
 _MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<Q")
@@ -37,7 +37,8 @@ def masked_crc32c(data: bytes) -> int:
 _HEADERS: dict[int, bytes] = {}
 
 
-def _header(length: int) -> bytes:
+def record_header(length: int) -> bytes:
+    """Returns the 12 bytes that precede a record's ``length`` bytes of data."""
     header = _LENGTH.pack(length)
     return header + _CRC.pack(masked_crc32c(header))
 
@@ -48,7 +49,7 @@ def frame(data: bytes) -> bytes:
     # Scalar events have a handful of lengths: their headers are computed once each.
     header = _HEADERS.get(length)
     if header is None:
-        header = _header(length)
+        header = record_header(length)
         if length < 1024:
             _HEADERS[length] = header
     # masked_crc32c, inlined: this runs once per event.

@@ -3,7 +3,9 @@
 Messages are TensorBoard's protobufs (``tensorboard.compat.proto``), framed as TFRecords
 (:mod:`globalstep.summary._records`). A scalar's ``Event`` is encoded by hand
 (:func:`scalar_event`): its bytes are the ones ``Event.SerializeToString()`` gives, a
-test compares them, at a third of the cost; the rest goes through the protobuf classes.
+test compares them, at a third of the cost; a long run of ``scalars()`` groups with the
+same tags is encoded as NumPy tables (:mod:`globalstep.summary._event_batch`), at a third
+again; the rest goes through the protobuf classes.
 A restart is TensorBoard's own mechanism:
 an event at the purge step whose ``session_log`` status is ``START``, after which
 TensorBoard drops the points at that step and above written before it. It is written twice,
@@ -18,10 +20,13 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from globalstep._optional import require
-from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, Item, histogram_buckets
+from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, SCALARS, Item, histogram_buckets
+from globalstep.summary._event_batch import MIN_GROUPS, encode_groups
 
 __all__ = ["TensorBoardBackend", "event_file_name", "require_tensorboard", "scalar_event"]
 
@@ -52,6 +57,8 @@ def event_file_name(directory: str, counter: int) -> str:
 
 _DOUBLE = struct.Struct("<d").pack
 _FLOAT = struct.Struct("<f").pack
+_PACK_CRC = struct.Struct("<I").pack
+_MASK_DELTA = 0xA282EAD8  # TFRecord's checksum mask, as in globalstep.summary._records
 
 
 def _varint(n: int) -> bytes:
@@ -83,9 +90,23 @@ def _tag_part(tag: str) -> bytes:
     return b"*" + _varint(len(summary) + 4) + summary
 
 
+_TIME_AND_STEP_KEY = struct.Struct("<BdB").pack  # b"\t" + wall_time + b"\x10" (step's key)
+_LOW_SEVEN = [bytes((n | 0x80,)) for n in range(128)]  # a varint's first byte, more to come
+_HIGH_VARINTS: dict[int, bytes] = {}  # _varint(step >> 7) of recent steps
+
+
 def _head(step: int, wall_time: float) -> bytes:
     """The bytes of fields 1 (``wall_time``) and 2 (``step``); proto3 leaves out a field
     that holds its default: a ``wall_time`` whose bits are all zero, a ``step`` of 0."""
+    if step > 0x7F and wall_time:  # both fields there (a zero time, +0.0 or -0.0: below)
+        # The step's varint: its low seven bits, then those above, which change every
+        # 128 steps (kept, so that a run of steps costs no loop).
+        high = _HIGH_VARINTS.get(step >> 7)
+        if high is None:
+            if len(_HIGH_VARINTS) >= 1024:
+                _HIGH_VARINTS.clear()
+            high = _HIGH_VARINTS[step >> 7] = _varint(step >> 7)
+        return _TIME_AND_STEP_KEY(9, wall_time, 16) + _LOW_SEVEN[step & 0x7F] + high
     head = _DOUBLE(wall_time)
     head = b"" if head == b"\x00" * 8 else b"\t" + head
     return head + b"\x10" + _varint(step) if step else head
@@ -108,6 +129,7 @@ class TensorBoardBackend:
 
     def __init__(self, directory: str, counter: int) -> None:
         require_tensorboard()
+        import google_crc32c
         from tensorboard.compat.proto import (
             event_pb2,
             summary_pb2,
@@ -116,9 +138,11 @@ class TensorBoardBackend:
             types_pb2,
         )
 
-        from globalstep.summary._records import frame
+        from globalstep.summary._records import frame, record_header
 
         self._frame = frame
+        self._record_header = record_header
+        self._crc32c = google_crc32c.value
         self._event_pb2 = event_pb2
         self._summary_pb2 = summary_pb2
         self._tensor_pb2 = tensor_pb2
@@ -126,7 +150,8 @@ class TensorBoardBackend:
         self._dt_string = types_pb2.DT_STRING
         self.path = os.path.join(directory, event_file_name(directory, counter))
         self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._tag_parts: dict[str, bytes] = {}  # _tag_part() of each tag written
+        # Per length of a scalar's head (step and wall time), per tag: _template().
+        self._templates: dict[int, dict[str, tuple[bytes, bytes]]] = {}
         first = event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION)
         self._file.write(frame(first.SerializeToString()))
         self._file.flush()
@@ -148,28 +173,98 @@ class TensorBoardBackend:
         return data + data
 
     def write(self, items: list[Item]) -> None:
-        frame = self._frame
-        parts = self._tag_parts
-        chunks = []
-        # The scalars of one call share their step and wall time: their head is made once.
-        last_step, last_time, head = -1, None, b""
-        for kind, tag, step, wall_time, payload in items:
-            if kind == SCALAR:
-                if step != last_step or wall_time is not last_time:
-                    last_step, last_time, head = step, wall_time, _head(step, wall_time)
-                part = parts.get(tag)
-                if part is None:
-                    part = parts[tag] = _tag_part(tag)
-                try:
-                    number = _FLOAT(payload)
-                except OverflowError:
-                    number = _float32(payload)
-                chunks.append(frame(head + part + number))
-            elif kind == RESTART:
-                chunks.append(self._restart_record(step, wall_time))
-            else:
-                chunks.append(frame(self._other_event(kind, tag, step, wall_time, payload)))
+        chunks: list[bytes | memoryview] = []
+        append = chunks.append
+        if len(items) < MIN_GROUPS:
+            for item in items:
+                if item[0] == SCALARS:
+                    self._encode_group(item, append)
+                else:
+                    self._encode_other(item, append)
+        else:
+            # A long batch: runs of groups with one tuple of tags go to encode_groups.
+            run: list[Item] = []
+            run_tags: tuple[str, ...] = ()
+            for item in items:
+                if item[0] == SCALARS:
+                    tags = tuple(item[4])
+                    if tags != run_tags:
+                        if run:
+                            self._encode_run(run, run_tags, append)
+                        run, run_tags = [], tags
+                    run.append(item)
+                    continue
+                if run:
+                    self._encode_run(run, run_tags, append)
+                    run, run_tags = [], ()
+                self._encode_other(item, append)
+            if run:
+                self._encode_run(run, run_tags, append)
         self._file.write(b"".join(chunks))
+
+    def _encode_other(self, item: Item, append: Callable[[bytes | memoryview], object]) -> None:
+        """Appends the record(s) of an item that is not a group of scalars."""
+        kind, tag, step, wall_time, payload = item
+        if kind == SCALAR:
+            self._encode_points(_head(step, wall_time), ((tag, payload),), append)
+        elif kind == RESTART:
+            append(self._restart_record(step, wall_time))
+        else:
+            append(self._frame(self._other_event(kind, tag, step, wall_time, payload)))
+
+    def _encode_run(
+        self, run: list[Item], tags: tuple[str, ...], append: Callable[[bytes | memoryview], object]
+    ) -> None:
+        """Appends the records of groups whose tags are ``tags``, in that order."""
+        if len(run) < MIN_GROUPS:
+            for item in run:
+                self._encode_group(item, append)
+        else:
+            encode_groups(
+                run, tags, self._template, append, partial(self._encode_group, append=append)
+            )
+
+    def _encode_group(self, item: Item, append: Callable[[bytes | memoryview], object]) -> None:
+        """Appends the records of one group, one point at a time."""
+        _, _, step, wall_time, values = item
+        # The group's scalars share their step and wall time: the head is made once.
+        self._encode_points(_head(step, wall_time), values.items(), append)
+
+    def _encode_points(
+        self,
+        head: bytes,
+        points: Iterable[tuple[str, float]],
+        append: Callable[[bytes | memoryview], object],
+    ) -> None:
+        """Appends a record for each (tag, value) of ``points``, all with ``head``."""
+        templates = self._templates.get(len(head)) or self._new_templates(len(head))
+        crc32c = self._crc32c
+        for tag, value in points:
+            header, part = templates.get(tag) or self._template(len(head), tag)
+            try:
+                data = head + part + _FLOAT(value)
+            except OverflowError:
+                data = head + part + _float32(value)
+            # frame(data), inlined: this runs once per point.
+            crc = crc32c(data)
+            append(
+                header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+            )
+
+    def _new_templates(self, head_length: int) -> dict[str, tuple[bytes, bytes]]:
+        templates: dict[str, tuple[bytes, bytes]] = {}
+        self._templates[head_length] = templates
+        return templates
+
+    def _template(self, head_length: int, tag: str) -> tuple[bytes, bytes]:
+        """A scalar record's bytes that depend on its tag and its head's length alone:
+        the record's header (its data's length, checksummed) and :func:`_tag_part`."""
+        templates = self._templates.get(head_length) or self._new_templates(head_length)
+        template = templates.get(tag)
+        if template is None:
+            part = _tag_part(tag)
+            template = templates[tag] = self._record_header(head_length + len(part) + 4), part
+        return template
 
     def _other_event(self, kind: int, tag: str, step: int, wall_time: float, payload: Any) -> bytes:
         summary_pb2 = self._summary_pb2

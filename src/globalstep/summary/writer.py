@@ -70,7 +70,16 @@ from globalstep.errors import (
     SummaryWriteError,
 )
 from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
-from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, TEXT, Backend, Closing, Item
+from globalstep.summary._base import (
+    HISTOGRAM,
+    RESTART,
+    SCALAR,
+    SCALARS,
+    TEXT,
+    Backend,
+    Closing,
+    Item,
+)
 from globalstep.summary.finite import NonFiniteHandler, check_finite
 
 __all__ = ["FORMATS", "StepOrderWarning", "SummaryWriter", "available_formats"]
@@ -79,9 +88,6 @@ FORMATS = ("tensorboard", "jsonl")
 """The output formats a writer knows."""
 
 _BATCH_ITEMS = 20_000
-_SCALARS = -1
-"""A queued group of scalars at one step: (_SCALARS, "", step, wall_time, {tag: value}),
-turned into SCALAR items in the background (see SummaryWriter._queue_scalars)."""
 _GROUP_TAGS = 16  # the most tags queued as one group (the queue's length bounds memory)
 _wall_time = time.time
 _MAX_QUEUED = 50 * _BATCH_ITEMS
@@ -708,7 +714,7 @@ class SummaryWriter(Closing):
                 stale.observe(step, self._clock_name, stacklevel=4)
         queue = self._queue
         if len(values) <= _GROUP_TAGS:
-            queue.append((_SCALARS, "", step, _wall_time(), values))
+            queue.append((SCALARS, "", step, _wall_time(), values))
         else:
             wall_time = _wall_time()
             for tag, value in values.items():
@@ -864,24 +870,14 @@ class SummaryWriter(Closing):
         training thread, and does not stop later drains."""
         with self._io_lock:
             queue = self._queue
+            popleft = queue.popleft
             backend: Backend | None = None
             items: list[Item] = []
             try:
                 while queue:
-                    count = min(len(queue), _BATCH_ITEMS)
-                    items = []
-                    for _ in range(count):
-                        item = queue.popleft()
-                        if item[0] == _SCALARS:
-                            _, _, step, wall_time, group = item
-                            items.extend(
-                                (SCALAR, tag, step, wall_time, value)
-                                for tag, value in group.items()
-                            )
-                        else:
-                            items.append(item)
+                    items = [popleft() for _ in range(min(len(queue), _BATCH_ITEMS))]
                     if self._tensors:
-                        items = self._read_tensors(items)
+                        self._read_tensors(items)
                     for backend in self._backends:
                         backend.write(items)
                     items = []
@@ -893,36 +889,84 @@ class SummaryWriter(Closing):
                 if sync and not self._dir_synced:
                     self._sync_directory()
             except Exception as err:
-                self._record_error(err, backend.path if backend else self.logdir, len(items))
+                lost = sum(len(item[4]) if item[0] == SCALARS else 1 for item in items)
+                self._record_error(err, backend.path if backend else self.logdir, lost)
 
-    def _read_tensors(self, items: list[Item]) -> list[Item]:
-        """Reads the tensors queued as values (a device synchronisation, off the training
-        thread); applies the guards and the float32 rule that need the value. A value that
-        breaks them is recorded, to be raised at the training thread's next call."""
-        out: list[Item] = []
-        for item in items:
-            kind, tag, step, wall_time, payload = item
-            if kind != SCALAR or type(payload) is float:
-                out.append(item)
-                continue
-            try:
-                value = payload.item()  # a one-element tensor's number; raises for more
-            except Exception:  # _as_float below names the rule broken
-                value = None
-            try:
-                if type(value) is not float:  # an int, bool or complex one, or no number
-                    value = _as_float(tag, payload)
-                if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
-                    self._check_float32(tag, value)
-            except ConfigError as err:
-                self._record_error(err, self.logdir, 1)
-                continue
-            if value - value != 0.0 and tag in self._guarded:
-                error = NonFiniteError(tag, value, step)
-                if self._error is None:
-                    self._error, self._error_path = error, self.logdir
-            out.append((kind, tag, step, wall_time, value))
-        return out
+    def _read_tensors(self, items: list[Item]) -> None:
+        """Reads the tensors queued as values, in place (a device synchronisation, off the
+        training thread); applies the guards and the float32 rule that need the value. A
+        value that breaks them is recorded, to be raised at the training thread's next
+        call, and its point is not written.
+
+        A group's dict gets each tensor's number in place of the tensor (its keys, which
+        the training thread may still read, stay as they are).
+        """
+        limit = self._limit
+        refused: list[int] = []
+        for index, item in enumerate(items):
+            kind = item[0]
+            if kind == SCALARS:
+                group = item[4]
+                for tag, payload in group.items():
+                    if type(payload) is not float:
+                        try:
+                            value = payload.item()  # a one-element tensor's number
+                        except Exception:  # _read_group names the rule broken
+                            break
+                        # (a NaN or an infinite value fails the range check too)
+                        if type(value) is not float or not -limit <= value <= limit:
+                            break
+                        group[tag] = value  # a value, not a key: the dict keeps its order
+                else:
+                    continue
+                items[index] = self._read_group(item)
+            elif kind == SCALAR and type(item[4]) is not float:
+                kind, tag, step, wall_time, payload = item
+                value = self._read_value(tag, payload, step)
+                if value is None:
+                    refused.append(index)
+                else:
+                    items[index] = (kind, tag, step, wall_time, value)
+        for index in reversed(refused):
+            del items[index]
+
+    def _read_group(self, item: Item) -> Item:
+        """:meth:`_read_tensors` of a group with a value that is not a plain finite number
+        (in range): the group as written, a new dict without the points refused."""
+        kind, _, step, wall_time, group = item
+        dropped = []
+        for tag, payload in group.items():
+            if type(payload) is not float:
+                value = self._read_value(tag, payload, step)
+                if value is None:
+                    dropped.append(tag)
+                else:
+                    group[tag] = value
+        if not dropped:
+            return item
+        return (kind, "", step, wall_time, {t: v for t, v in group.items() if t not in dropped})
+
+    def _read_value(self, tag: str, payload: Any, step: int) -> float | None:
+        """The number of a tensor, or None where it breaks a rule (recorded for the
+        training thread)."""
+        try:
+            value = payload.item()  # a one-element tensor's number
+        except Exception:  # _as_float below names the rule broken
+            value = None
+        try:
+            if type(value) is not float:  # an int, bool or complex one, or no number
+                value = _as_float(tag, payload)
+            if (value > _FLOAT32_MAX or value < -_FLOAT32_MAX) and self._float32:
+                self._check_float32(tag, value)
+        except ConfigError as err:
+            self._record_error(err, self.logdir, 1)
+            return None
+        if value - value != 0.0 and tag in self._guarded:
+            error = NonFiniteError(tag, value, step)
+            if self._error is None:
+                self._error, self._error_path = error, self.logdir
+        number: float = value
+        return number
 
     def _sync_directory(self) -> None:
         """Makes the new files' names durable (once: later syncs only grow the files)."""
