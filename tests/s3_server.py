@@ -19,6 +19,8 @@ class Faults:
         self._lock = threading.Lock()
         self._rules = []
         self.injected = 0
+        self.seen = []
+        """(method, path, query) of every request since the last :meth:`clear`."""
 
     def inject(self, method, path_part, *, times=1, status=500, code="InternalError"):
         """Fails the next ``times`` requests of ``method`` whose path contains ``path_part``."""
@@ -30,6 +32,7 @@ class Faults:
         with self._lock:
             self._rules.clear()
             self.injected = 0
+            self.seen.clear()
 
     def _match(self, method, path):
         with self._lock:
@@ -44,6 +47,14 @@ class Faults:
         """Returns ``app`` (a WSGI application) with the faults in front of it."""
 
         def faulty(environ, start_response):
+            with self._lock:
+                self.seen.append(
+                    (
+                        environ["REQUEST_METHOD"],
+                        environ.get("PATH_INFO", ""),
+                        environ.get("QUERY_STRING", ""),
+                    )
+                )
             hit = self._match(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""))
             if hit is None:
                 return app(environ, start_response)

@@ -53,6 +53,45 @@ def test_save_list_retain_restore(place):
     assert not place.fs.exists(f"{place.root}/step-000000000010")
 
 
+def test_a_save_makes_few_requests(s3_place, s3_faults):
+    """A save with retention makes one listing of the run and asks for no marker twice
+    but the new step's (the save's check and the commit's own): 14 requests, from 27."""
+    with s3_place.manager(max_to_keep=1) as manager:
+        manager.save(1, make_state(1))
+        manager.save(2, make_state(2))
+        s3_faults.clear()
+        manager.save(3, make_state(3))
+        seen = list(s3_faults.seen)
+        assert manager.steps() == [3]
+    prefix = s3_place.root.split("/", 1)[1]
+    run_listings = [q for m, _, q in seen if m == "GET" and f"prefix={prefix}%2F&" in q]
+    heads = [p for m, p, _ in seen if m == "HEAD" and p.endswith("/COMMITTED")]
+    puts = [p.rsplit("/", 1)[1] for m, p, _ in seen if m == "PUT"]
+    assert len(run_listings) == 1, seen
+    assert sorted(heads) == sorted(
+        [f"/{s3_place.root}/step-000000000002/COMMITTED"]
+        + [f"/{s3_place.root}/step-000000000003/COMMITTED"] * 2
+    ), seen
+    assert puts == ["arrays.safetensors", "state.json", "COMMITTED"], seen
+    assert len(seen) <= 14, seen
+
+
+def test_a_leftover_at_the_step_being_saved_goes_first(tmp_path):
+    """Where rename is not atomic, a save at a step whose unmarked directory is listed
+    (a failed save's leftover) removes that directory's files before it writes its own."""
+    import fsspec
+
+    url = "memory://globalstep-tests/leftover"
+    fs = fsspec.filesystem("memory")
+    with CheckpointManager(url) as manager:
+        manager.save(1, make_state(1))
+        fs.pipe("/globalstep-tests/leftover/step-000000000002/junk.bin", b"x" * 10)
+        manager.save(2, make_state(2))
+        assert not fs.exists("/globalstep-tests/leftover/step-000000000002/junk.bin")
+        assert manager.steps() == [1, 2]
+        assert_tree_equal(manager.restore(), make_state(2))
+
+
 def test_a_large_state_round_trips(place, monkeypatch):
     """A state past the in-memory staging limit goes through a temporary file, bit for bit."""
     from globalstep.checkpoint import storage as storage_module

@@ -293,6 +293,7 @@ def commit(
     *,
     force: bool = False,
     hooks: CommitHooks | None = None,
+    fresh: bool = False,
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``.
 
@@ -307,6 +308,10 @@ def commit(
             ``_replace_in_place``).
         hooks: called when the temporary directory exists and before state.json is
             written (a distributed save: other ranks write their shards there).
+        fresh: the caller, the directory's only writer, listed it just before and saw no
+            entry named ``name``: where rename is not atomic, there are no leftovers of a
+            killed save to clear before writing in place (two to four requests fewer on
+            an object store).
 
     Raises:
         CheckpointExistsError: ``name`` is committed already and ``force`` is False.
@@ -314,22 +319,24 @@ def commit(
             has changed, and no earlier checkpoint is touched.
     """
     final = storage.join(name)
-    if storage.exists(storage.join(name, COMMIT_FILE)) and not force:
+    marker = storage.join(name, COMMIT_FILE)
+    marked = storage.exists(marker)
+    if marked and not force:
         raise CheckpointExistsError(
             f"checkpoint {name} exists in {storage.root}; pass force=True to replace it",
             final,
         )
     with wrap_os_errors(f"saving {name}", final):
         storage.makedirs(storage.root)
-        marker = storage.join(name, COMMIT_FILE)
         # Where rename is not atomic a new name is written in place; a replaced one aside.
-        replacing = not storage.atomic_rename and storage.exists(marker)
+        replacing = not storage.atomic_rename and marked
         if storage.atomic_rename or replacing:
             staging = storage.join(f".tmp-{name}-{secrets.token_hex(4)}")
         else:
             staging = final
-            storage.remove_file(marker)
-            storage.remove_tree(final)
+            if not fresh:  # a killed save's files, if any, go first
+                storage.remove_file(marker)
+                storage.remove_tree(final)
         storage.makedirs(staging)
         progress = {"unmarked": not replacing}
         try:

@@ -190,6 +190,12 @@ class _Index:
                 self._racy = not quiet
             return self._steps
 
+    def listed(self) -> list[int]:
+        """Returns the steps of the last listing, with the writer's own changes since
+        (the writer alone adds or removes entries)."""
+        with self._guard:
+            return self._steps
+
     def committed(self, step: int) -> bool:
         """Returns whether ``step``'s directory holds its marker."""
         with self._guard:
@@ -201,12 +207,14 @@ class _Index:
                 self._committed.add(step)
         return found
 
-    def steps(self) -> list[int]:
-        """Returns the committed steps, oldest first."""
+    def steps(self, *, relist: bool = True) -> list[int]:
+        """Returns the committed steps, oldest first; ``relist=False`` (the writer, right
+        after its own commit) starts from the last listing and its own changes since."""
         for _ in range(_EMPTY_LISTINGS):
             known = self._committed
-            steps = [s for s in self.candidates() if s in known or self.committed(s)]
-            if steps:
+            listing = self.candidates() if relist else self.listed()
+            steps = [s for s in listing if s in known or self.committed(s)]
+            if steps or not relist:
                 return steps
             self._stamp = None
         return []
@@ -900,17 +908,17 @@ class CheckpointManager(Closing):
             },
             "previous_step": self.latest_step(),
         }
+        # The listing latest_step() just took: no entry of this step, nothing to clear.
+        fresh = number not in self._index.listed()
         if self._resumed_from is not None:
             document["timeline"] = {"resumed_from": self._resumed_from, "abandoned": abandoned}
             document["previous_step"] = self._resumed_from
             self._resumed_from = None
+        args = (number, flat.arrays, document, force, abandoned, round_, before_commit, fresh)
         if not self._async:
-            self._commit(number, flat.arrays, document, force, abandoned, round_, before_commit)
+            self._commit(*args)
             return
-        self._thread = self._submit(
-            self._commit_in_background,
-            (number, flat.arrays, document, force, abandoned, round_, before_commit),
-        )
+        self._thread = self._submit(self._commit_in_background, args)
 
     def _submit(self, work: Callable[..., None], args: tuple[Any, ...]) -> _InFlight:
         """Runs ``work(*args)`` on the manager's save thread, made at the first async save
@@ -969,9 +977,12 @@ class CheckpointManager(Closing):
         abandoned: list[int],
         round_: Any = None,
         before_commit: Callable[[], None] | None = None,
+        fresh: bool = False,
     ) -> None:
         try:
-            self._commit_once(step, arrays, document, force, abandoned, round_, before_commit)
+            self._commit_once(
+                step, arrays, document, force, abandoned, round_, before_commit, fresh
+            )
         except BaseException as err:
             if round_ is not None:
                 round_.abort(err)
@@ -986,6 +997,7 @@ class CheckpointManager(Closing):
         abandoned: list[int],
         round_: Any,
         before_commit: Callable[[], None] | None = None,
+        fresh: bool = False,
     ) -> None:
         if before_commit is not None:
             before_commit()
@@ -1006,7 +1018,15 @@ class CheckpointManager(Closing):
             self._index.changed(removed=old)
             self._infos.pop(old, None)
         try:
-            commit(self._storage, step_name(step), arrays, document, force=force, hooks=round_)
+            commit(
+                self._storage,
+                step_name(step),
+                arrays,
+                document,
+                force=force,
+                hooks=round_,
+                fresh=fresh and step not in abandoned,
+            )
         except BaseException:
             self._sweep_due = True  # leftovers of this attempt go at the next save
             self._index.forget(step)
@@ -1020,7 +1040,8 @@ class CheckpointManager(Closing):
             step, document["created_unix"], _metrics_from_json(document["metrics"])
         )
         # The checkpoint is committed: nothing below may fail the save.
-        self._apply(self.policy, dry_run=False)
+        # The listing this save took (the writer alone changes the directory): no new one.
+        self._apply(self.policy, dry_run=False, relist=False)
         if self._sweep_due or self._index.stale or not self._storage.atomic_rename:
             self._sweep()
 
@@ -1044,7 +1065,9 @@ class CheckpointManager(Closing):
         """Removes temporary directories left by killed saves; never fails a save."""
         self._sweep_due = False
         storage = self._storage
-        candidates = self._index.candidates()
+        # The listing this save took and the writer's own changes since: markers already
+        # looked up by retention are not asked for again.
+        candidates = self._index.listed()
         names = list(self._index.stale)
         if not storage.atomic_rename:  # written in place: a step without its marker is stale
             names += [step_name(s) for s in candidates if not self._index.committed(s)]
@@ -1104,14 +1127,14 @@ class CheckpointManager(Closing):
 
     # ----------------------------------------------------------------- retention
 
-    def _scan(self, policy: KeepPolicy) -> list[CheckpointInfo]:
+    def _scan(self, policy: KeepPolicy, *, relist: bool = True) -> list[CheckpointInfo]:
         """What retention knows of each committed checkpoint, oldest first.
 
         Metadata is read once per checkpoint, and only for a policy that looks at
         creation times or metrics; a checkpoint whose metadata cannot be read counts by
         its step alone.
         """
-        committed = self.steps()
+        committed = self._index.steps(relist=relist)
         known = set(committed)
         for step in [s for s in self._infos if s not in known]:
             del self._infos[step]
@@ -1137,15 +1160,15 @@ class CheckpointManager(Closing):
             out.append(info)
         return out
 
-    def _apply(self, policy: KeepPolicy, *, dry_run: bool) -> list[int]:
+    def _apply(self, policy: KeepPolicy, *, dry_run: bool, relist: bool = True) -> list[int]:
         """Deletes what ``policy`` does not keep; returns the steps deleted (or doomed).
 
         An entry that cannot be deleted is named once in a :class:`CheckpointWarning`
         and tried again at the next save; it never fails the save.
         """
-        doomed = unkept_steps(policy, self.steps(), self._last_saved)
+        doomed = unkept_steps(policy, self._index.steps(relist=relist), self._last_saved)
         if doomed is None:
-            infos = self._scan(policy)
+            infos = self._scan(policy, relist=relist)
             keep = retained(policy, infos)
             doomed = [i.step for i in infos if i.step not in keep]
         if dry_run:
