@@ -294,6 +294,7 @@ def commit(
     force: bool = False,
     hooks: CommitHooks | None = None,
     fresh: bool = False,
+    marked: bool | None = None,
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``.
 
@@ -312,6 +313,8 @@ def commit(
             entry named ``name``: where rename is not atomic, there are no leftovers of a
             killed save to clear before writing in place (two to four requests fewer on
             an object store).
+        marked: whether ``name`` is committed, where the caller (the directory's only
+            writer) has just looked; None looks here.
 
     Raises:
         CheckpointExistsError: ``name`` is committed already and ``force`` is False.
@@ -320,7 +323,8 @@ def commit(
     """
     final = storage.join(name)
     marker = storage.join(name, COMMIT_FILE)
-    marked = storage.exists(marker)
+    if marked is None:
+        marked = storage.exists(marker)
     if marked and not force:
         raise CheckpointExistsError(
             f"checkpoint {name} exists in {storage.root}; pass force=True to replace it",

@@ -879,7 +879,9 @@ class CheckpointManager(Closing):
             return
         name = step_name(number)
         abandoned = [] if self._resumed_from is None else self._abandoned(self._resumed_from)
-        if not force and number not in abandoned and self._index.committed(number):
+        # Whether the step is committed already, asked once (the commit is told).
+        marked = None if number in abandoned else self._index.committed(number)
+        if marked and not force:
             raise CheckpointExistsError(
                 f"checkpoint {name} exists in {self.directory}; pass force=True to replace it",
                 self._storage.join(name),
@@ -914,7 +916,8 @@ class CheckpointManager(Closing):
             document["timeline"] = {"resumed_from": self._resumed_from, "abandoned": abandoned}
             document["previous_step"] = self._resumed_from
             self._resumed_from = None
-        args = (number, flat.arrays, document, force, abandoned, round_, before_commit, fresh)
+        args: tuple[Any, ...] = (number, flat.arrays, document, force, abandoned, round_)
+        args += (before_commit, fresh, marked)
         if not self._async:
             self._commit(*args)
             return
@@ -978,10 +981,11 @@ class CheckpointManager(Closing):
         round_: Any = None,
         before_commit: Callable[[], None] | None = None,
         fresh: bool = False,
+        marked: bool | None = None,
     ) -> None:
         try:
             self._commit_once(
-                step, arrays, document, force, abandoned, round_, before_commit, fresh
+                step, arrays, document, force, abandoned, round_, before_commit, fresh, marked
             )
         except BaseException as err:
             if round_ is not None:
@@ -998,6 +1002,7 @@ class CheckpointManager(Closing):
         round_: Any,
         before_commit: Callable[[], None] | None = None,
         fresh: bool = False,
+        marked: bool | None = None,
     ) -> None:
         if before_commit is not None:
             before_commit()
@@ -1026,6 +1031,7 @@ class CheckpointManager(Closing):
                 force=force,
                 hooks=round_,
                 fresh=fresh and step not in abandoned,
+                marked=marked,
             )
         except BaseException:
             self._sweep_due = True  # leftovers of this attempt go at the next save
