@@ -6,13 +6,27 @@ from typing import Any, Protocol
 
 from globalstep._closing import Closing
 
-__all__ = ["HISTOGRAM", "RESTART", "SCALAR", "SCALARS", "TEXT", "Backend", "Closing", "Item"]
+__all__ = [
+    "HISTOGRAM",
+    "MASK_DELTA",
+    "RESTART",
+    "SCALAR",
+    "SCALARS",
+    "TEXT",
+    "Backend",
+    "Closing",
+    "Item",
+]
 
 SCALAR = 0
 HISTOGRAM = 1
 TEXT = 2
 RESTART = 3
 SCALARS = 4
+
+MASK_DELTA = 0xA282EAD8
+"""TFRecord's checksum mask: a record's CRC-32C ``c`` is stored as
+``rotate_right(c, 15) + MASK_DELTA`` (mod 2**32), in each encoder of event files."""
 
 Item = tuple[int, str, int, float, Any]
 """One buffered write: (kind, tag, step, wall_time, payload).

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from globalstep.summary._base import Item
+from globalstep.summary._base import MASK_DELTA, Item
 
 __all__ = ["MIN_GROUPS", "encode_groups"]
 
@@ -29,7 +29,7 @@ MIN_GROUPS = 256
 """The fewest groups of one layout encoded here: below, NumPy's cost per call dominates
 (groups of two scalars: as fast as one at a time at about 130, a third faster at 256)."""
 
-_MASK_DELTA = np.uint32(0xA282EAD8)  # TFRecord's checksum mask, as in _records
+_MASK_DELTA = np.uint32(MASK_DELTA)
 _ALL_ONES = np.uint32(0xFFFFFFFF)
 
 Bytes = npt.NDArray[np.uint8]

@@ -19,9 +19,10 @@ from collections.abc import Iterator
 
 import google_crc32c
 
+from globalstep.summary._base import MASK_DELTA
+
 __all__ = ["frame", "iter_records", "masked_crc32c", "record_header"]
 
-_MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _PACK_CRC = _CRC.pack
@@ -31,7 +32,7 @@ _crc32c = google_crc32c.value
 def masked_crc32c(data: bytes) -> int:
     """Returns TFRecord's masked CRC32C of ``data``."""
     crc: int = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
 _HEADERS: dict[int, bytes] = {}
@@ -54,7 +55,7 @@ def frame(data: bytes) -> bytes:
             _HEADERS[length] = header
     # masked_crc32c, inlined: this runs once per event.
     crc: int = _crc32c(data)
-    return header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    return header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
 
 
 def iter_records(buffer: bytes) -> Iterator[bytes]:

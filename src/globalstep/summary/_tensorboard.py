@@ -25,7 +25,15 @@ from functools import partial
 from typing import Any
 
 from globalstep._optional import require
-from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, SCALARS, Item, histogram_buckets
+from globalstep.summary._base import (
+    HISTOGRAM,
+    MASK_DELTA,
+    RESTART,
+    SCALAR,
+    SCALARS,
+    Item,
+    histogram_buckets,
+)
 from globalstep.summary._event_batch import MIN_GROUPS, encode_groups
 
 __all__ = ["TensorBoardBackend", "event_file_name", "require_tensorboard", "scalar_event"]
@@ -58,7 +66,6 @@ def event_file_name(directory: str, counter: int) -> str:
 _DOUBLE = struct.Struct("<d").pack
 _FLOAT = struct.Struct("<f").pack
 _PACK_CRC = struct.Struct("<I").pack
-_MASK_DELTA = 0xA282EAD8  # TFRecord's checksum mask, as in globalstep.summary._records
 
 
 def _varint(n: int) -> bytes:
@@ -248,7 +255,7 @@ class TensorBoardBackend:
             # frame(data), inlined: this runs once per point.
             crc = crc32c(data)
             append(
-                header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+                header + data + _PACK_CRC((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
             )
 
     def _new_templates(self, head_length: int) -> dict[str, tuple[bytes, bytes]]:
