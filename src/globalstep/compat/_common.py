@@ -7,9 +7,10 @@ library in float32 (``powf``, ``expf``, ``logf``, ``cosf``), as TensorFlow's ker
 one step (a scalar, as an optimizer reads the rate) and XLA's eager ones call them, and
 results below the smallest normal number are flushed to zero, as both run with
 flush-to-zero. On arrays they run at NumPy's speed where that is still the C library's
-bits: ``powf`` through NumPy's own float32 loop (which calls it; checked once per
-process), ``cosf`` and ``logf`` through :mod:`globalstep.compat._libm32`, glibc's
-algorithms evaluated in NumPy float64 (checked once per process against the C library;
+bits: ``powf`` through NumPy's own float32 loop where it calls it (checked once per
+process; on AVX-512 machines it is NumPy's own SIMD routine instead), else, like ``cosf``
+and ``logf``, through :mod:`globalstep.compat._libm32`, glibc's algorithms evaluated in
+NumPy float64 (checked once per process against the C library;
 the few results near a rounding boundary are the C library's own); elsewhere the C
 library is called element by element.
 Where the C library cannot be loaded they are computed in float64 and
@@ -45,7 +46,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from globalstep.clock import MAX_STEP
-from globalstep.compat._libm32 import KERNELS, sure, vectorised
+from globalstep.compat._libm32 import KERNELS, powf_sure, sure, vectorised, vectorised_pow
 from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
@@ -181,35 +182,65 @@ _MIN_VECTORISED = 64  # fewer elements: the C library element by element is fast
 
 
 def libm_is_glibc(name: str, libm: np.ufunc) -> bool:
-    """Whether the C library's ``cosf`` or ``logf`` (``name``) is glibc's algorithm, which
-    :func:`globalstep.compat._libm32.vectorised` reproduces bit for bit on whole arrays:
-    checked once per process on the probe's arguments and on thousands of float32 bit
-    patterns of every exponent (each must round as glibc's does, the few near a rounding
-    boundary aside, which the vectorised form hands to the C library itself)."""
+    """Whether the C library's ``cosf``, ``logf`` or ``powf`` (``name``) is glibc's
+    algorithm, which :func:`globalstep.compat._libm32.vectorised` and
+    :func:`~globalstep.compat._libm32.vectorised_pow` reproduce bit for bit on whole
+    arrays: checked once per process on the probe's arguments and on thousands of float32
+    bit patterns of every exponent (each must round as glibc's does, the few near a
+    rounding boundary aside, which the vectorised forms hand to the C library itself)."""
     key = (name, libm)
     if key not in _GLIBC:
         rng = np.random.default_rng(20261201)
         wide_bits = rng.integers(0, 2**31, 4096, dtype=np.int64).astype(np.uint32)
-        ufunc = np.cos if name == "cosf" else np.log
-        args = np.concatenate(
-            [
-                _probe(ufunc, np.dtype(np.float32))[0],
-                wide_bits.view(np.float32),
-                (wide_bits[:512] | np.uint32(0x80000000)).view(np.float32),
-                np.array(
-                    [0.0, -0.0, 2**-12, 0.75, -0.75, 120.0, -120.0, 1.0, math.pi, 1e30, 2.0],
-                    np.float32,
+        if name == "powf":
+            base, exponent = _probe(np.power, np.dtype(np.float32))
+            other = rng.integers(0, 2**32, wide_bits.size, dtype=np.uint64).astype(np.uint32)
+            args = [
+                np.concatenate(
+                    [base, wide_bits.view(np.float32), np.array([0.96, 2, 1], np.float32)]
+                ),
+                np.concatenate(
+                    [exponent, other.view(np.float32), np.array([500.5, 3, 7], np.float32)]
                 ),
             ]
-        )
-        kernel, relative, absolute = KERNELS[name]
-        with np.errstate(all="ignore"):
-            theirs = np.asarray(libm(args), dtype=np.float32)
-            wide, special = kernel(args)
-            rounded, certain = sure(wide, relative, absolute)
-        check = certain & ~special
+            with np.errstate(all="ignore"):
+                theirs = np.asarray(libm(*args), dtype=np.float32)
+                rounded, check = powf_sure(args[0], args[1])
+        else:
+            ufunc = np.cos if name == "cosf" else np.log
+            args = [
+                np.concatenate(
+                    [
+                        _probe(ufunc, np.dtype(np.float32))[0],
+                        wide_bits.view(np.float32),
+                        (wide_bits[:512] | np.uint32(0x80000000)).view(np.float32),
+                        np.array(
+                            [
+                                0.0,
+                                -0.0,
+                                2**-12,
+                                0.75,
+                                -0.75,
+                                120.0,
+                                -120.0,
+                                1.0,
+                                math.pi,
+                                1e30,
+                                2.0,
+                            ],
+                            np.float32,
+                        ),
+                    ]
+                )
+            ]
+            kernel, relative, absolute = KERNELS[name]
+            with np.errstate(all="ignore"):
+                theirs = np.asarray(libm(*args), dtype=np.float32)
+                wide, special = kernel(*args)
+                rounded, certain = sure(wide, relative, absolute)
+            check = certain & ~special
         same = rounded.view(np.uint32) == theirs.view(np.uint32)
-        _GLIBC[key] = bool(same[check].all()) and int(check.sum()) > args.size // 3
+        _GLIBC[key] = bool(same[check].all()) and int(check.sum()) > args[0].size // 3
     return _GLIBC[key]
 
 
@@ -267,8 +298,10 @@ class F32Ops:
     TensorFlow's kernels on one step and XLA's eager ones do, where it can be loaded
     (otherwise they are computed in float64 and rounded once); results below the smallest
     normal number are flushed to zero, as TensorFlow and XLA run. Arrays of 64 elements or
-    more take cos and log from :func:`globalstep.compat._libm32.vectorised` where the C
-    library is glibc's (the same bits, about 50 times faster than calling it per element).
+    more take cos and log from :func:`globalstep.compat._libm32.vectorised`, and pow (where
+    NumPy's own float32 power is not the C library's) from
+    :func:`~globalstep.compat._libm32.vectorised_pow`, where the C library is glibc's (the
+    same bits, 20 to 50 times faster than calling it per element).
     """
 
     def __init__(
@@ -315,6 +348,12 @@ class F32Ops:
                 return vectorised(name, narrow[0], libm)  # never subnormal: nothing to flush
             if numpy_is_libm(fn, np.float32, libm):
                 return self.flush(_numpy_call(fn, narrow))
+            if (
+                fn is np.power
+                and max(narrow[0].size, narrow[1].size) >= _MIN_VECTORISED
+                and libm_is_glibc("powf", libm)
+            ):
+                return vectorised_pow(narrow[0], narrow[1], libm, flush=True)
             return self.flush(np.asarray(libm(*narrow), dtype=np.float32))
         wide = [np.asarray(a, dtype=np.float64) for a in args]
         return self.flush(np.asarray(fn(*wide)).astype(self.dtype))

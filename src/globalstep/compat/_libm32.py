@@ -1,10 +1,11 @@
-"""The C library's float32 cosine and logarithm (glibc's ``cosf``, ``logf``), bit for bit,
-on whole arrays.
+"""The C library's float32 cosine, logarithm and power (glibc's ``cosf``, ``logf``,
+``powf``), bit for bit, on whole arrays.
 
-TensorFlow's kernels on one step and XLA's eager ones call the C library's ``cosf`` and
-``logf``; NumPy's float32 ``cos`` and ``log`` are SIMD approximations that differ from them
-in the last bit on many arguments (one in six for cos), and calling the C library element
-by element through ctypes costs about 1-4 us an element. This module evaluates glibc's
+TensorFlow's kernels on one step and XLA's eager ones call the C library's ``cosf``,
+``logf`` and ``powf``; NumPy's float32 ``cos`` and ``log`` (and, on AVX-512 machines,
+``power``) are SIMD approximations that differ from them in the last bit on many arguments
+(one in six for cos, one in five for power), and calling the C library element by element
+through ctypes costs about 1-4 us an element. This module evaluates glibc's
 algorithms (glibc 2.28 and later, from Arm's optimized-routines) in NumPy float64.
 
 ``cosf`` (``sysdeps/ieee754/flt-32/s_cosf.c``):
@@ -24,11 +25,21 @@ algorithms (glibc 2.28 and later, from Arm's optimized-routines) in NumPy float6
 ``x = 1`` gives 0, and zero, negative, subnormal, infinite and NaN arguments go to
 ``logf`` itself.
 
+``powf`` (``sysdeps/ieee754/flt-32/e_powf.c``): ``log2(x)`` as logf's reduction gives it
+(the same 16 intervals, ``log2(c)`` for ``log(c)``, a degree-5 polynomial), times ``y``
+in float64, then ``2 ** (y log2 x)`` as ``2 ** (k/32)`` from a 32-entry table times a
+degree-3 polynomial of the remainder. Both tables are computed here from their
+definitions (``-log2(1/c)`` and ``2 ** (i/32)``, correctly rounded); the polynomials'
+coefficients are the algorithm's published constants. glibc's special cases that
+schedules meet (``0 ** y`` for ``y > 0``, ``x ** 0``, underflow to zero) are computed
+here, the others (negative, subnormal, infinite, NaN arguments; overflow) by ``powf``.
+
 The polynomials are evaluated in float64 without fused multiply-adds, where glibc's x86-64
 FMA build fuses some of them, so the float64 value before the final rounding to float32
-may differ from glibc's by a few units of 2**-53 (relative). Every result whose float64
-value lies within a tolerance of a float32 rounding boundary (about one argument in ten
-thousand or fewer) is therefore recomputed with the C library's own function, as are the
+may differ from glibc's by a few units of 2**-53 (relative; for ``powf`` that grows with
+``|y log2 x|``, see :data:`_POW_TOLERANCE`). Every result whose float64 value lies within
+a tolerance of a float32 rounding boundary (about one argument in ten thousand or fewer)
+is therefore recomputed with the C library's own function, as are the
 special arguments: every other result rounds to the same float32 as glibc's, whichever of
 its builds runs. Whether the C library is this algorithm at all is checked once per
 process, on a probe of thousands of arguments, by
@@ -38,6 +49,8 @@ the C library is called element by element.
 
 from __future__ import annotations
 
+import decimal
+import math
 import struct
 import threading
 from typing import Any
@@ -49,9 +62,14 @@ __all__ = [
     "KERNELS",
     "TOLERANCE",
     "cosf_float64",
+    "exp2_float64",
+    "log2f_float64",
     "logf_float64",
+    "powf_float64",
+    "powf_sure",
     "sure",
     "vectorised",
+    "vectorised_pow",
 ]
 
 # glibc's __sincosf_table[0] (the coefficients are published constants of its algorithm).
@@ -282,6 +300,260 @@ KERNELS: dict[str, tuple[Any, float, float]] = {
     "cosf": (cosf_float64, 0.0, TOLERANCE),
     "logf": (logf_float64, 2.0**-40, 2.0**-66),
 }
+
+
+# glibc's powf (``sysdeps/ieee754/flt-32/e_powf.c``): log2(x) from a 16-interval table
+# (the intervals and 1/c of logf's above) and a degree-5 polynomial, times y, then 2**that
+# from a 32-entry table and a degree-3 polynomial. The tables are what their definitions
+# give (see _powf_tables); the polynomials are published constants of the algorithm.
+_POW_A = tuple(
+    float.fromhex(v)
+    for v in (
+        "0x1.27616c9496e0bp-2",
+        "-0x1.71969a075c67ap-2",
+        "0x1.ec70a6ca7baddp-2",
+        "-0x1.7154748bef6c8p-1",
+        "0x1.71547652ab82bp0",
+    )
+)
+_EXP2_C = tuple(
+    float.fromhex(v)
+    for v in ("0x1.c6af84b912394p-5", "0x1.ebfce50fac4f3p-3", "0x1.62e42ff0c52d6p-1")
+)
+_EXP2_SHIFT = float.fromhex("0x1.8p+52") / 32  # x + this rounds x to a multiple of 1/32
+_POW_OVERFLOW = float.fromhex("0x1.fffffffd1d571p+6")  # above: |x**y| rounds past float32's max
+_POW_UNDERFLOW = -150.0  # at or below: x**y rounds to zero
+_POW_TOLERANCE = 2.0**-47
+"""Relative, per unit of ``|y log2 x| + 1``: how far the float64 value may be from glibc's.
+
+Where glibc's FMA build fuses a product into a sum here rounded twice, log2(x) differs by
+a few units of 2**-53 of the largest term (at most about 3 |log2 x| away from x = 1, where
+``r`` is exact), which ``y`` multiplies into ``y log2 x``, whose error becomes a relative
+one of ``ln 2`` times it in ``2 ** (y log2 x)``; the exponential's own polynomial adds a
+few units of 2**-53. 2**-47 per unit of ``|y log2 x| + 1`` covers that with a factor of
+about 8 to spare. On 10^7 pairs of every range compared with the C library no float64
+value rounded differently from glibc's, margin or not."""
+_POW_TABLES: list[Any] = []
+
+
+def _powf_tables() -> tuple[Any, Any, Any, Any]:
+    """glibc's powf tables from their definitions, correctly rounded (computed once, in
+    decimal with 60 digits): ``log2(c) = -log2(invc)`` for logf's 16 values of ``invc``,
+    and ``2**(i/32)`` for ``i < 32`` as float64 bits less ``i << 47`` (so that adding the
+    exponent step ``k << 47`` of ``2**(k/32)`` gives its bits); with ``invc`` split into
+    a 26-bit high part and the rest, for an exact ``z * invc - 1`` (see :func:`powf_float64`)."""
+    if not _POW_TABLES:
+        with decimal.localcontext() as context:
+            context.prec = 60
+            ln2 = decimal.Decimal(2).ln()
+            log2c = [float(-decimal.Decimal(v).ln() / ln2) for v in _LOGF_INVC.tolist()]
+            exp2 = [float((decimal.Decimal(i) / 32 * ln2).exp()) for i in range(32)]
+        table = np.array(exp2).view(np.uint64) - (np.arange(32, dtype=np.uint64) << np.uint64(47))
+        high = (_LOGF_INVC.view(np.uint64) & ~np.uint64((1 << 27) - 1)).view(np.float64)
+        _POW_TABLES[:] = [np.array(log2c), table, high, _LOGF_INVC - high]
+    return _POW_TABLES[0], _POW_TABLES[1], _POW_TABLES[2], _POW_TABLES[3]
+
+
+def log2f_float64(x: Any) -> tuple[Any, Any]:
+    """glibc's ``log2_inline`` of powf on float32 ``x``: log2(x) in float64, and a mask of
+    the arguments it does not cover here (zero, negative, subnormal, infinity, NaN).
+
+    ``r = z * invc - 1`` is computed exactly rounded, as the fused multiply-add of glibc's
+    FMA build gives it: ``z`` has 24 significant bits, so ``z * high`` (26) and ``z * low``
+    (27) are exact, ``z * high - 1`` is exact (it is small), and one rounding of the sum
+    remains; the polynomial's other products are rounded here, fused there (see
+    :data:`_POW_TOLERANCE`)."""
+    log2c, _, high, low = _powf_tables()
+    ix = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.int64)
+    special = (ix < 0x00800000) | (ix >= 0x7F800000)  # also every negative x: its sign bit
+    tmp = ix - _LOGF_OFF
+    i = (tmp >> 19) & 15
+    k = tmp >> 23  # arithmetic: C's (int32) cast of the masked top bits, then >> 23
+    z = (ix - (k << 23)).astype(np.uint32).view(np.float32).astype(np.float64)
+    r = z * high.take(i)
+    r -= 1.0
+    r += z * low.take(i)
+    a0, a1, a2, a3, a4 = _POW_A
+    y0 = log2c.take(i)
+    y0 += k
+    r2 = r * r
+    y = a0 * r + a1
+    p = a2 * r + a3
+    r4 = r2 * r2
+    q = a4 * r + y0
+    q = p * r2 + q
+    y = y * r4 + q
+    return y, special
+
+
+def exp2_float64(xd: Any) -> Any:
+    """glibc's ``exp2_inline`` of powf (without a sign): ``2**xd`` in float64 for float64
+    ``xd`` in ``(-150, 128)``: ``xd = k/32 + r`` with ``|r| <= 1/64``, ``2**(k/32)`` built
+    from the table's bits and ``2**r`` a degree-3 polynomial. ``xd`` is overwritten."""
+    _, table, _, _ = _powf_tables()
+    kd = xd + _EXP2_SHIFT
+    ki = kd.view(np.uint64)
+    s = table.take((ki & np.uint64(31)).view(np.int64))
+    s += ki << np.uint64(47)  # wraps modulo 2**64, as in C
+    s = s.view(np.float64)
+    kd -= _EXP2_SHIFT
+    r = np.subtract(xd, kd, out=xd)
+    c0, c1, c2 = _EXP2_C
+    r2 = np.multiply(r, r, out=kd)
+    z = r * c0
+    z += c1
+    z *= r2  # z * r2
+    r *= c2
+    r += 1.0
+    r += z  # (c2 * r + 1) + z * r2: C's addition is commutative
+    r *= s
+    return r
+
+
+@np.errstate(all="ignore")  # NaN, infinities and huge exponents are expected here
+def powf_float64(x: Any, y: Any) -> tuple[Any, Any | None, float]:
+    """glibc's ``powf`` on float32 ``x`` and ``y`` (broadcast together) before its final
+    rounding: the float64 values, a mask of the arguments it does not cover here (``x``
+    negative, subnormal, infinite or NaN, or zero with ``y <= 0``; ``y`` infinite or NaN;
+    results that overflow), None where there are none, and the largest ``|y log2 x|``
+    among the others, which bounds how far the float64 values may be from glibc's (see
+    :data:`_POW_TOLERANCE`). A result below float32's range is 0, as glibc's."""
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32))
+    if _one(x):  # one base (a decay rate): its log once
+        logx, special = log2f_float64(x.reshape(-1)[:1])
+        ylogx = y.astype(np.float64)
+        ylogx *= logx[0]
+        special = np.broadcast_to(special, x.shape)
+    else:
+        logx, special = log2f_float64(x)
+        ylogx = y.astype(np.float64)
+        ylogx *= logx
+    zero = one = None
+    if not ylogx.size:
+        return ylogx, special, 0.0
+    low, high = float(ylogx.min()), float(ylogx.max())
+    if special.any() or not _POW_UNDERFLOW < low <= high <= _POW_OVERFLOW:  # NaN: False
+        iy = y.view(np.uint32)
+        special = special | ((iy & np.uint32(0x7FFFFFFF)) - np.uint32(1) >= np.uint32(0x7F7FFFFF))
+        # Two of glibc's special cases that schedules meet: 0 ** y is 0 for y > 0 (a
+        # polynomial decay past its end), and x ** 0 is 1 for x not NaN.
+        zero = (x.view(np.uint32) == 0) & (y > 0)
+        one = ((iy & np.uint32(0x7FFFFFFF)) == 0) & ~np.isnan(x)
+        special &= ~(zero | one)
+        special |= ylogx > _POW_OVERFLOW
+        zero |= (ylogx <= _POW_UNDERFLOW) & ~special
+        ylogx[zero | special | one] = 0.0
+        low, high = float(ylogx.min()), float(ylogx.max())
+    else:  # every x positive and normal, every y finite (a zero gives 1, as glibc's)
+        special = None
+    reach = max(-low, high)
+    out = exp2_float64(ylogx)
+    if zero is not None:
+        out[zero] = 0.0
+    return out, special, reach
+
+
+_BELOW = np.uint64((1 << 29) - 1)  # the float64 significand bits a float32 drops
+_HALF = np.int64(1 << 28)  # their value at a rounding boundary (half a float32 ulp)
+_TINY = float(np.finfo(np.float32).tiny)
+_SUBNORMAL = _TINY - 2.0**-150  # below: rounds to a subnormal float32 (at it: to _TINY, even)
+
+
+@np.errstate(all="ignore")
+def powf_sure(x: Any, y: Any, flush: bool = False) -> tuple[Any, Any]:
+    """:func:`powf_float64` rounded to float32, and a mask of the results that round as
+    glibc's whatever the float64 value's error (within ``_POW_TOLERANCE * (reach + 1)``
+    relative, in float64 units in the last place): those whose dropped bits are farther
+    than that from half a float32 unit, and the zeros of an underflow. Results below
+    float32's smallest normal number have other boundaries: with ``flush`` they are zero
+    (flushed, as the peers run) where they are surely below it, else they are not among
+    the sure ones; nor are the special arguments."""
+    wide, special, reach = powf_float64(x, y)
+    rounded = wide.astype(np.float32)
+    units = np.int64(math.ceil(_POW_TOLERANCE * (reach + 1.0) * 2.0**53))
+    dropped = (wide.view(np.uint64) & _BELOW).view(np.int64)
+    dropped -= _HALF
+    np.abs(dropped, out=dropped)
+    certain = dropped > units
+    if special is not None:
+        certain &= ~special
+    if wide.size and float(wide.min()) < _TINY:
+        below = wide < _TINY
+        if flush:
+            surely = wide < _SUBNORMAL * (1.0 - _POW_TOLERANCE * (reach + 1.0))
+            rounded[surely] = 0.0
+            certain[below] = surely[below]
+        else:
+            certain[below] = wide[below] == 0.0
+        if special is not None:
+            certain &= ~special
+    return rounded, certain
+
+
+def vectorised_pow(x: Any, y: Any, libm: Any, flush: bool = False) -> Any:
+    """``libm(x, y)`` (``libm`` a NumPy ufunc calling the C library's ``powf``) for every
+    pair of float32 ``x`` and ``y`` (broadcast together), bit for bit the C library's where
+    it is glibc's algorithm: :func:`powf_float64`, with ``libm`` itself computing the
+    special arguments and the few results near a rounding boundary, in chunks of
+    :data:`CHUNK` elements. With ``flush``, results below float32's smallest normal number
+    are zero (as the peers run; the C library's results are flushed too).
+
+    Example:
+        >>> never = np.frompyfunc(lambda a, b: np.float32(-9), 2, 1)  # called for 0 ** -1
+        >>> x, y = np.float32([0.5, 2.0, 0.0]), np.float32([2.0, 3.0, -1.0])
+        >>> vectorised_pow(x, y, never).tolist()
+        [0.25, 8.0, -9.0]
+    """
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32))
+    shape, size = x.shape, x.size
+    one_base = _one(x)
+    one_exponent = _one(y)
+    flat_x = x.reshape(-1)[:1] if one_base else np.ascontiguousarray(x).reshape(-1)
+    flat_y = y.reshape(-1)[:1] if one_exponent else np.ascontiguousarray(y).reshape(-1)
+    out = np.empty(size, dtype=np.float32)
+    last: tuple[Any, Any, Any] = (None, None, None)  # the last constant chunk's pair, value
+    with np.errstate(all="ignore"):
+        for start in range(0, size, CHUNK):
+            end = min(start + CHUNK, size)
+            part_x = flat_x if one_base else flat_x[start:end]
+            part_y = flat_y if one_exponent else flat_y[start:end]
+            if (one_base or _constant(part_x)) and (one_exponent or _constant(part_y)):
+                # one value for the whole chunk (a schedule past its end, a staircase)
+                pair = (part_x[:1].tobytes(), part_y[:1].tobytes())
+                if pair != last[:2]:
+                    value = _pow_sure_or_libm(part_x[:1], part_y[:1], libm, flush)[0]
+                    last = (pair[0], pair[1], value)
+                out[start:end] = last[2]
+                continue
+            if one_base and one_exponent:
+                part_y = np.broadcast_to(part_y, (end - start,))
+            out[start:end] = _pow_sure_or_libm(part_x, part_y, libm, flush)
+    return out.reshape(shape)
+
+
+def _one(a: Any) -> bool:
+    """Whether broadcast ``a`` is one value repeated (all strides 0)."""
+    return bool(a.size) and a.strides == (0,) * a.ndim
+
+
+def _constant(a: Any) -> bool:
+    """Whether float32 ``a`` holds one bit pattern (``-0.0`` is not ``0.0``)."""
+    bits = a.view(np.uint32)
+    return bool(bits.min() == bits.max())
+
+
+def _pow_sure_or_libm(x: Any, y: Any, libm: Any, flush: bool) -> Any:
+    """:func:`powf_sure`, with ``libm`` computing the results it is not sure of (flushed
+    with ``flush``)."""
+    rounded, certain = powf_sure(x, y, flush)
+    if not certain.all():
+        unsure = ~certain
+        base, exponent = np.broadcast_arrays(x, y)
+        theirs = np.asarray(libm(base[unsure], exponent[unsure]), dtype=np.float32)
+        if flush:
+            theirs[np.abs(theirs) < _TINY] *= 0  # keeps the sign, and NaN
+        rounded[unsure] = theirs
+    return rounded
 
 
 _LOCAL = threading.local()  # each thread's _Work, kept between calls
