@@ -354,6 +354,22 @@ def _powf_tables() -> tuple[Any, Any, Any, Any]:
     return _POW_TABLES[0], _POW_TABLES[1], _POW_TABLES[2], _POW_TABLES[3]
 
 
+_LOG2_OF_ONE: dict[bytes, tuple[float, bool]] = {}
+
+
+def _log2_of_one(x: np.float32) -> tuple[float, bool]:
+    """:func:`log2f_float64` of one float32 (a schedule's base, the same chunk after
+    chunk), remembered for the last 64 bases."""
+    key = x.tobytes()
+    found = _LOG2_OF_ONE.get(key)
+    if found is None:
+        logx, special = log2f_float64(np.array([x], dtype=np.float32))
+        if len(_LOG2_OF_ONE) >= 64:
+            _LOG2_OF_ONE.clear()
+        found = _LOG2_OF_ONE[key] = (float(logx[0]), bool(special[0]))
+    return found
+
+
 def log2f_float64(x: Any) -> tuple[Any, Any]:
     """glibc's ``log2_inline`` of powf on float32 ``x``: log2(x) in float64, and a mask of
     the arguments it does not cover here (zero, negative, subnormal, infinity, NaN).
@@ -418,21 +434,25 @@ def powf_float64(x: Any, y: Any) -> tuple[Any, Any | None, float]:
     results that overflow), None where there are none, and the largest ``|y log2 x|``
     among the others, which bounds how far the float64 values may be from glibc's (see
     :data:`_POW_TOLERANCE`). A result below float32's range is 0, as glibc's."""
-    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32))
-    if _one(x):  # one base (a decay rate): its log once
-        logx, special = log2f_float64(x.reshape(-1)[:1])
+    x, y = np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32)
+    special: Any
+    if x.size == 1 and y.ndim >= x.ndim:  # one base (a decay rate): its log once
+        logx, special = _log2_of_one(x.reshape(-1)[0])
         ylogx = y.astype(np.float64)
-        ylogx *= logx[0]
-        special = np.broadcast_to(special, x.shape)
+        ylogx *= logx
     else:
+        x, y = np.broadcast_arrays(x, y)
         logx, special = log2f_float64(x)
         ylogx = y.astype(np.float64)
         ylogx *= logx
     zero = one = None
     if not ylogx.size:
-        return ylogx, special, 0.0
+        return ylogx, None, 0.0
     low, high = float(ylogx.min()), float(ylogx.max())
-    if special.any() or not _POW_UNDERFLOW < low <= high <= _POW_OVERFLOW:  # NaN: False
+    if np.any(special) or not _POW_UNDERFLOW < low <= high <= _POW_OVERFLOW:  # NaN: False
+        if x.shape != y.shape:  # one base
+            x = np.broadcast_to(x.reshape((1,) * y.ndim), y.shape)
+        special = np.broadcast_to(special, y.shape)
         iy = y.view(np.uint32)
         special = special | ((iy & np.uint32(0x7FFFFFFF)) - np.uint32(1) >= np.uint32(0x7F7FFFFF))
         # Two of glibc's special cases that schedules meet: 0 ** y is 0 for y > 0 (a
@@ -539,6 +559,8 @@ def _one(a: Any) -> bool:
 def _constant(a: Any) -> bool:
     """Whether float32 ``a`` holds one bit pattern (``-0.0`` is not ``0.0``)."""
     bits = a.view(np.uint32)
+    if bits[0] != bits[-1]:  # most chunks that vary (a schedule's steps are monotonic)
+        return False
     return bool(bits.min() == bits.max())
 
 
