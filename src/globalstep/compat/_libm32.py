@@ -531,7 +531,6 @@ def vectorised_pow(x: Any, y: Any, libm: Any, flush: bool = False) -> Any:
     flat_x = x.reshape(-1)[:1] if one_base else np.ascontiguousarray(x).reshape(-1)
     flat_y = y.reshape(-1)[:1] if one_exponent else np.ascontiguousarray(y).reshape(-1)
     out = np.empty(size, dtype=np.float32)
-    last: tuple[Any, Any, Any] = (None, None, None)  # the last constant chunk's pair, value
     with np.errstate(all="ignore"):
         for start in range(0, size, CHUNK):
             end = min(start + CHUNK, size)
@@ -539,16 +538,23 @@ def vectorised_pow(x: Any, y: Any, libm: Any, flush: bool = False) -> Any:
             part_y = flat_y if one_exponent else flat_y[start:end]
             if (one_base or _constant(part_x)) and (one_exponent or _constant(part_y)):
                 # one value for the whole chunk (a schedule past its end, a staircase)
-                pair = (part_x[:1].tobytes(), part_y[:1].tobytes())
-                if pair != last[:2]:
-                    value = _pow_sure_or_libm(part_x[:1], part_y[:1], libm, flush)[0]
-                    last = (pair[0], pair[1], value)
-                out[start:end] = last[2]
+                key = (part_x[:1].tobytes(), part_y[:1].tobytes(), flush, libm)
+                value = _CONSTANT.get(key)
+                if value is None:
+                    if len(_CONSTANT) >= 64:
+                        _CONSTANT.clear()
+                    value = _CONSTANT[key] = _pow_sure_or_libm(part_x[:1], part_y[:1], libm, flush)[
+                        0
+                    ]
+                out[start:end] = value
                 continue
             if one_base and one_exponent:
                 part_y = np.broadcast_to(part_y, (end - start,))
             out[start:end] = _pow_sure_or_libm(part_x, part_y, libm, flush)
     return out.reshape(shape)
+
+
+_CONSTANT: dict[tuple[bytes, bytes, bool, Any], Any] = {}  # a constant chunk's value, by pair
 
 
 def _one(a: Any) -> bool:
