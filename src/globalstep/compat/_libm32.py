@@ -538,15 +538,7 @@ def vectorised_pow(x: Any, y: Any, libm: Any, flush: bool = False) -> Any:
             part_y = flat_y if one_exponent else flat_y[start:end]
             if (one_base or _constant(part_x)) and (one_exponent or _constant(part_y)):
                 # one value for the whole chunk (a schedule past its end, a staircase)
-                key = (part_x[:1].tobytes(), part_y[:1].tobytes(), flush, libm)
-                value = _CONSTANT.get(key)
-                if value is None:
-                    if len(_CONSTANT) >= 64:
-                        _CONSTANT.clear()
-                    value = _CONSTANT[key] = _pow_sure_or_libm(part_x[:1], part_y[:1], libm, flush)[
-                        0
-                    ]
-                out[start:end] = value
+                out[start:end] = _constant_pow(part_x[:1], part_y[:1], libm, flush)
                 continue
             if one_base and one_exponent:
                 part_y = np.broadcast_to(part_y, (end - start,))
@@ -554,7 +546,19 @@ def vectorised_pow(x: Any, y: Any, libm: Any, flush: bool = False) -> Any:
     return out.reshape(shape)
 
 
-_CONSTANT: dict[tuple[bytes, bytes, bool, Any], Any] = {}  # a constant chunk's value, by pair
+_CONSTANT: dict[tuple[bytes, bytes, bool, Any], Any] = {}
+
+
+def _constant_pow(x: Any, y: Any, libm: Any, flush: bool) -> Any:
+    """The value of a one-element pair, remembered for the last 64 pairs: a schedule past
+    its end (or on a long stair) is the same value block after block."""
+    key = (x.tobytes(), y.tobytes(), flush, libm)
+    value = _CONSTANT.get(key)
+    if value is None:
+        if len(_CONSTANT) >= 64:
+            _CONSTANT.clear()
+        value = _CONSTANT[key] = _pow_sure_or_libm(x, y, libm, flush)[0]
+    return value
 
 
 def _one(a: Any) -> bool:
