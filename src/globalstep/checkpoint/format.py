@@ -86,7 +86,9 @@ buffers per writev ran at plain-write speed and 512 three to five times slower."
 _BATCH_BYTES = 4 << 20
 """At most about this many bytes per vectored write or read."""
 _AHEAD_BYTES = 128 << 20
-"""How far a restore's background reader runs ahead of the arrays being filled."""
+"""How far ahead of the arrays being filled a restore's background reader starts a read."""
+_AHEAD_MIN_BYTES = 4 << 20
+"""Smaller files are read without a background reader (a thread costs more than it saves)."""
 _AHEAD_CALL = 64 << 20
 """Bytes per read of the background reader. Large: between two reads the thread waits for
 the GIL, up to the switch interval (5 ms) while the restore runs Python code. A cold
@@ -652,7 +654,7 @@ class ReadAhead:
     the template before its first array arrives; without help the disk idles meanwhile,
     and the kernel's sequential read-ahead only starts with the first read. This thread
     reads the file in order into the page cache, where the restore's own reads then find
-    it, and stays at most ``_AHEAD_BYTES`` ahead of the restore's position
+    it, and starts no read more than ``_AHEAD_BYTES`` ahead of the restore's position
     (:meth:`advance`). It reads with ``sendfile`` to the null device, which brings the
     pages in without copying them anywhere (where sendfile only writes to sockets, into a
     small scratch buffer). ``posix_fadvise(WILLNEED)`` does not do the same here: its
@@ -740,17 +742,12 @@ def read_ahead(storage: Storage, name: str) -> Iterator[ReadAhead | None]:
             ahead.close()
 
 
-_AHEAD_MIN_BYTES = 4 << 20
-"""Smaller files are read without a background reader (a thread costs more than it saves)."""
-
-
 class _Stream:
     """Reads the data section in order, hashing each buffer as it arrives.
 
     Runs of small arrays arrive in one vectored read (``readv``) straight into their own
-    buffers. Reading ahead is left to the kernel's own sequential read-ahead (the file is
-    opened with ``posix_fadvise`` SEQUENTIAL): asking for more with WILLNEED made cold
-    reads slower, not faster (BENCHMARKS.md, issue 14).
+    buffers. The position reached is passed on to the file's :class:`ReadAhead`, if any;
+    beyond that, reading ahead is the kernel's (the file is advised SEQUENTIAL).
     """
 
     def __init__(
