@@ -91,11 +91,11 @@ _AHEAD_MIN_BYTES = 4 << 20
 """Smaller files are read without a background reader (a thread costs more than it saves)."""
 _AHEAD_CALL = 64 << 20
 """Bytes per read of the background reader. Large: between two reads the thread waits for
-the GIL, up to the switch interval (5 ms) while the restore runs Python code. A cold
-restore of 10,000 small arrays, against a raw read (median of 10-12 interleaved rounds):
-0.84x at 1 MiB per read against 1.05x at 16 MiB; 1.04x at 16 MiB against 1.08x at 64."""
-_AHEAD_SCRATCH = 4 << 20
-"""The background reader's buffer where it cannot use sendfile (it copies into it)."""
+the GIL, up to the switch interval (5 ms), while the restore runs Python code; with 1 MiB
+per read a cold restore of 10,000 small arrays ran at 0.84x a raw read, with 16 MiB at
+1.05x (16 and 64 MiB were within the noise of each other; issue 14)."""
+_AHEAD_SCRATCH = 1 << 20
+"""The background reader's buffer: each read fills it over and over (it stays in cache)."""
 _MAX_HEADER = 100 << 20
 _STALE_PREFIXES = (".tmp-", ".trash-")
 
@@ -655,10 +655,12 @@ class ReadAhead:
     and the kernel's sequential read-ahead only starts with the first read. This thread
     reads the file in order into the page cache, where the restore's own reads then find
     it, and starts no read more than ``_AHEAD_BYTES`` ahead of the restore's position
-    (:meth:`advance`). It reads with ``sendfile`` to the null device, which brings the
-    pages in without copying them anywhere (where sendfile only writes to sockets, into a
-    small scratch buffer). ``posix_fadvise(WILLNEED)`` does not do the same here: its
-    reads were slower than the kernel's own read-ahead (issue 14).
+    (:meth:`advance`). It copies what it reads into one small buffer, over and over: that
+    copy touches every page, so that the first touch of a page, which costs a fault in
+    the hypervisor on a virtual machine, is paid here and not in the restore's copy. Not
+    done instead: ``posix_fadvise(WILLNEED)`` (slower than the kernel's own read-ahead)
+    and ``sendfile`` to the null device (no copy, but the restore's copy then met the
+    first touches: 3-4x slower in one restore of five; issue 14).
 
     The thread only warms the page cache: what the restore returns is what its own reads
     read and hashed. A failure in the thread (a missing or short file) ends it quietly:
@@ -691,11 +693,11 @@ class ReadAhead:
             fd = os.open(self._path, os.O_RDONLY)
         except OSError:
             return  # the restore's own open reports it
-        sink: int | None = None
         try:
-            sink = os.open(os.devnull, os.O_WRONLY)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            scratch = None
+            scratch = bytearray(min(_AHEAD_CALL, _AHEAD_SCRATCH))
+            # One call reads _AHEAD_CALL bytes, every piece into the same small buffer.
+            buffers = [scratch] * max(1, _AHEAD_CALL // len(scratch))
             offset = 0
             while True:
                 with self._wake:
@@ -703,16 +705,7 @@ class ReadAhead:
                         self._wake.wait()
                     if self._stopped:
                         return
-                if sink is not None:
-                    try:
-                        n = os.sendfile(sink, fd, offset, _AHEAD_CALL)
-                    except OSError:  # where sendfile only writes to sockets (BSD)
-                        os.close(sink)
-                        sink = None
-                        continue
-                else:
-                    scratch = scratch or bytearray(min(_AHEAD_CALL, _AHEAD_SCRATCH))
-                    n = os.preadv(fd, [scratch], offset)
+                n = os.preadv(fd, buffers, offset)
                 if not n:
                     return  # end of file
                 offset += n
@@ -720,8 +713,6 @@ class ReadAhead:
             return  # the restore's own reads meet and report the same failure
         finally:
             os.close(fd)
-            if sink is not None:
-                os.close(sink)
 
 
 @contextlib.contextmanager
