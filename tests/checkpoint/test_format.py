@@ -12,6 +12,7 @@ import re
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -760,27 +761,116 @@ def test_writeback_starts_while_the_file_is_written(tmp_path, monkeypatch):
     assert ranges[0][0] == 0
 
 
-def test_restore_asks_the_kernel_to_read_ahead(tmp_path, monkeypatch):
-    """Restoring a local file advises WILLNEED ahead of each chunk, in order, no gap."""
+class SpyingOs:
+    """The os module, recording the offsets the background reader reads at and the advice
+    given; ``reached`` is set once it has read at ``until``."""
+
+    def __init__(self, until=None):
+        self.advised = []
+        self.offsets = []
+        self.until = until
+        self.reached = threading.Event()
+
+    def __getattr__(self, attribute):
+        if attribute == "posix_fadvise":
+            return lambda fd, o, n, a: (
+                self.advised.append((o, n, a)) or os.posix_fadvise(fd, o, n, a)
+            )
+        if attribute == "preadv":
+            return self._preadv
+        return getattr(os, attribute)
+
+    def _preadv(self, fd, buffers, offset):
+        self.offsets.append(offset)
+        if offset == self.until:
+            self.reached.set()
+        return os.preadv(fd, buffers, offset)
+
+
+def reader_threads():
+    return [t for t in threading.enumerate() if t.name == "globalstep-read-ahead"]
+
+
+def test_restore_reads_the_file_ahead_in_order(tmp_path, monkeypatch):
+    """A local restore reads its array file ahead in a background thread, in order from
+    the start (each call through one small buffer, over and over), advises sequential
+    reading, and leaves no thread behind."""
+    state = {"w": np.arange(5000.0), "v": np.arange(300, dtype=np.int16)}
     with CheckpointManager(tmp_path) as manager:
-        manager.save(1, {"w": np.arange(5000.0)})
-    advised = []
-    real = os.posix_fadvise
-
-    class AdvisingOs:
-        def __getattr__(self, attribute):
-            if attribute == "posix_fadvise":
-                return lambda fd, o, n, a: advised.append((o, n, a)) or real(fd, o, n, a)
-            return getattr(os, attribute)
-
-    monkeypatch.setattr(fmt, "os", AdvisingOs())
+        manager.save(1, state)
+    spy = SpyingOs()
+    monkeypatch.setattr(fmt, "os", spy)
+    close = fmt.ReadAhead.close
+    # The thread is let read to the end of the file before it is stopped.
+    monkeypatch.setattr(fmt.ReadAhead, "close", lambda self: self._thread.join() or close(self))
+    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(fmt, "_AHEAD_CALL", 4096)
+    monkeypatch.setattr(fmt, "_AHEAD_SCRATCH", 1024)
     monkeypatch.setattr(fmt, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(fmt, "_GATHER_BYTES", 1024)
     with CheckpointManager(tmp_path, read_only=True) as manager:
-        assert manager.restore()["w"].tolist() == np.arange(5000.0).tolist()
-    ahead = [(o, n) for o, n, a in advised if a == os.POSIX_FADV_WILLNEED]
-    assert len(ahead) >= 3
-    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(ahead))
+        for read in (manager.restore, lambda: manager.verify(1)):
+            spy.offsets = []
+            read()
+            size = (tmp_path / STEP1 / fmt.ARRAYS_FILE).stat().st_size
+            assert spy.offsets == [*range(0, size, 4096), size]  # in order, to the end
+            assert not reader_threads()
+        assert_tree_equal(manager.restore(), state)
+    assert {a for _, _, a in spy.advised} == {os.POSIX_FADV_SEQUENTIAL}
+
+
+def test_read_ahead_stays_within_its_window(tmp_path, monkeypatch):
+    """The background reader reads no further than its window past the restore's position,
+    and moves on when told the restore has read further."""
+    path = tmp_path / "data"
+    path.write_bytes(bytes(64 * 1024))
+    spy = SpyingOs(until=3 * 1024)
+    monkeypatch.setattr(fmt, "os", spy)
+    monkeypatch.setattr(fmt, "_AHEAD_CALL", 1024)
+    monkeypatch.setattr(fmt, "_AHEAD_BYTES", 4 * 1024)
+    ahead = fmt.ReadAhead(str(path))
+    assert spy.reached.wait(60)
+    ahead.close()
+    assert spy.offsets == [0, 1024, 2048, 3072]
+    spy.until, spy.offsets = 40 * 1024, []
+    spy.reached.clear()
+    ahead = fmt.ReadAhead(str(path))
+    ahead.advance(37 * 1024)
+    assert spy.reached.wait(60)
+    ahead.close()
+    assert max(spy.offsets) == 40 * 1024
+    assert not reader_threads()
+
+
+def test_read_ahead_of_a_missing_file_ends_quietly(tmp_path):
+    """A background reader whose file is missing ends at once; the restore reports it."""
+    ahead = fmt.ReadAhead(str(tmp_path / "missing"))
+    ahead.close()
+    assert not reader_threads()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_file_read_ahead_is_still_reported(tmp_path, monkeypatch, damage):
+    """With the background reader running, a truncated or flipped array file still fails
+    with the error that names it, and the reader thread is gone."""
+    checkpoint = saved(tmp_path)
+    arrays = checkpoint / fmt.ARRAYS_FILE
+    data = bytearray(arrays.read_bytes())
+    if damage == "truncate":
+        arrays.write_bytes(data[:-100])
+        match = "truncated"
+    else:
+        data[-5] ^= 0x40
+        arrays.write_bytes(data)
+        match = "fails its checksum"
+    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(fmt, "_AHEAD_CALL", 64)
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        with pytest.raises(CorruptCheckpointError, match=match):
+            manager.restore()
+        with pytest.raises(CorruptCheckpointError, match=match):
+            manager.verify(1)
+    assert not reader_threads()
 
 
 def test_state_json_written_indented_by_earlier_versions_still_reads(tmp_path):

@@ -50,6 +50,7 @@ from globalstep.checkpoint.format import (
     STATE_FILE,
     commit,
     load_state,
+    read_ahead,
     read_arrays,
     remove_checkpoint,
 )
@@ -1322,15 +1323,22 @@ class CheckpointManager(Closing):
 
     def _restore_one(self, step: int, template: Any, partial: bool) -> tuple[Any, RestoreReport]:
         name = step_name(step)
-        state = self._load(step)
-        structure = state["tree"]
-        nodes = array_nodes(structure)  # one walk, for the fit check and the read
-        # Check the fit first, so that a misfit touches nothing in the template; the same
-        # walk finds the template's arrays to fill in place.
-        into = (
-            {} if template is None else check_fit(structure, template, partial=partial, nodes=nodes)
-        )
-        arrays: dict[str, Any] = read_arrays(self._storage, name, state, into=into, nodes=nodes)
+        # The disk reads the arrays ahead while state.json is read and checked, the tree
+        # walked and the template checked.
+        with read_ahead(self._storage, name) as ahead:
+            state = self._load(step)
+            structure = state["tree"]
+            nodes = array_nodes(structure)  # one walk, for the fit check and the read
+            # Check the fit first, so that a misfit touches nothing in the template; the
+            # same walk finds the template's arrays to fill in place.
+            into = (
+                {}
+                if template is None
+                else check_fit(structure, template, partial=partial, nodes=nodes)
+            )
+            arrays: dict[str, Any] = read_arrays(
+                self._storage, name, state, into=into, nodes=nodes, ahead=ahead
+            )
         if "sharded" in state:
             from globalstep.checkpoint.distributed import load_sharded
 
