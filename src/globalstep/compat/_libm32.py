@@ -445,7 +445,7 @@ def powf_float64(x: Any, y: Any) -> tuple[Any, Any | None, float]:
         logx, special = log2f_float64(x)
         ylogx = y.astype(np.float64)
         ylogx *= logx
-    zero = one = None
+    zero = None
     if not ylogx.size:
         return ylogx, None, 0.0
     low, high = float(ylogx.min()), float(ylogx.max())
