@@ -1,5 +1,6 @@
 """Tests for globalstep.summary.writer, read back with TensorBoard's own reader."""
 
+import contextlib
 import errno
 import importlib.util
 import json
@@ -987,3 +988,89 @@ def test_scalars_of_an_empty_mapping_writes_nothing(tmp_path):
     writer.scalars({"x": 1.0}, step=2)
     writer.close()
     assert [p.step for p in read_run(tmp_path).scalars["x"]] == [2]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int64", "bool"])
+def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, dtype):
+    """Many 0-d tensors of one dtype are read in one stack, and the files hold what
+    reading each with item() writes, in both formats (refusals included)."""
+    torch = pytest.importorskip("torch")
+    from globalstep.summary import writer as writer_module
+
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(40, generator=generator, dtype=torch.float64) * 1e3
+    tensors = [v.to(getattr(torch, dtype)) for v in values]
+
+    def write(directory):
+        writer = SummaryWriter(directory, flush_seconds=3600)
+        for step, tensor in enumerate(tensors):
+            writer.scalars({"x": tensor, "lr": 0.1}, step=step)
+        writer.scalar("one", tensors[0], step=40)  # a single scalar, read in the same stack
+        with contextlib.suppress(ConfigError):
+            writer.close()
+        return read_run(directory), accumulator(directory)
+
+    stacks = []
+    real_stack = torch.stack
+    monkeypatch.setattr(torch, "stack", lambda ts: stacks.append(len(ts)) or real_stack(ts))
+    together, together_events = write(tmp_path / "together")
+    assert stacks == [41]
+    monkeypatch.setattr(writer_module, "_read_together", lambda items: {})
+    alone, alone_events = write(tmp_path / "alone")
+    assert stacks == [41]
+    for tag in ("x", "one"):
+        got = [(p.step, p.value) for p in together.scalars.get(tag, [])]
+        assert got == [(p.step, p.value) for p in alone.scalars.get(tag, [])]
+        if dtype != "bool":
+            assert len(got) == (40 if tag == "x" else 1)
+            assert [(e.step, e.value) for e in together_events.Scalars(tag)] == [
+                (e.step, e.value) for e in alone_events.Scalars(tag)
+            ]
+
+
+def test_tensors_read_together_keep_the_guards(tmp_path):
+    """A guarded NaN among tensors read together raises at the next call, naming its step;
+    the other points are written."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    for step in range(20):
+        value = float("nan") if step == 13 else step / 4
+        writer.scalars({"loss": torch.tensor(value, requires_grad=True) * 1}, step=step)
+    writer._drain()
+    with pytest.raises(NonFiniteError, match="`loss` is nan at step 13"):
+        writer.scalars({"loss": 1.0}, step=20)
+    writer.close()
+    points = read_run(tmp_path).scalars["loss"]
+    assert [p.step for p in points] == list(range(20))
+    assert [p.value for p in points if p.step != 13] == [s / 4 for s in range(20) if s != 13]
+
+
+def test_tensors_not_read_together_fall_back_to_item(tmp_path):
+    """Fewer tensors than a stack is worth, shapes other than 0-d, and a failed stack are
+    read one by one: the same numbers."""
+    torch = pytest.importorskip("torch")
+    from globalstep.summary import writer as writer_module
+
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    for step in range(3):
+        writer.scalars({"few": torch.tensor(step + 0.5)}, step=step)
+    for step in range(3, 15):
+        writer.scalars({"shaped": torch.full((1,), step + 0.25)}, step=step)
+    writer._drain()
+    for step in range(15, 27):
+        writer.scalars({"failed": torch.tensor(step * 2.0)}, step=step)
+    real_stack = torch.stack
+
+    def failing_stack(*args, **kwargs):
+        raise RuntimeError("no stack here")
+
+    torch.stack = failing_stack
+    try:
+        assert writer_module._read_together(list(writer._queue)) == {}
+        writer.close()
+    finally:
+        torch.stack = real_stack
+    run = read_run(tmp_path)
+    assert [p.value for p in run.scalars["few"]] == [0.5, 1.5, 2.5]
+    assert [p.value for p in run.scalars["shaped"]] == [s + 0.25 for s in range(3, 15)]
+    assert [p.value for p in run.scalars["failed"]] == [s * 2.0 for s in range(15, 27)]

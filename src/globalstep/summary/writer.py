@@ -93,6 +93,50 @@ _wall_time = time.time
 _MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
+_UNREAD = object()  # no number read yet for a payload
+_TOGETHER = 8  # the fewest tensors of one dtype read in one call
+
+
+def _read_together(items: list[Item]) -> dict[int, Any]:
+    """The numbers of the torch tensors queued in ``items``, by ``id`` of the tensor, for
+    each dtype with at least ``_TOGETHER`` of them: read with one ``torch.stack(...)``
+    and ``tolist()``, which gives each element the number its ``item()`` gives.
+
+    ``item()`` per tensor gives the GIL up and takes it back each time; on a background
+    thread each take waits for the training thread to let go, and on a GPU each is a
+    synchronisation. Tensors that do not stack into one element each (shapes or devices
+    that differ, more than one element) are left to ``item()``, as is any other value.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    tensor_type = torch.Tensor
+    groups: dict[Any, list[Any]] = {}
+    for item in items:
+        kind = item[0]
+        if kind == SCALARS:
+            payloads: Iterable[Any] = item[4].values()
+        elif kind == SCALAR:
+            payloads = (item[4],)
+        else:
+            continue
+        for payload in payloads:
+            if type(payload) is tensor_type:
+                groups.setdefault(payload.dtype, []).append(payload)
+    numbers: dict[int, Any] = {}
+    for tensors in groups.values():
+        if len(tensors) < _TOGETHER:
+            continue
+        try:
+            with torch.no_grad():
+                values = torch.stack(tensors).reshape(-1).tolist()
+        except Exception:  # each tensor's item() names what is wrong with it
+            continue
+        if len(values) == len(tensors):  # one element each
+            numbers.update(zip(map(id, tensors), values, strict=True))
+    return numbers
+
+
 _FLOAT32_MAX = 3.4028234663852886e38  # TensorBoard stores a scalar as a float32
 
 
@@ -903,16 +947,19 @@ class SummaryWriter(Closing):
         """
         limit = self._limit
         refused: list[int] = []
+        numbers = _read_together(items)
         for index, item in enumerate(items):
             kind = item[0]
             if kind == SCALARS:
                 group = item[4]
                 for tag, payload in group.items():
                     if type(payload) is not float:
-                        try:
-                            value = payload.item()  # a one-element tensor's number
-                        except Exception:  # _read_group names the rule broken
-                            break
+                        value = numbers.get(id(payload), _UNREAD) if numbers else _UNREAD
+                        if value is _UNREAD:
+                            try:
+                                value = payload.item()  # a one-element tensor's number
+                            except Exception:  # _read_group names the rule broken
+                                break
                         # (a NaN or an infinite value fails the range check too)
                         if type(value) is not float or not -limit <= value <= limit:
                             break
@@ -922,7 +969,7 @@ class SummaryWriter(Closing):
                 items[index] = self._read_group(item)
             elif kind == SCALAR and type(item[4]) is not float:
                 kind, tag, step, wall_time, payload = item
-                value = self._read_value(tag, payload, step)
+                value = self._read_value(tag, payload, step, numbers.get(id(payload), _UNREAD))
                 if value is None:
                     refused.append(index)
                 else:
@@ -946,13 +993,15 @@ class SummaryWriter(Closing):
             return item
         return (kind, "", step, wall_time, {t: v for t, v in group.items() if t not in dropped})
 
-    def _read_value(self, tag: str, payload: Any, step: int) -> float | None:
-        """The number of a tensor, or None where it breaks a rule (recorded for the
-        training thread)."""
-        try:
-            value = payload.item()  # a one-element tensor's number
-        except Exception:  # _as_float below names the rule broken
-            value = None
+    def _read_value(self, tag: str, payload: Any, step: int, read: Any = _UNREAD) -> float | None:
+        """The number of a tensor (``read``, where :func:`_read_together` read it), or
+        None where it breaks a rule (recorded for the training thread)."""
+        value = read
+        if value is _UNREAD:
+            try:
+                value = payload.item()  # a one-element tensor's number
+            except Exception:  # _as_float below names the rule broken
+                value = None
         try:
             if type(value) is not float:  # an int, bool or complex one, or no number
                 value = _as_float(tag, payload)
