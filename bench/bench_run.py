@@ -12,6 +12,11 @@ contenders, run round-robin for ``--rounds`` rounds:
 - ``run+ckpt``: as ``run``, plus an async checkpoint every 100 updates of the model's
   weights (the save's thread fsyncs the logs before it commits).
 - ``run+ckpt1000``: the same with a checkpoint every 1,000 updates.
+- ``hand+files``: the hand loop, and a thread that every 100 updates makes the file
+  system calls of a crash-safe save of this state, with no globalstep code (the log
+  files' fsyncs, three small files fsynced, a directory fsync, the rename, the parent's
+  fsync, the retention's deletion): the floor that such checkpoints put under
+  ``run+ckpt`` on this machine.
 - ``ignite``: ignite's ``Engine`` with a handler every 100 iterations.
 - ``lightning``: Lightning's ``Trainer``, bare (no logger, checkpoint or progress bar).
 - ``lightning+log``: with its TensorBoard logger and ``self.log`` of the loss and the rate.
@@ -237,6 +242,82 @@ def bench_run_ckpt1000(n: int, directory: str) -> Cost:
     return _bench_run(n, directory, save_every=1000)
 
 
+def _fsynced(path: str, data: bytes, flags: int = os.O_WRONLY | os.O_CREAT | os.O_EXCL) -> None:
+    fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _bare_save(directory: str, number: int, lines: bytes) -> None:
+    """What a crash-safe save of this state asks of the file system, with no code of
+    ours: the two log files' new lines fsynced, three small files written and fsynced in
+    a temporary directory, its fsync, the rename, the parent's fsync, and the checkpoint
+    before the previous one deleted (renamed away, the parent fsynced, removed)."""
+    for name in ("events", "metrics.jsonl"):
+        _fsynced(os.path.join(directory, name), lines, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    staging = os.path.join(directory, f".tmp-{number}")
+    os.mkdir(staging)
+    for name, size in (("arrays.bin", 160), ("state.json", 900), ("COMMIT", 120)):
+        _fsynced(os.path.join(staging, name), b"x" * size)
+    _fsync_dir(staging)
+    os.rename(staging, os.path.join(directory, f"step-{number}"))
+    _fsync_dir(directory)
+    old = os.path.join(directory, f"step-{number - 200}")
+    if os.path.isdir(old):
+        trash = os.path.join(directory, f".trash-{number}")
+        os.rename(old, trash)
+        _fsync_dir(directory)
+        for name in os.listdir(trash):
+            os.unlink(os.path.join(trash, name))
+        os.rmdir(trash)
+
+
+def bench_hand_files(n: int, directory: str) -> Cost:
+    """The hand loop, and a thread that makes a bare save's file system calls every 100
+    updates (``_bare_save``): what crash-safe checkpoints cost this machine's loop."""
+    model, optimizer, x, y = _setup()
+    loss_fn = nn.functional.mse_loss
+    group = optimizer.param_groups[0]
+    due = threading.Semaphore(0)
+    lines = b'{"step": 100, "wall_time": 1764590000.123456, "tag": "loss", "value": 0.5}\n' * 200
+
+    def saves() -> None:
+        number = 0
+        while True:
+            due.acquire()
+            number += 100
+            if number > n:
+                return
+            _bare_save(directory, number, lines)
+
+    thread = threading.Thread(target=saves)
+    thread.start()
+    start = _now()
+    for step in range(n):
+        group["lr"] = _cosine(step, n)
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 99:
+            due.release()
+    cost = _per_update(start, _now(), n)
+    due.release()
+    thread.join()
+    return cost
+
+
 def bench_ignite(n: int, directory: str) -> Cost:
     """ignite's Engine, a handler every 100 iterations."""
     from ignite.engine import Engine, Events
@@ -339,6 +420,7 @@ def bench_lightning_full(n: int, directory: str) -> Cost:
 
 CONTENDERS: dict[str, Callable[[int, str], Cost]] = {
     "hand": bench_hand,
+    "hand+files": bench_hand_files,
     "run": bench_run,
     "run+ckpt": bench_run_ckpt,
     "run+ckpt1000": bench_run_ckpt1000,

@@ -62,6 +62,8 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import (
     ConfigError,
@@ -97,34 +99,46 @@ _UNREAD = object()  # no number read yet for a payload
 _TOGETHER = 8  # the fewest tensors of one dtype read in one call
 
 
-def _read_together(items: list[Item]) -> dict[int, Any]:
-    """The numbers of the torch tensors queued in ``items``, by ``id`` of the tensor, for
-    each dtype with at least ``_TOGETHER`` of them: read with one ``torch.stack(...)``
-    and ``tolist()``, which gives each element the number its ``item()`` gives.
+def _read_together(items: list[Item], limit: float) -> dict[int, Any]:
+    """Reads the torch tensors queued in ``items`` with one ``torch.stack(...).tolist()``
+    per dtype that has at least ``_TOGETHER`` of them (``tolist`` gives each element the
+    number its ``item()`` gives).
+
+    Where every number of a dtype is a float in [-limit, limit], each goes into its
+    group in place of its tensor, as :meth:`SummaryWriter._read_tensors` would put it;
+    otherwise (NaN, out of range, not a float) the numbers are returned by ``id`` of
+    their tensor, for the checks there. Tensors that do not stack into one element each
+    (shapes or devices that differ) are left to ``item()``, as is any other value.
 
     ``item()`` per tensor gives the GIL up and takes it back each time; on a background
     thread each take waits for the training thread to let go, and on a GPU each is a
-    synchronisation. Tensors that do not stack into one element each (shapes or devices
-    that differ, more than one element) are left to ``item()``, as is any other value.
+    synchronisation.
     """
     torch = sys.modules.get("torch")
     if torch is None:
         return {}
     tensor_type = torch.Tensor
-    groups: dict[Any, list[Any]] = {}
+    # dtype -> (tensors, where each goes: (group, tag), or None for a single scalar)
+    by_dtype: dict[Any, tuple[list[Any], list[Any]]] = {}
     for item in items:
         kind = item[0]
         if kind == SCALARS:
-            payloads: Iterable[Any] = item[4].values()
-        elif kind == SCALAR:
-            payloads = (item[4],)
-        else:
-            continue
-        for payload in payloads:
-            if type(payload) is tensor_type:
-                groups.setdefault(payload.dtype, []).append(payload)
+            group = item[4]
+            for tag, payload in group.items():
+                if type(payload) is tensor_type:
+                    entry = by_dtype.get(payload.dtype)
+                    if entry is None:
+                        entry = by_dtype[payload.dtype] = ([], [])
+                    entry[0].append(payload)
+                    entry[1].append((group, tag))
+        elif kind == SCALAR and type(item[4]) is tensor_type:
+            entry = by_dtype.get(item[4].dtype)
+            if entry is None:
+                entry = by_dtype[item[4].dtype] = ([], [])
+            entry[0].append(item[4])
+            entry[1].append(None)
     numbers: dict[int, Any] = {}
-    for tensors in groups.values():
+    for tensors, places in by_dtype.values():
         if len(tensors) < _TOGETHER:
             continue
         try:
@@ -132,7 +146,16 @@ def _read_together(items: list[Item]) -> dict[int, Any]:
                 values = torch.stack(tensors).reshape(-1).tolist()
         except Exception:  # each tensor's item() names what is wrong with it
             continue
-        if len(values) == len(tensors):  # one element each
+        if len(values) != len(tensors):  # more than one element each
+            continue
+        # (NaN fails the comparison too)
+        if type(values[0]) is float and np.abs(np.array(values)).max() <= limit:
+            for place, value, tensor in zip(places, values, tensors, strict=True):
+                if place is None:
+                    numbers[id(tensor)] = value
+                else:
+                    place[0][place[1]] = value  # a value, not a key: the dict keeps its order
+        else:
             numbers.update(zip(map(id, tensors), values, strict=True))
     return numbers
 
@@ -947,7 +970,7 @@ class SummaryWriter(Closing):
         """
         limit = self._limit
         refused: list[int] = []
-        numbers = _read_together(items)
+        numbers = _read_together(items, limit)
         for index, item in enumerate(items):
             kind = item[0]
             if kind == SCALARS:
