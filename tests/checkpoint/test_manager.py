@@ -140,6 +140,27 @@ def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir,
     np.testing.assert_array_equal(template["w"], np.arange(4.0))
 
 
+def test_state_json_is_read_before_the_arrays_are_read_ahead(ckpt_dir, monkeypatch):
+    """The background reader starts after state.json is read, so that those small reads do
+    not wait behind its first large one."""
+    from globalstep.checkpoint import manager as manager_module
+
+    events = []
+    load_state = manager_module.load_state
+    read_ahead = manager_module.read_ahead
+    monkeypatch.setattr(
+        manager_module, "load_state", lambda *a: events.append("state") or load_state(*a)
+    )
+    monkeypatch.setattr(
+        manager_module, "read_ahead", lambda *a: events.append("ahead") or read_ahead(*a)
+    )
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": np.arange(4.0)})
+        manager.restore({"w": np.zeros(4)})
+        manager.restore()
+    assert events == ["state", "ahead", "state", "ahead"]
+
+
 def test_read_only_template_arrays_get_new_arrays(ckpt_dir):
     """A read-only template array is not written; a new array is returned."""
     with CheckpointManager(ckpt_dir) as manager:
