@@ -100,6 +100,67 @@ def test_restore_fills_template_arrays_in_place(ckpt_dir):
     np.testing.assert_array_equal(template["w"], np.arange(6.0).reshape(2, 3))
 
 
+def test_template_filled_in_place_is_rebuilt_by_the_fit_check_alone(ckpt_dir, monkeypatch):
+    """Where every array is read into the template's, the tree the fit check built is
+    returned, with no second walk of the tree; values and misfits come out the same."""
+    from globalstep.checkpoint import manager as manager_module
+
+    def no_second_walk(*args, **kwargs):
+        raise AssertionError("unflatten walked the tree again")
+
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": np.arange(3.0), "l": [np.ones(2), (4, "x")], "extra": 1})
+        monkeypatch.setattr(manager_module, "unflatten", no_second_walk)
+        template = {"w": np.zeros(3), "l": [np.zeros(2), (0, "")], "new": np.zeros(1)}
+        tree, report = manager.restore(template, partial=True)
+    assert tree["w"] is template["w"]
+    assert tree["l"][0] is template["l"][0]
+    np.testing.assert_array_equal(template["w"], np.arange(3.0))
+    assert tree["l"][1] == (4, "x")
+    assert tree["new"] is template["new"]
+    assert (report.missing, report.unexpected) == (["new"], ["extra"])
+
+
+def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir, monkeypatch):
+    """A template that the restore cannot fill wholly in place gets its tree from unflatten
+    after the read, as before."""
+    from globalstep.checkpoint import manager as manager_module
+
+    calls = []
+    unflatten = manager_module.unflatten
+    monkeypatch.setattr(
+        manager_module, "unflatten", lambda *a, **k: calls.append(1) or unflatten(*a, **k)
+    )
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": np.arange(4.0)})
+        template = {"w": np.zeros(8)[::2]}
+        tree = manager.restore(template)
+    assert calls == [1]
+    assert tree["w"] is template["w"]
+    np.testing.assert_array_equal(template["w"], np.arange(4.0))
+
+
+def test_state_json_is_read_before_the_arrays_are_read_ahead(ckpt_dir, monkeypatch):
+    """The background reader starts after state.json is read, so that those small reads do
+    not wait behind its first large one."""
+    from globalstep.checkpoint import manager as manager_module
+
+    events = []
+    load_state = manager_module.load_state
+    read_ahead = manager_module.read_ahead
+    monkeypatch.setattr(
+        manager_module, "load_state", lambda *a: events.append("state") or load_state(*a)
+    )
+    monkeypatch.setattr(
+        manager_module, "read_ahead", lambda *a: events.append("ahead") or read_ahead(*a)
+    )
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": np.arange(4.0)})
+        manager.restore({"w": np.zeros(4)})
+        manager.restore()
+    assert events == ["state", "ahead", "state", "ahead"]
+
+
 def test_read_only_template_arrays_get_new_arrays(ckpt_dir):
     """A read-only template array is not written; a new array is returned."""
     with CheckpointManager(ckpt_dir) as manager:

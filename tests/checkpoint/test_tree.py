@@ -386,3 +386,92 @@ def test_check_fit_refuses_a_read_only_view_of_a_foreign_buffer():
     foreign = np.frombuffer(memoryview(bytes(4)), np.uint8)
     with pytest.raises(RestoreMismatchError, match="read-only view"):
         check_fit(flat.structure, {"w": foreign})
+
+
+def _same_tree(a, b):
+    """True when two trees have the same types and values, and the very same arrays."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return a is b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_tree(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(map(_same_tree, a, b))
+    return bool(a == b)
+
+
+def test_fit_builds_the_restored_tree_when_every_array_fills_in_place():
+    """Where every template array is read into in place, the fit check's own tree is the
+    one unflatten builds (dicts, lists, tuples, namedtuples, values; the same arrays)."""
+    from globalstep.checkpoint.tree import fit_template
+
+    saved = {
+        "a": np.ones(2),
+        "l": [np.arange(3.0), (np.ones(1, np.int32), 5)],
+        "p": Pair(np.ones(2), 3),
+    }
+    flat = flatten(saved)
+    template = {
+        "a": np.zeros(2),
+        "l": [np.zeros(3), (np.zeros(1, np.int32), 0)],
+        "p": Pair(np.zeros(2), 0),
+    }
+    fit = fit_template(flat.structure, template)
+    assert fit.final
+    tree, report = fit.restored(dict(fit.targets))
+    expected, _ = unflatten(flat.structure, fit.targets, template)
+    assert report.ok
+    assert _same_tree(tree, expected)
+    assert tree["a"] is template["a"]
+    assert type(tree["p"]) is Pair
+    assert (tree["l"][1][1], tree["p"].count) == (5, 3)
+
+
+def test_fit_tree_is_declined_where_the_arrays_read_are_not_the_targets():
+    """Fit.restored returns None where an array was read into a new buffer, or one is
+    missing or extra."""
+    from globalstep.checkpoint.tree import fit_template
+
+    flat = flatten({"a": np.ones(2), "b": np.ones(2)})
+    fit = fit_template(flat.structure, {"a": np.zeros(2), "b": np.zeros(2)})
+    assert fit.restored({"a": fit.targets["a"], "b": np.ones(2)}) is None
+    assert fit.restored({"a": fit.targets["a"]}) is None
+    assert fit.restored({**fit.targets, "c": np.ones(1)}) is None
+    assert fit.restored(dict(fit.targets)) is not None
+
+
+def test_fit_tree_with_an_unexpected_array_is_declined():
+    """Under partial, an array the template lacks is still read: the restore rebuilds."""
+    from globalstep.checkpoint.tree import fit_template
+
+    flat = flatten({"w": np.ones(2), "x": np.ones(1)})
+    fit = fit_template(flat.structure, {"w": np.zeros(2)}, partial=True)
+    arrays = {"w": fit.targets["w"], "x": np.ones(1)}
+    assert fit.restored(arrays) is None
+
+
+def _read_only(array):
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize(
+    ("saved", "template"),
+    [
+        (np.ones(4), np.zeros(8)[::2]),  # not C-contiguous: read elsewhere, copied over
+        (np.ones(4), np.zeros(4, ">f8")),  # the other byte order: converted, copied over
+        (np.ones(4), _read_only(np.zeros(4))),  # read-only: a new array is returned
+        (np.float32(1), np.zeros((), np.float32)),  # a NumPy scalar is returned
+        (np.float32(1), np.float32(0)),
+        (Moments(np.ones(3), 1), Moments(np.zeros(3), 0)),  # a dataclass: __init__ again
+        (Clock(), Clock()),  # a stateful object: load_state_dict after the read
+    ],
+)
+def test_fit_tree_is_not_final_where_the_restore_must_rebuild(saved, template):
+    """Copies, new arrays, NumPy scalars, dataclasses and stateful objects are left to
+    unflatten after the read."""
+    from globalstep.checkpoint.tree import fit_template
+
+    flat = flatten({"x": saved})
+    assert not fit_template(flat.structure, {"x": template}).final

@@ -71,7 +71,7 @@ from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage, 
 from globalstep.checkpoint.tree import (
     RestoreReport,
     array_nodes,
-    check_fit,
+    fit_template,
     flatten,
     template_sharded,
     unflatten,
@@ -1323,21 +1323,26 @@ class CheckpointManager(Closing):
 
     def _restore_one(self, step: int, template: Any, partial: bool) -> tuple[Any, RestoreReport]:
         name = step_name(step)
-        # The disk reads the arrays ahead while state.json is read and checked, the tree
-        # walked and the template checked.
+        state = self._load(step)
+        # The disk reads the arrays ahead while the tree is walked and the template checked
+        # (not while state.json is read: that read would wait behind the first 64 MiB).
         with read_ahead(self._storage, name) as ahead:
-            state = self._load(step)
             structure = state["tree"]
             nodes = array_nodes(structure)  # one walk, for the fit check and the read
             # Check the fit first, so that a misfit touches nothing in the template; the
-            # same walk finds the template's arrays to fill in place.
-            into = (
-                {}
+            # same walk finds the template's arrays to fill in place and builds the tree.
+            fit = (
+                None
                 if template is None
-                else check_fit(structure, template, partial=partial, nodes=nodes)
+                else fit_template(structure, template, partial=partial, nodes=nodes)
             )
             arrays: dict[str, Any] = read_arrays(
-                self._storage, name, state, into=into, nodes=nodes, ahead=ahead
+                self._storage,
+                name,
+                state,
+                into=None if fit is None else fit.targets,
+                nodes=nodes,
+                ahead=ahead,
             )
         if "sharded" in state:
             from globalstep.checkpoint.distributed import load_sharded
@@ -1348,6 +1353,9 @@ class CheckpointManager(Closing):
                     self._storage, name, state, targets, rebuild=self._coordinator is not None
                 )
             )
+        restored = None if fit is None else fit.restored(arrays)
+        if restored is not None:
+            return restored  # every array read into the template's: the tree is built
         return unflatten(structure, arrays, template, partial=partial)
 
     # ----------------------------------------------------------------- lifetime

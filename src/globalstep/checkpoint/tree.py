@@ -42,6 +42,7 @@ from globalstep.errors import (
 
 __all__ = [
     "SAFETENSORS_CODES",
+    "Fit",
     "Flattened",
     "RestoreReport",
     "Sharded",
@@ -50,6 +51,7 @@ __all__ = [
     "check_key",
     "decode_dtype",
     "encode_dtype",
+    "fit_template",
     "flatten",
     "float_from_json",
     "float_to_json",
@@ -565,6 +567,10 @@ class _Builder:
         self.copies: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         self.targets: dict[str, np.ndarray[Any, Any]] = {}
         """The template's arrays met where the structure has an array (see check_fit)."""
+        self.final = True
+        """While checking the fit: every node built so far is what the restore returns,
+        once each target is filled in place (no array to copy or convert, no dataclass to
+        rebuild, no object to load), so the tree built is the restored tree (see Fit)."""
 
     def build(self, node: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
         kind = _kind(node, path or "<root>")
@@ -582,6 +588,7 @@ class _Builder:
         if kind == "adapted":
             return self._adapted(node, tmpl, path, has_tmpl)
         if kind == "stateful":
+            self.final = False
             state = self.build(node["stateful"], None, path, False)
             if not has_tmpl:
                 return state
@@ -600,6 +607,7 @@ class _Builder:
         return self._sequence(kind, children, tmpl, path, has_tmpl)
 
     def _adapted(self, node: dict[str, Any], tmpl: Any, path: str, has_tmpl: bool) -> Any:
+        self.final = False
         if has_tmpl:
             adapter = adapters.named(node["adapted"])
             if not adapter.matches(tmpl):
@@ -634,13 +642,19 @@ class _Builder:
             return array[()] if node.get("numpy_scalar") else array
         if has_tmpl and isinstance(tmpl, np.ndarray):
             self.targets[node["array"]] = tmpl
-            if (
-                not self.apply
-                and tmpl.shape == array.shape
-                and _same_dtype(tmpl.dtype, array.dtype)
-                and not _foreign_read_only(tmpl)
-            ):
-                return tmpl  # checking the fit only: it fits (what is returned is unused)
+            if not self.apply and tmpl.shape == array.shape:  # checking the fit only
+                flags = tmpl.flags
+                if (
+                    flags.writeable
+                    and flags.c_contiguous
+                    and tmpl.dtype == array.dtype
+                    and not node.get("numpy_scalar")
+                ):
+                    return tmpl  # it fits, and the restore reads into it and returns it
+                if _same_dtype(tmpl.dtype, array.dtype) and not _foreign_read_only(tmpl):
+                    self.final = False
+                    return tmpl  # it fits (what is returned is unused: unflatten rebuilds)
+        self.final = False
         if has_tmpl:
             if not isinstance(tmpl, np.ndarray | np.generic):
                 self.report.mismatched.append(
@@ -680,6 +694,7 @@ class _Builder:
     def _sharded(self, node: dict[str, Any], tmpl: Any, path: str, has_tmpl: bool) -> Any:
         """A sharded leaf: its loaded value (the template's own, filled in place, or the
         whole tensor) is in ``arrays``; the fit is checked from the node alone."""
+        self.final = False
         if has_tmpl:
             if isinstance(tmpl, Sharded):
                 dtype, shape = tmpl.dtype, list(tmpl.shape)
@@ -703,6 +718,7 @@ class _Builder:
     def _dict(self, children: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
         fields = _dataclass_fields(tmpl) if has_tmpl else None
         if fields is not None:
+            self.final = False  # its __init__ runs again with the arrays read
             values = self._dict(children, fields, path, True)
             return _rebuilt_dataclass(tmpl, values)
         if has_tmpl and not isinstance(tmpl, Mapping):
@@ -817,6 +833,41 @@ def _build(
     return builder, tree
 
 
+@dataclass(frozen=True)
+class Fit:
+    """How a saved structure fits a template, found before anything is read (see
+    :func:`fit_template`)."""
+
+    targets: dict[str, np.ndarray[Any, Any]]
+    """The template's arrays that sit where the structure has an array (to fill in place)."""
+    tree: Any
+    """The tree the fit check built: the restored tree where :meth:`restored` says so."""
+    report: RestoreReport
+    final: bool
+    """True when ``tree`` is the restored tree once every target is filled in place."""
+
+    def restored(self, arrays: Mapping[str, Any]) -> tuple[Any, RestoreReport] | None:
+        """Returns the restored tree and its report without a second walk, where the
+        restore's ``arrays`` are exactly the targets, each filled in place; None otherwise
+        (then :func:`unflatten` builds the tree).
+
+        Example:
+            >>> flat = flatten({"w": np.zeros(2)})
+            >>> fit = fit_template(flat.structure, {"w": np.ones(2)})
+            >>> fit.restored(fit.targets)[0]["w"] is fit.targets["w"]
+            True
+            >>> fit.restored({"w": np.ones(2)}) is None
+            True
+        """
+        if not self.final or len(arrays) != len(self.targets):
+            return None
+        targets = self.targets
+        for key, array in arrays.items():
+            if targets.get(key) is not array:
+                return None
+        return self.tree, self.report
+
+
 def check_fit(
     structure: Any,
     template: Any,
@@ -825,10 +876,31 @@ def check_fit(
     nodes: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Checks that a saved structure fits ``template`` before anything is read, and returns
-    the template's arrays that sit where the structure has an array (to fill in place).
+    the template's arrays that sit where the structure has an array (to fill in place):
+    ``fit_template(...).targets``.
 
-    One walk does both: :func:`unflatten` with ``apply=False`` against
-    :func:`placeholders`, collecting what :func:`template_arrays` would find.
+    Example:
+        >>> flat = flatten({"w": np.zeros(2)})
+        >>> template = {"w": np.ones(2)}
+        >>> check_fit(flat.structure, template)["w"] is template["w"]
+        True
+    """
+    return fit_template(structure, template, partial=partial, nodes=nodes).targets
+
+
+def fit_template(
+    structure: Any,
+    template: Any,
+    *,
+    partial: bool = False,
+    nodes: Mapping[str, dict[str, Any]] | None = None,
+) -> Fit:
+    """Checks that a saved structure fits ``template`` before anything is read: returns
+    the template's arrays to fill in place and, from the same walk, the tree a restore
+    returns where every array is read into its template's (see :class:`Fit`).
+
+    One walk does it all: :func:`unflatten` with ``apply=False`` against stand-ins of the
+    saved arrays, collecting what :func:`template_arrays` would find.
 
     Args:
         structure: the saved JSON structure.
@@ -843,12 +915,12 @@ def check_fit(
     Example:
         >>> flat = flatten({"w": np.zeros(2)})
         >>> template = {"w": np.ones(2)}
-        >>> check_fit(flat.structure, template)["w"] is template["w"]
+        >>> fit_template(flat.structure, template).targets["w"] is template["w"]
         True
     """
     saved = {key: _Saved(shape, dtype) for key, shape, dtype in _saved_arrays(structure, nodes)}
-    builder, _ = _build(structure, saved, template, partial, False)
-    return builder.targets
+    builder, tree = _build(structure, saved, template, partial, False)
+    return Fit(builder.targets, tree, builder.report, builder.final)
 
 
 class _Saved:
