@@ -1015,7 +1015,7 @@ def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, dtype
     monkeypatch.setattr(torch, "stack", lambda ts: stacks.append(len(ts)) or real_stack(ts))
     together, together_events = write(tmp_path / "together")
     assert stacks == [41]
-    monkeypatch.setattr(writer_module, "_read_together", lambda items, limit: {})
+    monkeypatch.setattr(writer_module, "_read_together", lambda items, limit: ({}, False))
     alone, alone_events = write(tmp_path / "alone")
     assert stacks == [41]
     for tag in ("x", "one"):
@@ -1066,7 +1066,7 @@ def test_tensors_not_read_together_fall_back_to_item(tmp_path):
 
     torch.stack = failing_stack
     try:
-        assert writer_module._read_together(list(writer._queue), math.inf) == {}
+        assert writer_module._read_together(list(writer._queue), math.inf) == ({}, False)
         writer.close()
     finally:
         torch.stack = real_stack

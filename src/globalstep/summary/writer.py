@@ -99,7 +99,7 @@ _UNREAD = object()  # no number read yet for a payload
 _TOGETHER = 8  # the fewest tensors of one dtype read in one call
 
 
-def _read_together(items: list[Item], limit: float) -> dict[int, Any]:
+def _read_together(items: list[Item], limit: float) -> tuple[dict[int, Any], bool]:
     """Reads the torch tensors queued in ``items`` with one ``torch.stack(...).tolist()``
     per dtype that has at least ``_TOGETHER`` of them (``tolist`` gives each element the
     number its ``item()`` gives).
@@ -108,7 +108,9 @@ def _read_together(items: list[Item], limit: float) -> dict[int, Any]:
     group in place of its tensor, as :meth:`SummaryWriter._read_tensors` would put it;
     otherwise (NaN, out of range, not a float) the numbers are returned by ``id`` of
     their tensor, for the checks there. Tensors that do not stack into one element each
-    (shapes or devices that differ) are left to ``item()``, as is any other value.
+    (shapes or devices that differ) are left to ``item()``, as is any other value. The
+    second result tells whether every value of ``items`` is now a float in its place
+    (nothing left to read or check).
 
     ``item()`` per tensor gives the GIL up and takes it back each time; on a background
     thread each take waits for the training thread to let go, and on a GPU each is a
@@ -116,8 +118,9 @@ def _read_together(items: list[Item], limit: float) -> dict[int, Any]:
     """
     torch = sys.modules.get("torch")
     if torch is None:
-        return {}
+        return {}, False
     tensor_type = torch.Tensor
+    unread = 0  # values that are not floats, not yet read in place
     # dtype -> (tensors, where each goes: (group, tag), or None for a single scalar)
     by_dtype: dict[Any, tuple[list[Any], list[Any]]] = {}
     for item in items:
@@ -131,12 +134,17 @@ def _read_together(items: list[Item], limit: float) -> dict[int, Any]:
                         entry = by_dtype[payload.dtype] = ([], [])
                     entry[0].append(payload)
                     entry[1].append((group, tag))
-        elif kind == SCALAR and type(item[4]) is tensor_type:
-            entry = by_dtype.get(item[4].dtype)
-            if entry is None:
-                entry = by_dtype[item[4].dtype] = ([], [])
-            entry[0].append(item[4])
-            entry[1].append(None)
+                    unread += 1
+                elif type(payload) is not float:
+                    unread += 1
+        elif kind == SCALAR and type(item[4]) is not float:
+            unread += 1
+            if type(item[4]) is tensor_type:
+                entry = by_dtype.get(item[4].dtype)
+                if entry is None:
+                    entry = by_dtype[item[4].dtype] = ([], [])
+                entry[0].append(item[4])
+                entry[1].append(None)
     numbers: dict[int, Any] = {}
     for tensors, places in by_dtype.values():
         if len(tensors) < _TOGETHER:
@@ -155,9 +163,10 @@ def _read_together(items: list[Item], limit: float) -> dict[int, Any]:
                     numbers[id(tensor)] = value
                 else:
                     place[0][place[1]] = value  # a value, not a key: the dict keeps its order
+                    unread -= 1
         else:
             numbers.update(zip(map(id, tensors), values, strict=True))
-    return numbers
+    return numbers, unread == 0
 
 
 _FLOAT32_MAX = 3.4028234663852886e38  # TensorBoard stores a scalar as a float32
@@ -970,7 +979,9 @@ class SummaryWriter(Closing):
         """
         limit = self._limit
         refused: list[int] = []
-        numbers = _read_together(items, limit)
+        numbers, done = _read_together(items, limit)
+        if done:
+            return
         for index, item in enumerate(items):
             kind = item[0]
             if kind == SCALARS:
