@@ -990,8 +990,48 @@ def test_scalars_of_an_empty_mapping_writes_nothing(tmp_path):
     assert [p.step for p in read_run(tmp_path).scalars["x"]] == [2]
 
 
+@pytest.fixture
+def together_on_cpu(monkeypatch):
+    """Reads CPU tensors together too, as tensors on an accelerator are (no GPU here)."""
+    from globalstep.summary import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_TOGETHER_ON_CPU", True)
+
+
+def test_cpu_tensors_are_read_one_by_one(tmp_path, monkeypatch):
+    """Tensors on the CPU are read with item() (a plain read there; a stack costs more),
+    and the writer does not look for tensors to read together."""
+    torch = pytest.importorskip("torch")
+    from globalstep.summary import writer as writer_module
+
+    looked = []
+    monkeypatch.setattr(
+        writer_module, "_read_together", lambda items, limit: looked.append(1) or ({}, False)
+    )
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    for step in range(20):
+        writer.scalars({"loss": torch.tensor(step / 8)}, step=step)
+    writer.close()
+    assert not writer._on_device
+    assert looked == []
+    assert [p.value for p in read_run(tmp_path).scalars["loss"]] == [s / 8 for s in range(20)]
+
+
+def test_a_tensor_on_a_device_turns_reading_together_on(tmp_path):
+    """The first tensor of a tag that is not on the CPU (here on the meta device) makes
+    the writer read its batches' device tensors together."""
+    torch = pytest.importorskip("torch")
+    writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
+    writer.scalars({"cpu": torch.tensor(0.5)}, step=0)
+    assert not writer._on_device
+    writer.scalars({"meta": torch.tensor(0.5, device="meta")}, step=1)
+    assert writer._on_device
+    writer._queue.clear()  # a meta tensor has no value to write
+    writer.close()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int64", "bool"])
-def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, dtype):
+def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, together_on_cpu, dtype):
     """Many 0-d tensors of one dtype are read in one stack, and the files hold what
     reading each with item() writes, in both formats (refusals included)."""
     torch = pytest.importorskip("torch")
@@ -1028,7 +1068,7 @@ def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, dtype
             ]
 
 
-def test_tensors_read_together_keep_the_guards(tmp_path):
+def test_tensors_read_together_keep_the_guards(tmp_path, together_on_cpu):
     """A guarded NaN among tensors read together raises at the next call, naming its step;
     the other points are written."""
     torch = pytest.importorskip("torch")
@@ -1045,7 +1085,7 @@ def test_tensors_read_together_keep_the_guards(tmp_path):
     assert [p.value for p in points if p.step != 13] == [s / 4 for s in range(20) if s != 13]
 
 
-def test_tensors_not_read_together_fall_back_to_item(tmp_path):
+def test_tensors_not_read_together_fall_back_to_item(tmp_path, together_on_cpu):
     """Fewer tensors than a stack is worth, shapes other than 0-d, and a failed stack are
     read one by one: the same numbers."""
     torch = pytest.importorskip("torch")
