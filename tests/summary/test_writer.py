@@ -1006,7 +1006,7 @@ def test_cpu_tensors_are_read_one_by_one(tmp_path, monkeypatch):
 
     looked = []
     monkeypatch.setattr(
-        writer_module, "_read_together", lambda items, limit: looked.append(1) or ({}, False)
+        writer_module, "_read_together", lambda items, limit: looked.append(1) or False
     )
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
     for step in range(20):
@@ -1055,7 +1055,7 @@ def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, toget
     monkeypatch.setattr(torch, "stack", lambda ts: stacks.append(len(ts)) or real_stack(ts))
     together, together_events = write(tmp_path / "together")
     assert stacks == [41]
-    monkeypatch.setattr(writer_module, "_read_together", lambda items, limit: ({}, False))
+    monkeypatch.setattr(writer_module, "_read_together", lambda items, limit: False)
     alone, alone_events = write(tmp_path / "alone")
     assert stacks == [41]
     for tag in ("x", "one"):
@@ -1106,7 +1106,7 @@ def test_tensors_not_read_together_fall_back_to_item(tmp_path, together_on_cpu):
 
     torch.stack = failing_stack
     try:
-        assert writer_module._read_together(list(writer._queue), math.inf) == ({}, False)
+        assert writer_module._read_together(list(writer._queue), math.inf) is False
         writer.close()
     finally:
         torch.stack = real_stack

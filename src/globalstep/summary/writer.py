@@ -95,23 +95,19 @@ _wall_time = time.time
 _MAX_QUEUED = 50 * _BATCH_ITEMS
 _OPEN_WRITERS: dict[SummaryWriter, None] = {}  # in opening order, closed in that order
 _COUNTER = iter(range(2**62))
-_UNREAD = object()  # no number read yet for a payload
 _TOGETHER = 8  # the fewest tensors of one dtype read in one call
 _TOGETHER_ON_CPU = False  # CPU tensors too (the tests set it, to run the path on CPU)
 
 
-def _read_together(items: list[Item], limit: float) -> tuple[dict[int, Any], bool]:
-    """Reads the torch tensors queued in ``items`` with one ``torch.stack(...).tolist()``
-    per dtype that has at least ``_TOGETHER`` of them (``tolist`` gives each element the
-    number its ``item()`` gives).
-
-    Where every number of a dtype is a float in [-limit, limit], each goes into its
-    group in place of its tensor, as :meth:`SummaryWriter._read_tensors` would put it;
-    otherwise (NaN, out of range, not a float) the numbers are returned by ``id`` of
-    their tensor, for the checks there. Tensors that do not stack into one element each
-    (shapes or devices that differ) are left to ``item()``, as is any other value. The
-    second result tells whether every value of ``items`` is now a float in its place
-    (nothing left to read or check).
+def _read_together(items: list[Item], limit: float) -> bool:
+    """Reads the accelerator tensors queued in ``items`` with one ``torch.stack(...)`` and
+    one ``tolist()`` per dtype that has at least ``_TOGETHER`` of them (``tolist`` gives
+    each element the number its ``item()`` gives), and puts each number in its item in
+    place of its tensor, as :meth:`SummaryWriter._read_tensors` would, where every number
+    of the dtype is a float in [-limit, limit]. Anything else (a NaN, a number out of
+    range or not a float, tensors that do not stack into one element each) is left as it
+    is, for ``item()`` and the checks there. Returns whether every value of ``items`` is
+    now a float (nothing left to read or check).
 
     Only tensors on an accelerator are read together: there each ``item()`` is a
     synchronisation and a copy to the host, where one ``stack`` and one ``tolist`` are
@@ -122,35 +118,34 @@ def _read_together(items: list[Item], limit: float) -> tuple[dict[int, Any], boo
     """
     torch = sys.modules.get("torch")
     if torch is None:
-        return {}, False
+        return False
     tensor_type = torch.Tensor
     on_cpu = _TOGETHER_ON_CPU
     unread = 0  # values that are not floats, not yet read in place
-    # dtype -> (tensors, where each goes: (group, tag), or None for a single scalar)
-    by_dtype: dict[Any, tuple[list[Any], list[Any]]] = {}
-    for item in items:
+    # dtype -> (tensors, where each goes: (a group and its tag, or items and an index))
+    by_dtype: dict[Any, tuple[list[Any], list[tuple[Any, Any]]]] = {}
+    for index, item in enumerate(items):
         kind = item[0]
         if kind == SCALARS:
             group = item[4]
             for tag, payload in group.items():
-                if type(payload) is tensor_type and (on_cpu or not payload.is_cpu):
-                    entry = by_dtype.get(payload.dtype)
-                    if entry is None:
-                        entry = by_dtype[payload.dtype] = ([], [])
-                    entry[0].append(payload)
-                    entry[1].append((group, tag))
+                if type(payload) is not float:
                     unread += 1
-                elif type(payload) is not float:
-                    unread += 1
+                    if type(payload) is tensor_type and (on_cpu or not payload.is_cpu):
+                        entry = by_dtype.get(payload.dtype)
+                        if entry is None:
+                            entry = by_dtype[payload.dtype] = ([], [])
+                        entry[0].append(payload)
+                        entry[1].append((group, tag))
         elif kind == SCALAR and type(item[4]) is not float:
             unread += 1
-            if type(item[4]) is tensor_type and (on_cpu or not item[4].is_cpu):
-                entry = by_dtype.get(item[4].dtype)
+            payload = item[4]
+            if type(payload) is tensor_type and (on_cpu or not payload.is_cpu):
+                entry = by_dtype.get(payload.dtype)
                 if entry is None:
-                    entry = by_dtype[item[4].dtype] = ([], [])
-                entry[0].append(item[4])
-                entry[1].append(None)
-    numbers: dict[int, Any] = {}
+                    entry = by_dtype[payload.dtype] = ([], [])
+                entry[0].append(payload)
+                entry[1].append((items, index))
     for tensors, places in by_dtype.values():
         if len(tensors) < _TOGETHER:
             continue
@@ -159,19 +154,21 @@ def _read_together(items: list[Item], limit: float) -> tuple[dict[int, Any], boo
                 values = torch.stack(tensors).reshape(-1).tolist()
         except Exception:  # each tensor's item() names what is wrong with it
             continue
-        if len(values) != len(tensors):  # more than one element each
+        # One element each, every one a float in range (NaN fails the comparison too).
+        if not (
+            len(values) == len(tensors)
+            and type(values[0]) is float
+            and np.abs(np.array(values)).max() <= limit
+        ):
             continue
-        # (NaN fails the comparison too)
-        if type(values[0]) is float and np.abs(np.array(values)).max() <= limit:
-            for place, value, tensor in zip(places, values, tensors, strict=True):
-                if place is None:
-                    numbers[id(tensor)] = value
-                else:
-                    place[0][place[1]] = value  # a value, not a key: the dict keeps its order
-                    unread -= 1
-        else:
-            numbers.update(zip(map(id, tensors), values, strict=True))
-    return numbers, unread == 0
+        for (holder, key), value in zip(places, values, strict=True):
+            if holder is items:  # a single scalar: its item, with the number
+                kind, tag, step, wall_time, _ = items[key]
+                items[key] = (kind, tag, step, wall_time, value)
+            else:
+                holder[key] = value  # a value, not a key: the group's dict keeps its order
+        unread -= len(values)
+    return unread == 0
 
 
 _FLOAT32_MAX = 3.4028234663852886e38  # TensorBoard stores a scalar as a float32
@@ -988,23 +985,18 @@ class SummaryWriter(Closing):
         """
         limit = self._limit
         refused: list[int] = []
-        numbers: dict[int, Any] = {}
-        if self._on_device or _TOGETHER_ON_CPU:
-            numbers, done = _read_together(items, limit)
-            if done:
-                return
+        if (self._on_device or _TOGETHER_ON_CPU) and _read_together(items, limit):
+            return
         for index, item in enumerate(items):
             kind = item[0]
             if kind == SCALARS:
                 group = item[4]
                 for tag, payload in group.items():
                     if type(payload) is not float:
-                        value = numbers.get(id(payload), _UNREAD) if numbers else _UNREAD
-                        if value is _UNREAD:
-                            try:
-                                value = payload.item()  # a one-element tensor's number
-                            except Exception:  # _read_group names the rule broken
-                                break
+                        try:
+                            value = payload.item()  # a one-element tensor's number
+                        except Exception:  # _read_group names the rule broken
+                            break
                         # (a NaN or an infinite value fails the range check too)
                         if type(value) is not float or not -limit <= value <= limit:
                             break
@@ -1014,7 +1006,7 @@ class SummaryWriter(Closing):
                 items[index] = self._read_group(item)
             elif kind == SCALAR and type(item[4]) is not float:
                 kind, tag, step, wall_time, payload = item
-                value = self._read_value(tag, payload, step, numbers.get(id(payload), _UNREAD))
+                value = self._read_value(tag, payload, step)
                 if value is None:
                     refused.append(index)
                 else:
@@ -1038,15 +1030,13 @@ class SummaryWriter(Closing):
             return item
         return (kind, "", step, wall_time, {t: v for t, v in group.items() if t not in dropped})
 
-    def _read_value(self, tag: str, payload: Any, step: int, read: Any = _UNREAD) -> float | None:
-        """The number of a tensor (``read``, where :func:`_read_together` read it), or
-        None where it breaks a rule (recorded for the training thread)."""
-        value = read
-        if value is _UNREAD:
-            try:
-                value = payload.item()  # a one-element tensor's number
-            except Exception:  # _as_float below names the rule broken
-                value = None
+    def _read_value(self, tag: str, payload: Any, step: int) -> float | None:
+        """The number of a tensor, or None where it breaks a rule (recorded for the
+        training thread)."""
+        try:
+            value = payload.item()  # a one-element tensor's number
+        except Exception:  # _as_float below names the rule broken
+            value = None
         try:
             if type(value) is not float:  # an int, bool or complex one, or no number
                 value = _as_float(tag, payload)
