@@ -121,54 +121,45 @@ def _read_together(items: list[Item], limit: float) -> bool:
         return False
     tensor_type = torch.Tensor
     on_cpu = _TOGETHER_ON_CPU
-    unread = 0  # values that are not floats, not yet read in place
-    # dtype -> (tensors, where each goes: (a group and its tag, or items and an index))
-    by_dtype: dict[Any, tuple[list[Any], list[tuple[Any, Any]]]] = {}
+    # (value, where it goes: a group and its tag, or the items and an index) of every value
+    # that is not a float yet
+    pending: list[tuple[Any, Any, Any]] = []
     for index, item in enumerate(items):
         kind = item[0]
         if kind == SCALARS:
             group = item[4]
-            for tag, payload in group.items():
-                if type(payload) is not float:
-                    unread += 1
-                    if type(payload) is tensor_type and (on_cpu or not payload.is_cpu):
-                        entry = by_dtype.get(payload.dtype)
-                        if entry is None:
-                            entry = by_dtype[payload.dtype] = ([], [])
-                        entry[0].append(payload)
-                        entry[1].append((group, tag))
+            pending += [(v, group, tag) for tag, v in group.items() if type(v) is not float]
         elif kind == SCALAR and type(item[4]) is not float:
-            unread += 1
-            payload = item[4]
-            if type(payload) is tensor_type and (on_cpu or not payload.is_cpu):
-                entry = by_dtype.get(payload.dtype)
-                if entry is None:
-                    entry = by_dtype[payload.dtype] = ([], [])
-                entry[0].append(payload)
-                entry[1].append((items, index))
-    for tensors, places in by_dtype.values():
-        if len(tensors) < _TOGETHER:
+            pending.append((item[4], items, index))
+    by_dtype: dict[Any, list[tuple[Any, Any, Any]]] = {}
+    for entry in pending:
+        value = entry[0]
+        if type(value) is tensor_type and (on_cpu or not value.is_cpu):
+            by_dtype.setdefault(value.dtype, []).append(entry)
+    placed = 0
+    for entries in by_dtype.values():
+        if len(entries) < _TOGETHER:
             continue
         try:
             with torch.no_grad():
-                values = torch.stack(tensors).reshape(-1).tolist()
+                values = torch.stack([e[0] for e in entries]).reshape(-1).tolist()
         except Exception:  # each tensor's item() names what is wrong with it
             continue
         # One element each, every one a float in range (NaN fails the comparison too).
         if not (
-            len(values) == len(tensors)
+            len(values) == len(entries)
             and type(values[0]) is float
             and np.abs(np.array(values)).max() <= limit
         ):
             continue
-        for (holder, key), value in zip(places, values, strict=True):
+        for (_, holder, key), number in zip(entries, values, strict=True):
             if holder is items:  # a single scalar: its item, with the number
                 kind, tag, step, wall_time, _ = items[key]
-                items[key] = (kind, tag, step, wall_time, value)
+                items[key] = (kind, tag, step, wall_time, number)
             else:
-                holder[key] = value  # a value, not a key: the group's dict keeps its order
-        unread -= len(values)
-    return unread == 0
+                holder[key] = number  # a value, not a key: the group's dict keeps its order
+        placed += len(entries)
+    return placed == len(pending)
 
 
 _FLOAT32_MAX = 3.4028234663852886e38  # TensorBoard stores a scalar as a float32
