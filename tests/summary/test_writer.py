@@ -1026,6 +1026,11 @@ def test_a_tensor_on_a_device_turns_reading_together_on(tmp_path):
     assert not writer._on_device
     writer.scalars({"meta": torch.tensor(0.5, device="meta")}, step=1)
     assert writer._on_device
+    single = SummaryWriter(tmp_path / "single", formats=("jsonl",), flush_seconds=3600)
+    single.scalar("meta", torch.tensor(0.5, device="meta"), step=0)  # scalar() looks too
+    assert single._on_device
+    single._queue.clear()
+    single.close()
     writer._queue.clear()  # a meta tensor has no value to write
     writer.close()
 

@@ -683,7 +683,8 @@ class SummaryWriter(Closing):
                 self._check_float32(tag, value)
         else:
             self._tensors = True
-            self._on_device = self._on_device or getattr(value, "is_cpu", True) is False
+            if not known:  # a tag's first value: is it on an accelerator?
+                self._on_device = self._on_device or getattr(value, "is_cpu", True) is False
         step = self._resolve_step(step)
         # _repeats() inlined (this is the hot path); observe() is called here, not in a
         # helper, so that its warning points at the caller's line.
