@@ -706,9 +706,10 @@ class ShortOs:
     def __getattr__(self, attribute):
         if attribute == "readv":
 
-            def readv(fd, views):
-                data = os.read(fd, min(5, len(views[0])))
-                views[0][: len(data)] = data
+            def readv(fd, buffers):
+                view = memoryview(buffers[0]).cast("B")  # an array or a byte buffer
+                data = os.read(fd, min(5, len(view)))
+                view[: len(data)] = data
                 return len(data)
 
             return readv
@@ -731,9 +732,11 @@ def test_a_vectored_read_that_meets_the_end_early_is_truncation(tmp_path):
     path.write_bytes(b"abc")
     fd = os.open(path, os.O_RDONLY)
     try:
-        views = [memoryview(bytearray(2)), memoryview(bytearray(4))]
+        views = [memoryview(bytearray(2)), np.zeros(1, np.float32)]
         with pytest.raises(CorruptCheckpointError, match=r"x\.safetensors is truncated"):
-            fmt._readv_exactly(fd, views, "x.safetensors")
+            fmt._readv_exactly(fd, views, [2, 4], "x.safetensors")
+        assert bytes(views[0]) == b"ab"
+        assert views[1].view(np.uint8).tolist() == [ord("c"), 0, 0, 0]
     finally:
         os.close(fd)
 

@@ -765,16 +765,19 @@ class _Stream:
             self._checksum.feed(chunk)
             self._advance(len(chunk))
 
-    def read_many(self, views: list[Any], total: int) -> None:
-        """Fills each of ``views`` (small buffers, none empty, ``total`` bytes in all) in
-        turn from the stream."""
+    def read_many(self, buffers: list[Any], sizes: list[int], total: int) -> None:
+        """Fills each of ``buffers`` in turn from the stream: small byte buffers or
+        C-contiguous arrays, none empty, of ``sizes`` bytes (``total`` in all). An array
+        goes to ``readv`` and the hash as it is: a byte view of each costs a microsecond,
+        which 10,000 arrays of an optimizer state make visible."""
         if self._fd is None:
-            for view in views:
-                read_exactly(self._f, view, self._path)
+            for buffer in buffers:
+                read_exactly(self._f, _byte_view(buffer), self._path)
         else:
-            _readv_exactly(self._fd, views, self._path)
-        for view in views:
-            self._checksum.feed(view)
+            _readv_exactly(self._fd, buffers, sizes, self._path)
+        feed = self._checksum.feed
+        for buffer in buffers:
+            feed(buffer)
         self._advance(total)
 
     def _advance(self, n: int) -> None:
@@ -783,22 +786,34 @@ class _Stream:
             self._ahead.advance(self._position)
 
 
-def _readv_exactly(fd: int, views: list[memoryview], path: str) -> None:
-    views = list(views)  # trimmed below as buffers fill; the caller's list stays whole
-    while views:
-        batch = views[:_GATHER_COUNT]
+def _readv_exactly(fd: int, buffers: list[Any], sizes: list[int], path: str) -> None:
+    """Fills ``buffers`` (of ``sizes`` bytes) with vectored reads of at most
+    ``_GATHER_COUNT`` buffers each."""
+    for start in range(0, len(buffers), _GATHER_COUNT):
+        batch = buffers[start : start + _GATHER_COUNT]
         n = os.readv(fd, batch)
-        if n == sum(map(len, batch)):  # the usual case: every buffer filled
-            views = views[_GATHER_COUNT:]
-            continue
+        if n != sum(sizes[start : start + _GATHER_COUNT]):
+            _resume_readv(fd, [_byte_view(b) for b in batch], n, path)
+
+
+def _resume_readv(fd: int, views: list[memoryview], n: int, path: str) -> None:
+    """Fills the rest of ``views`` after a read that filled only their first ``n`` bytes."""
+    while True:
+        while views and n >= len(views[0]):  # drop what was filled
+            n -= len(views.pop(0))
+        if not views:
+            return
+        views[0] = views[0][n:]  # resume mid-buffer
+        n = os.readv(fd, views)
         if not n:
             raise CorruptCheckpointError(f"{path} is truncated", path)
-        while n and views:  # drop what was filled; a short read resumes mid-buffer
-            if n >= len(views[0]):
-                n -= len(views.pop(0))
-            else:
-                views[0] = views[0][n:]
-                n = 0
+
+
+def _byte_view(buffer: Any) -> memoryview:
+    """``buffer``'s bytes as a flat byte memoryview (an array of any dtype, or bytes)."""
+    if isinstance(buffer, np.ndarray):
+        return buffer.reshape(-1).view(np.uint8).data
+    return memoryview(buffer).cast("B")
 
 
 def read_arrays(
@@ -942,14 +957,16 @@ def _read_run(
             arrays[key] = np.ndarray(shape, dtype, buffer, offset)
             offset += nbytes
         return
-    views = []
+    buffers = []
+    sizes = []
     for key, dtype, shape, nbytes, target in run:
         if target is None:
             target = np.empty(shape, dtype)
         arrays[key] = target
         if nbytes:
-            views.append(target.reshape(-1).view(np.uint8).data)
-    stream.read_many(views, run_bytes)
+            buffers.append(target)  # C-contiguous (new, or checked by _read_all)
+            sizes.append(nbytes)
+    stream.read_many(buffers, sizes, run_bytes)
 
 
 def verify_checkpoint(storage: Storage, name: str) -> dict[str, Any]:
