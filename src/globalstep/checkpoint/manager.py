@@ -1323,10 +1323,11 @@ class CheckpointManager(Closing):
 
     def _restore_one(self, step: int, template: Any, partial: bool) -> tuple[Any, RestoreReport]:
         name = step_name(step)
-        state = self._load(step)
-        # The disk reads the arrays ahead while the tree is walked and the template checked
-        # (not while state.json is read: that read would wait behind the first 64 MiB).
+        # The disk reads the arrays ahead from the start: while state.json is read and
+        # parsed, the tree walked and the template checked (issue 14: a cold restore of
+        # 10,000 arrays 4% faster by median than when it started after state.json).
         with read_ahead(self._storage, name) as ahead:
+            state = self._load(step)
             structure = state["tree"]
             nodes = array_nodes(structure)  # one walk, for the fit check and the read
             # Check the fit first, so that a misfit touches nothing in the template; the
