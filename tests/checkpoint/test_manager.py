@@ -24,6 +24,7 @@ from globalstep import (
     every,
 )
 from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest
+from globalstep.checkpoint import format as fmt
 
 
 def test_manager_is_public():
@@ -140,9 +141,9 @@ def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir,
     np.testing.assert_array_equal(template["w"], np.arange(4.0))
 
 
-def test_state_json_is_read_before_the_arrays_are_read_ahead(ckpt_dir, monkeypatch):
-    """The background reader starts after state.json is read, so that those small reads do
-    not wait behind its first large one."""
+def test_the_arrays_are_read_ahead_from_before_state_json_is_read(ckpt_dir, monkeypatch):
+    """The background reader starts first, so that the disk reads the arrays while
+    state.json is read and parsed (issue 14)."""
     from globalstep.checkpoint import manager as manager_module
 
     events = []
@@ -158,7 +159,29 @@ def test_state_json_is_read_before_the_arrays_are_read_ahead(ckpt_dir, monkeypat
         manager.save(1, {"w": np.arange(4.0)})
         manager.restore({"w": np.zeros(4)})
         manager.restore()
-    assert events == ["state", "ahead", "state", "ahead"]
+    assert events == ["ahead", "state", "ahead", "state"]
+
+
+def test_a_bad_state_json_stops_the_read_ahead(ckpt_dir, monkeypatch):
+    """A state.json that fails its checksum raises, and the reader started before it was
+    read is stopped, not left running."""
+    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": np.arange(4.0)})
+    state_json = ckpt_dir / "step-000000000001" / "state.json"
+    state_json.write_bytes(state_json.read_bytes().replace(b'"step"', b'"stip"'))
+    started = []
+    real = fmt.ReadAhead.__init__
+    monkeypatch.setattr(
+        fmt.ReadAhead, "__init__", lambda self, path: started.append(self) or real(self, path)
+    )
+    with (
+        CheckpointManager(ckpt_dir, read_only=True) as manager,
+        pytest.raises(CorruptCheckpointError, match=r"state\.json fails its checksum"),
+    ):
+        manager.restore(step=1)
+    assert started
+    assert not any(ahead._thread.is_alive() for ahead in started)
 
 
 def test_read_only_template_arrays_get_new_arrays(ckpt_dir):
