@@ -925,3 +925,147 @@ def test_forced_replace_without_rename_carries_the_shards():
     )
     assert storage.read_bytes(storage.join(STEP1, "sharded", "rank-00000.bin")) == b"new"
     assert fmt.committed_names(storage) == [STEP1]
+
+
+def prefault_threads():
+    return [t for t in threading.enumerate() if t.name == "globalstep-prefault"]
+
+
+class SpyingMadvise:
+    """Stands in for libc's madvise: records each call, then answers ``result``."""
+
+    def __init__(self, result=0):
+        self.calls = []
+        self.result = result
+
+    def __call__(self, address, length, advice):
+        self.calls.append((address, length, advice))
+        return self.result
+
+
+@pytest.fixture
+def small_prefault(monkeypatch, tiny_batches):
+    """A prefault thread for any state, with one call per 128 bytes."""
+    monkeypatch.setattr(fmt, "_PREFAULT_MIN_BYTES", 0)
+    monkeypatch.setattr(fmt, "_PREFAULT_CALL", 128)
+
+
+def finished_prefaults(monkeypatch):
+    """The prefault threads of the restores that follow, each let finish before it is
+    stopped (so that what it did can be checked)."""
+    workers = []
+    close = fmt._Prefault.close
+
+    def finish(self):
+        self._thread.join()
+        workers.append(self)
+        close(self)
+
+    monkeypatch.setattr(fmt._Prefault, "close", finish)
+    return workers
+
+
+def test_new_buffers_are_faulted_in_ahead_whole_and_in_order(tmp_path, monkeypatch, small_prefault):
+    """A restore's new buffers (a large array's, a run's) are faulted in whole, in file
+    order, from the start of their first page, with MADV_POPULATE_WRITE; the restore
+    returns the saved values and leaves no thread behind."""
+    state = {"big": np.arange(300.0), "run": {"a": np.arange(6.0), "b": np.ones(5, np.int32)}}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+    spy = SpyingMadvise()
+    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    workers = finished_prefaults(monkeypatch)
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        restored = manager.restore()
+    assert_tree_equal(restored, state)
+    (worker,) = workers
+    buffers = worker._buffers
+    assert [b.nbytes for b in buffers] == [2400, 68]  # "big", then the run of the other two
+    assert restored["big"].base is buffers[0] or restored["big"] is buffers[0]
+    page = os.sysconf("SC_PAGE_SIZE")
+    calls = list(spy.calls)
+    for buffer in buffers:  # each buffer's calls in turn: contiguous, start to end
+        start = buffer.__array_interface__["data"][0]
+        end = start + buffer.nbytes
+        position = start - start % page
+        while position < end:
+            address, length, _ = calls.pop(0)
+            assert address == position
+            assert 0 < length <= 128
+            position += length
+        assert position == end
+    assert not calls
+    assert {advice for *_, advice in spy.calls} == {fmt._MADV_POPULATE_WRITE}
+    assert not prefault_threads()
+
+
+def test_a_refused_prefault_stops_and_the_restore_goes_on(tmp_path, monkeypatch, small_prefault):
+    """Where the kernel refuses MADV_POPULATE_WRITE (before Linux 5.14), the thread stops
+    after its first call and the restore fills the buffers as before."""
+    state = {"big": np.arange(300.0), "also": np.arange(200.0)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+    spy = SpyingMadvise(result=-1)
+    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    workers = finished_prefaults(monkeypatch)
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        assert_tree_equal(manager.restore(), state)
+    assert len(workers) == 1
+    assert len(spy.calls) == 1
+    assert not prefault_threads()
+
+
+def test_the_real_prefault_keeps_the_values(tmp_path, monkeypatch, small_prefault):
+    """With libc's own madvise (where there is one), a restore and a restore into a
+    template with misfits return the saved values; populating never writes a byte."""
+    state = mixed_state()
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+    workers = finished_prefaults(monkeypatch)
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        assert_same_values(manager.restore(), state)
+        template = {k: np.zeros(np.shape(v), np.asarray(v).dtype) for k, v in state.items()}
+        template["big"] = template["big"][::-1]  # not C-contiguous: read into a new array
+        assert_same_values(manager.restore(template), state)
+    if fmt._PREFAULT is not None:
+        assert len(workers) == 2
+    assert not prefault_threads()
+
+
+def test_small_or_template_filled_restores_start_no_prefault(tmp_path, monkeypatch):
+    """No thread where the new buffers are small, or where the template takes every array,
+    or where the system has no madvise."""
+    state = {"w": np.arange(300.0)}
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, state)
+    spy = SpyingMadvise()
+    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        manager.restore()  # 2,400 bytes: below _PREFAULT_MIN_BYTES
+        monkeypatch.setattr(fmt, "_PREFAULT_MIN_BYTES", 0)
+        manager.restore({"w": np.zeros(300)})  # read into the template's own array
+        assert spy.calls == []
+        monkeypatch.setattr(fmt, "_PREFAULT", None)
+        assert_tree_equal(manager.restore(), state)
+    assert not prefault_threads()
+
+
+def test_damaged_file_with_a_prefault_is_still_reported(tmp_path, monkeypatch, small_prefault):
+    """A flipped array file fails with the error that names it while the prefault thread
+    runs, and the thread is gone afterwards."""
+    checkpoint = saved(tmp_path)
+    arrays = checkpoint / fmt.ARRAYS_FILE
+    data = bytearray(arrays.read_bytes())
+    data[-5] ^= 0x40
+    arrays.write_bytes(data)
+    spy = SpyingMadvise()
+    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    workers = finished_prefaults(monkeypatch)
+    with (
+        CheckpointManager(tmp_path, read_only=True) as manager,
+        pytest.raises(CorruptCheckpointError, match="fails its checksum"),
+    ):
+        manager.restore()
+    assert workers
+    assert spy.calls
+    assert not prefault_threads()
