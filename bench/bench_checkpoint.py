@@ -9,7 +9,11 @@ every read starts cold (``--drop global``: ``sync; echo 3 > /proc/sys/vm/drop_ca
 root; ``--drop file``: fsync + ``posix_fadvise(DONTNEED)`` on each file written). Ratios
 to raw are taken within each round, then summarised (median, min-max) over the rounds;
 ``--warmup`` rounds run first and are not counted (the first touch of fresh memory on a
-VM costs more than every later one). Peak extra memory of one save is measured in a fresh
+VM costs more than every later one). After every write and read, the freed memory goes
+back to the system (``malloc_trim``), so that each contender starts as a fresh process
+does: without it, the reader after ``np.load`` (raw ``readinto``, in every round, as the
+order rotates) refilled the very pages ``np.load``'s arrays of the same sizes had left,
+with no page fault, where every other reader met fresh pages: 1-2 us a page on a VM. Peak extra memory of one save is measured in a fresh
 child process per writer (VmHWM after the save minus VmRSS before it). Deletes every file
 it writes; holds one state (plus one restored copy) in memory at a time.
 
@@ -21,6 +25,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -226,6 +231,23 @@ def make_template(state: State) -> Any:
 # ---------------------------------------------------------------- rounds
 
 
+def give_back_memory() -> None:
+    """Frees what is garbage and returns the heap's free pages to the system (glibc)."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
 def remove(path: str) -> None:
     if os.path.isdir(path):
         shutil.rmtree(path)
@@ -269,6 +291,7 @@ def run_case(case: str, args: argparse.Namespace, work: str) -> None:
             remove(paths[name])
             os.sync()
             seconds = timed_write(name, state, paths[name])
+            give_back_memory()
             line.append(f"w {name} {seconds:.3f}")
             if counted:
                 writes[name].append(seconds)
@@ -281,7 +304,7 @@ def run_case(case: str, args: argparse.Namespace, work: str) -> None:
             seconds = time.perf_counter() - start
             del result
             template = None
-            gc.collect()
+            give_back_memory()
             line.append(f"r {name} {seconds:.3f}")
             if counted:
                 reads[name].append(seconds)
