@@ -13,9 +13,10 @@ VM costs more than every later one). After every write and read, the freed memor
 back to the system (``malloc_trim``), so that each contender starts as a fresh process
 does: without it, the reader after ``np.load`` (raw ``readinto``, in every round, as the
 order rotates) refilled the very pages ``np.load``'s arrays of the same sizes had left,
-with no page fault, where every other reader met fresh pages: 1-2 us a page on a VM. Peak extra memory of one save is measured in a fresh
-child process per writer (VmHWM after the save minus VmRSS before it). Deletes every file
-it writes; holds one state (plus one restored copy) in memory at a time.
+with no page fault, where every other reader met fresh pages: 1-2 us a page on a VM. Peak
+extra memory of one save is measured in a fresh child process per writer (VmHWM after the
+save minus VmRSS before it). Deletes every file it writes; holds one state (plus one
+restored copy) in memory at a time.
 
 Run:
     PYTHONPATH=src python bench/bench_checkpoint.py [--cases 1024,4096,small]
