@@ -14,7 +14,9 @@ One directory per checkpoint, ``<dir>/step-<step, 12 digits>/``, holds
 Restoring reads each array straight into the array returned (or the template's), hashing
 it as it arrives; a run of small arrays arrives with one call. On a local disk a background
 thread reads the file ahead from the start of the restore, so the disk works while
-state.json and the header are parsed and the tree is walked.
+state.json and the header are parsed and the tree is walked; every array the restore
+returns new is allocated before the first read, and a second thread faults in its pages
+meanwhile (a fresh page's first touch costs more than the disk takes to fill it).
 
 Saving writes into ``<dir>/.tmp-<name>-<random>/``, fsyncs each file, writes the marker,
 fsyncs the directory, renames it to its final name and fsyncs the parent. Readers only see
