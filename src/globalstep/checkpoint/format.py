@@ -775,8 +775,9 @@ class _Stream:
             self._advance(len(chunk))
 
     def read_many(self, buffers: list[Any], sizes: list[int], total: int) -> None:
-        """Fills each of ``buffers`` in turn from the stream: small byte buffers or
-        C-contiguous arrays, none empty, of ``sizes`` bytes (``total`` in all). An array
+        """Fills each of ``buffers`` in turn from the stream: byte buffers or C-contiguous
+        arrays, none empty, of ``sizes`` bytes (``total`` in all, at most about
+        ``CHUNK_BYTES``). An array
         goes to ``readv`` and the hash as it is: a byte view of each costs a microsecond,
         which 10,000 arrays of an optimizer state make visible."""
         if self._fd is None:
@@ -913,15 +914,15 @@ def _read_all(
     into: Mapping[str, np.ndarray[Any, Any]],
     path: str,
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Reads every array in file order: a large one straight into its own buffer, a run of
-    small ones with one call (into one buffer they then view, or into the template's).
+    """Reads every array in file order: a large one straight into its own buffer, a
+    ``CHUNK_BYTES`` piece per read, a run of small ones with one call (into one buffer
+    they then view, or into the template's).
 
     Every buffer is allocated first, and a :class:`_Prefault` thread faults in the new
     ones' pages while the disk reads and this thread copies behind it."""
     arrays: dict[str, np.ndarray[Any, Any]] = {}
-    reads: list[tuple[Any, list[Any] | None, list[int] | None, int]] = []
-    """Per read, in file order: (one buffer, or None and many buffers with their sizes;
-    the bytes in all)."""
+    pieces: list[tuple[list[Any], list[int], int]] = []
+    """Per read, in file order: (buffers, their sizes, the bytes in all)."""
     fresh: list[np.ndarray[Any, Any]] = []
     run: list[tuple[str, np.dtype[Any], tuple[int, ...], int, np.ndarray[Any, Any] | None]] = []
     run_bytes = 0
@@ -941,25 +942,26 @@ def _read_all(
             run.append((key, dtype, array_shape, end - begin, target))
             run_bytes += end - begin
             if run_bytes >= _BATCH_BYTES or len(run) >= _GATHER_COUNT:
-                reads.append(_plan_run(run, run_bytes, arrays, fresh))
+                pieces.append(_plan_run(run, run_bytes, arrays, fresh))
                 run, run_bytes = [], 0
             continue
         if run:
-            reads.append(_plan_run(run, run_bytes, arrays, fresh))
+            pieces.append(_plan_run(run, run_bytes, arrays, fresh))
             run, run_bytes = [], 0
         if target is None:
             target = np.empty(array_shape, dtype)
             fresh.append(target)
         arrays[key] = target
-        reads.append((target.reshape(-1).view(np.uint8).data, None, None, end - begin))
+        view = target.reshape(-1).view(np.uint8).data
+        for offset in range(0, end - begin, CHUNK_BYTES):
+            chunk = view[offset : offset + CHUNK_BYTES]
+            pieces.append(([chunk], [len(chunk)], len(chunk)))
     if run:
-        reads.append(_plan_run(run, run_bytes, arrays, fresh))
+        pieces.append(_plan_run(run, run_bytes, arrays, fresh))
     with _prefault(fresh):
-        for buffer, buffers, sizes, nbytes in reads:
-            if buffers is None:
-                stream.read(buffer)
-            elif buffers:
-                stream.read_many(buffers, sizes or [], nbytes)
+        for buffers, sizes, nbytes in pieces:
+            if nbytes:
+                stream.read_many(buffers, sizes, nbytes)
     return arrays
 
 
@@ -968,7 +970,7 @@ def _plan_run(
     run_bytes: int,
     arrays: dict[str, np.ndarray[Any, Any]],
     fresh: list[np.ndarray[Any, Any]],
-) -> tuple[Any, list[Any] | None, list[int] | None, int]:
+) -> tuple[list[Any], list[int], int]:
     """Allocates a run of consecutive small arrays: those without a template share one new
     buffer, read with one call; otherwise each is read into its own with one vectored read."""
     if all(target is None for *_, target in run):
@@ -980,7 +982,7 @@ def _plan_run(
         for key, dtype, shape, nbytes, _ in run:
             arrays[key] = np.ndarray(shape, dtype, buffer, offset)
             offset += nbytes
-        return buffer.data, None, None, run_bytes
+        return [buffer], [run_bytes], run_bytes
     buffers = []
     sizes = []
     for key, dtype, shape, nbytes, target in run:
@@ -991,7 +993,7 @@ def _plan_run(
         if nbytes:
             buffers.append(target)  # C-contiguous (new, or checked by _read_all)
             sizes.append(nbytes)
-    return None, buffers, sizes, run_bytes
+    return buffers, sizes, run_bytes
 
 
 @contextlib.contextmanager
