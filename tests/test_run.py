@@ -383,28 +383,6 @@ def test_compat_schedule_values_are_bit_equal(tmp_path):
             run.update()
 
 
-def test_readme_run_block_runs(tmp_path, monkeypatch):
-    """README.md's Run example runs as written, with a stand-in gradient, to step 1000."""
-    import re
-    from pathlib import Path
-
-    import globalstep
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Run(" in b]
-    monkeypatch.chdir(tmp_path)
-    namespace = {
-        "globalstep": globalstep,
-        "weights": np.zeros(2),
-        "gradient": lambda w, batch: w - 1.0,
-        "loss": 0.5,
-    }
-    monkeypatch.setattr("sys.stdout", io.StringIO())
-    exec(block, namespace)
-    assert namespace["run"].step == 1000
-    assert np.allclose(namespace["weights"], 1.0)
-
-
 def test_value_follows_a_schedule_replaced_in_schedules(tmp_path):
     """run.value() reads a schedule put into run.schedules after earlier reads, not the
     memo of the one it replaced."""
