@@ -238,10 +238,29 @@ def test_callback_logs_each_batch_loss_and_rate(tmp_path):
         model.fit(x, y, batch_size=5, shuffle=False, verbose=0, callbacks=[callback])
     run = read_run(tmp_path)
     losses = [p.value for p in run.scalars["loss"]]
-    assert [p.step for p in run.scalars["loss"]] == [0, 1, 2, 3]
+    assert [p.step for p in run.scalars["loss"]] == [1, 2, 3, 4]  # the step after each update
     assert np.allclose(losses, before, rtol=1e-6, atol=0)
     assert losses[1] != np.mean(losses[:2])
-    assert [p.value for p in run.scalars["learning_rate"]] == [0.0, 0.0, 0.0, 0.0]
+    assert [p.value for p in run.scalars["lr"]] == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_callback_rate_tag_keeps_the_old_name(tmp_path):
+    """rate_tag="learning_rate" writes the rate under the name the callback used before."""
+    x, y = _data()
+    clock = Clock()
+    with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",)) as writer:
+        callback = gk.GlobalStepCallback(clock, writer=writer, rate_tag="learning_rate")
+        _model().fit(x, y, batch_size=5, verbose=0, callbacks=[callback])
+    run = read_run(tmp_path)
+    assert sorted(run.scalars) == ["learning_rate", "loss"]
+    assert [p.step for p in run.scalars["learning_rate"]] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("tag", ["", "  ", "loss", 3])
+def test_callback_refuses_a_bad_rate_tag(tag):
+    """A blank rate_tag, or the loss's own, raises ConfigError naming it."""
+    with pytest.raises(ConfigError, match="`rate_tag` must be a non-empty tag other than"):
+        gk.GlobalStepCallback(rate_tag=tag)
 
 
 def test_callback_saves_on_its_trigger_and_restores(tmp_path):

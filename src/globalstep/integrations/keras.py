@@ -12,8 +12,9 @@ checkpointed; importing it imports Keras (on the backend ``KERAS_BACKEND`` names
   update uses is exactly the schedule's value at the global step.
 - :class:`GlobalStepCallback` keeps a :class:`~globalstep.clock.Clock` equal to
   ``optimizer.iterations`` (the updates applied, with ``gradient_accumulation_steps``
-  minded), writes each batch's own loss and the rate its update used, keyed by the global
-  step, to a :class:`~globalstep.summary.SummaryWriter`, and saves checkpoints with a
+  minded), writes each batch's own loss and the rate its update used at the step after
+  that update (the convention of :mod:`globalstep.clock`), to a
+  :class:`~globalstep.summary.SummaryWriter`, and saves checkpoints with a
   :class:`~globalstep.checkpoint.CheckpointManager`.
 - :class:`ResumableDataset` is a ``keras.utils.PyDataset`` whose batch order is a function
   of (seed, epoch), so :func:`fit` continues a restored run at the right batch inside
@@ -536,9 +537,12 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
 
     After each batch whose update was applied (every batch, or every
     ``gradient_accumulation_steps``-th) the clock ticks, and the callback asserts that it
-    equals ``optimizer.iterations``; writes ``loss`` (that batch's own loss) and
-    ``learning_rate`` (the rate that update used) at the update's step; and lets the
-    manager's ``save_every`` decide whether to save :meth:`state`.
+    equals ``optimizer.iterations``; writes ``loss`` (that batch's own loss) and ``lr``
+    (the rate that update used) at the clock's step after the update, the first update's
+    at step 1 (the convention of every logged value, see :mod:`globalstep.clock`: the
+    step ``optimizer.iterations`` holds after ``apply_gradients``, as Keras' TensorBoard
+    callback logs it); and lets the manager's ``save_every`` decide whether to save
+    :meth:`state`.
 
     Args:
         clock: the run's clock (a new one if None).
@@ -548,6 +552,9 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             every 100 updates.
         data: the run's :class:`ResumableDataset`, whose position is saved.
         extra: more entries for the checkpoint tree.
+        rate_tag: the tag of the rate: ``"lr"``, as ``Run``, the demo and the guides log
+            it; ``"learning_rate"`` keeps the name the callback wrote before (its curves
+            were then one step earlier, from step 0).
 
     Raises:
         ConfigError: an argument of the wrong kind.
@@ -562,10 +569,13 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         save_every: Any = 100,
         data: ResumableDataset | None = None,
         extra: Mapping[str, Any] | None = None,
+        rate_tag: str = "lr",
     ) -> None:
         super().__init__()
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigError("clock", "must be a globalstep Clock or None", clock)
+        if not isinstance(rate_tag, str) or not rate_tag.strip() or rate_tag == "loss":
+            raise ConfigError("rate_tag", "must be a non-empty tag other than 'loss'", rate_tag)
         if data is not None and not isinstance(data, ResumableDataset):
             raise ConfigError("data", "must be a ResumableDataset or None", data)
         self.clock = clock if clock is not None else Clock()
@@ -573,6 +583,7 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.manager = manager
         self.data = data
         self.extra = dict(extra or {})
+        self.rate_tag = rate_tag
         self._save: Trigger = save_every if isinstance(save_every, Trigger) else every(save_every)
         self._rate_fn: Any = None
         self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
@@ -664,7 +675,10 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
                 return float(self._rate_fn(step))
             return float(keras.ops.convert_to_numpy(lr(step)))
         try:
-            return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            constant = self.model.optimizer.learning_rate
+            if isinstance(constant, keras.Variable):  # a fixed rate (TF's warns in NumPy)
+                return float(_numpy(constant))
+            return float(keras.ops.convert_to_numpy(constant))
         except (TypeError, ValueError):
             return None
 
@@ -688,15 +702,16 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.clock.tick()
         self._check()
         if self.writer is not None:
-            step = self.clock.step - 1  # the update just applied
+            # Observed for the update just applied: at the step after it (the clock's,
+            # optimizer.iterations), with the rate that update used.
             scalars: dict[str, float] = {}
             tracker = getattr(self.model, "_loss_tracker", None)
             if isinstance(tracker, _BatchLossMean):
                 scalars["loss"] = float(_numpy(tracker.last))
             rate = self._rate(micro - 1)
             if rate is not None:
-                scalars["learning_rate"] = rate
-            self.writer.scalars(scalars, step=step)
+                scalars[self.rate_tag] = rate
+            self.writer.scalars(scalars, step=self.clock.step)
         if self.manager is not None and self._save.should_fire(self.clock):
             if self.writer is not None:
                 self.writer.flush()  # the curves are durable up to the newest checkpoint
