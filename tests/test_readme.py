@@ -151,10 +151,14 @@ def _same(got: str, expected: str) -> None:
 
 
 def _check_writer(directory: Path, printed: str) -> None:
+    import globalstep
     from globalstep.summary.reader import read_run
 
     points = read_run(directory / "logs").scalars
-    assert {tag: [p.step for p in points[tag]] for tag in points} == {"loss": [240], "lr": [240]}
+    steps = list(range(241, 265))  # 24 updates after the five lines' 240
+    assert {tag: [p.step for p in points[tag]] for tag in points} == {"loss": steps, "lr": steps}
+    rate = globalstep.ExponentialDecay(0.1, decay_steps=1000, rate=0.96)
+    assert [p.value for p in points["lr"]] == [rate(s - 1) for s in steps]  # the update's own
 
 
 STAND_INS = {
@@ -183,7 +187,7 @@ STAND_INS = {
     ),
     'writer = globalstep.SummaryWriter("logs", clock=clock)    # TensorBoard event files + '
     "JSONL": StandIn(
-        why="the five lines' clock, rate and last loss, after their loop",
+        why="the five lines' clock, schedule, batches and train_step, after their loop",
         sections=("Five lines in your own loop",),
         after="writer.close()\n",
         requires=("tensorboard", "google_crc32c"),
