@@ -48,9 +48,10 @@ from collections.abc import Callable
 
 import torch
 
-from globalstep import CheckpointManager, Clock, SummaryWriter, available_formats, every
+from globalstep import CheckpointManager, Clock, SummaryWriter, every
 from globalstep.integrations.torch import attach
 from globalstep.schedules import CosineDecay
+from globalstep.summary.writer import available_formats
 
 BATCH, WIDTH, BASE_LR = 32, 32, 0.05
 SAVE_EVERY = 100

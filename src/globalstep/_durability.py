@@ -20,6 +20,22 @@ hold no clock at all, so a choice by clock would lose points silently in those l
 price of syncing them all is one ``fsync`` per open writer per checkpoint (the checkpoint
 itself fsyncs several files), and that a failing writer fails every save, loudly: a
 checkpoint is never committed past curves that could not be written.
+
+Example:
+    >>> import tempfile
+    >>> from globalstep import CheckpointManager, Clock, SummaryWriter
+    >>> from globalstep.summary.reader import read_run
+    >>> clock, logdir = Clock(), tempfile.mkdtemp()
+    >>> writer = SummaryWriter(logdir, clock=clock, formats=("jsonl",), flush_seconds=3600)
+    >>> clock.tick()
+    >>> writer.scalars({"loss": 0.5})  # queued, not yet on disk
+    >>> [p.step for p in read_run(logdir).scalars.get("loss", [])]
+    []
+    >>> with CheckpointManager(tempfile.mkdtemp()) as manager:
+    ...     manager.save(clock, {"clock": clock})  # the writer's points go to disk first
+    >>> [p.step for p in read_run(logdir).scalars["loss"]]
+    [1]
+    >>> writer.close()
 """
 
 from __future__ import annotations
