@@ -85,22 +85,20 @@ def register(sync: Callable[[], None]) -> Registration:
     if getattr(sync, "__self__", None) is None:
         raise TypeError(f"`sync` must be a bound method; got sync={sync!r}")
     key = next(_ids)
-
-    def forget(_: object, key: int = key) -> None:
-        with _lock:
-            _syncs.pop(key, None)
-
+    # No weakref callback: one can run inside any allocation, here too, with the lock held.
     with _lock:
-        _syncs[key] = weakref.WeakMethod(sync, forget)
+        _syncs[key] = weakref.WeakMethod(sync)
     return Registration(key)
 
 
 def registered() -> list[Callable[[], None]]:
-    """Returns the live registered syncs, oldest first."""
+    """Returns the live registered syncs, oldest first; drops those whose object is gone."""
     with _lock:
-        refs = list(_syncs.values())
-    live = [ref() for ref in refs]
-    return [sync for sync in live if sync is not None]
+        live = [(key, ref()) for key, ref in _syncs.items()]
+        for key, sync in live:
+            if sync is None:
+                del _syncs[key]
+    return [sync for _, sync in live if sync is not None]
 
 
 def sync_registered() -> None:
