@@ -179,19 +179,29 @@ def test_a_writer_that_cannot_write_fails_an_async_save_at_wait(tmp_path):
 
 
 def test_a_writer_closed_while_an_async_save_syncs_it_fails_nothing(tmp_path):
-    """close() on the training thread while the save thread syncs the same writer: the
-    save commits and every point is in the file."""
+    """close() on the training thread while the save thread is inside the same writer's
+    sync: the save commits, and every point is in the file."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(SummaryWriter):
+        def _drain(self, sync=False):
+            if threading.current_thread().name.startswith("globalstep-save"):
+                entered.set()  # past sync_points' closed check, before the I/O lock
+                assert release.wait(60)
+            super()._drain(sync)
+
     clock = globalstep.Clock()
-    for _ in range(20):
-        writer = _quiet_writer(tmp_path / "logs", clock=clock)
-        with CheckpointManager(tmp_path / "ckpt", async_save=True, max_to_keep=1) as manager:
-            clock.tick()
-            writer.scalars({"x": float(clock.step)})
-            manager.save(clock, {"w": np.ones(3)})
-            writer.close()
-            manager.wait()
-            assert manager.steps() == [clock.step]
-    assert _on_disk(tmp_path / "logs") == list(range(1, 21))
+    writer = Held(tmp_path / "logs", clock=clock, formats=("jsonl",), flush_seconds=3600)
+    with CheckpointManager(tmp_path / "ckpt", async_save=True) as manager:
+        clock.tick()
+        writer.scalars({"x": 1.0})
+        manager.save(clock, {"w": np.ones(3)})
+        assert entered.wait(60)
+        writer.close()  # writes the point and closes the files
+        release.set()
+        manager.wait()
+        assert manager.steps() == [1]
+    assert _on_disk(tmp_path / "logs") == [1]
 
 
 def test_run_syncs_its_writer_once_per_save(tmp_path, monkeypatch):
