@@ -11,11 +11,9 @@ The same small model, data and SGD update run under five drivers, interleaved ro
 * ``standalone``: the README's pattern without ``Run``: ``attach``, a ``SummaryWriter`` on
   the clock (event files and JSONL where the extra is installed) and a
   ``CheckpointManager(save_every=100)`` whose ``maybe_save(clock, state)`` runs after every
-  update; each save makes the writer's points durable before its marker (a flush and an
-  fsync of its files, on a thread of their own while the arrays are written,
-  :mod:`globalstep._durability`); what the save waits for them is timed in place where
-  that module exists (not before issue 24, so the same driver on an older checkout gives
-  the cost without it);
+  update; each save first makes the writer's points durable (a flush and an fsync of its
+  files, :mod:`globalstep._durability`), timed in place where that module exists (not
+  before issue 24, so the same driver on an older checkout gives the cost without it);
 * ``ignite``: an ignite ``Engine`` with a handler every 100 iterations;
 * ``lightning``: a bare Lightning ``Trainer`` (no logger, progress bar, checkpointing or
   model summary), its per-update cost taken from two run lengths so set-up is excluded.
@@ -188,18 +186,18 @@ def run_standalone(
     state = {"clock": clock, "model": model, "opt": opt}
     synced: list[int] = []
     try:
-        from globalstep._durability import Syncing
+        from globalstep import _durability
     except ImportError:  # a checkout before issue 24: no sync before a commit
-        Syncing = None  # type: ignore[assignment,misc]  # noqa: N806
-    real_wait = None if Syncing is None else Syncing.wait
-    if real_wait is not None:
+        _durability = None  # type: ignore[assignment]
+    real_sync = None if _durability is None else _durability.sync_registered
+    if real_sync is not None:
 
-        def timed_wait(self: Syncing) -> None:
+        def timed_sync() -> None:
             t0 = timer()
-            real_wait(self)
+            real_sync()
             synced.append(timer() - t0)
 
-        Syncing.wait = timed_wait  # type: ignore[method-assign,union-attr]
+        _durability.sync_registered = timed_sync  # type: ignore[union-attr]
     spans = []
     try:
         start = time.perf_counter()
@@ -214,8 +212,8 @@ def run_standalone(
             spans.append(timer() - t0)
         total = time.perf_counter() - start
     finally:
-        if real_wait is not None:
-            Syncing.wait = real_wait  # type: ignore[method-assign,union-attr]
+        if real_sync is not None:
+            _durability.sync_registered = real_sync  # type: ignore[union-attr]
     saves = len(manager.steps())
     writer.close()
     manager.close()
@@ -226,7 +224,7 @@ def run_standalone(
         "total": total,
         "span_median": statistics.median(spans) * 1e-9,
         "span_mean": statistics.fmean(spans) * 1e-9,
-        "sync": sum(synced) / n * 1e-9 if real_wait is not None else math.nan,
+        "sync": sum(synced) / n * 1e-9 if real_sync is not None else math.nan,
         "sync_per_save": statistics.median(synced) * 1e-9 if synced else math.nan,
     }
 
@@ -374,10 +372,7 @@ def main() -> None:
     if all(math.isnan(v) for v in alone["sync"]):
         print("  the writers' sync before each commit: none in this checkout")
     else:
-        print(
-            "  of it, the save's wait for the writers' sync (what the arrays' writing did "
-            f"not hide), per update: {us(alone['sync'])}"
-        )
+        print(f"  of it, the writers' sync before each commit, per update: {us(alone['sync'])}")
         print(f"  the same, per save: {us(per_save)}")
 
 

@@ -9,12 +9,9 @@ manager; a loop that uses the two alone (``manager.maybe_save(clock, state)`` be
 
 This module is that meeting point, below both ``checkpoint/`` and ``summary/`` (which never
 import each other): every open writer registers a callable that makes the points it accepted
-durable (``SummaryWriter.sync_points``), and every checkpoint save calls them all before
-its checkpoint can exist: :func:`begin_sync` at the start of the commit, on a thread of
-their own so that the logs' fsyncs overlap the arrays' writing, and
-:meth:`Syncing.wait` before state.json and the marker (a rank that only writes its part
-of a distributed save calls :func:`sync_registered` before it). A writer drops out when it
-closes, or when it is garbage collected (the registry holds weak references only).
+durable (``SummaryWriter.sync_points``), and every checkpoint save calls
+:func:`sync_registered` before it writes anything. A writer drops out when it closes, or when
+it is garbage collected (the registry holds weak references only).
 
 Which writers a save syncs: every writer open in the process, not only those logging for
 a clock the checkpoint carries. A checkpoint cannot tell which curves depend on it: a writer
@@ -48,7 +45,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-__all__ = ["Registration", "Syncing", "begin_sync", "register", "registered", "sync_registered"]
+__all__ = ["Registration", "register", "registered", "sync_registered"]
 
 _lock = threading.Lock()
 _syncs: dict[int, weakref.WeakMethod[Callable[[], None]]] = {}
@@ -115,12 +112,8 @@ def sync_registered() -> None:
         BaseException: the first error a sync raised (a writer's ``SummaryWriteError``,
             ``NonFiniteError``, ...), as it was raised.
     """
-    _call_all(registered())
-
-
-def _call_all(syncs: list[Callable[[], None]]) -> None:
     first: BaseException | None = None
-    for sync in syncs:
+    for sync in registered():
         try:
             sync()
         except BaseException as err:
@@ -128,47 +121,3 @@ def _call_all(syncs: list[Callable[[], None]]) -> None:
                 first = err
     if first is not None:
         raise first
-
-
-class Syncing:
-    """The registered syncs running on a thread of their own, begun by :func:`begin_sync`:
-    a checkpoint writes its arrays meanwhile and waits (:meth:`wait`) before its marker."""
-
-    def __init__(self, syncs: list[Callable[[], None]]) -> None:
-        self._syncs = syncs
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="globalstep-log-sync", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            _call_all(self._syncs)
-        except BaseException as err:  # raised by wait(), on the save's thread
-            self._error = err
-
-    def wait(self) -> None:
-        """Waits until every sync has returned; raises the first error (once).
-
-        Raises:
-            BaseException: the first error a sync raised, as it was raised.
-        """
-        self._thread.join()
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
-
-    def join(self) -> None:
-        """Waits until every sync has returned, raising nothing (a save that failed
-        before it waited: it has its own error to raise)."""
-        self._thread.join()
-
-
-def begin_sync() -> Syncing | None:
-    """Starts every registered sync on a thread of its own; None when none is registered
-    (no thread is started).
-
-    The caller must :meth:`~Syncing.wait` before anything that depends on the points being
-    durable (a checkpoint's marker), and :meth:`~Syncing.join` on every other path.
-    """
-    syncs = registered()
-    return Syncing(syncs) if syncs else None

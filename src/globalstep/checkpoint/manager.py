@@ -846,14 +846,13 @@ class CheckpointManager(Closing):
                 background one for an async save); if it raises, nothing is saved and the
                 save fails with its error.
 
-        Every open :class:`~globalstep.summary.SummaryWriter` of the process makes the
-        points it accepted before this call durable before the checkpoint's state.json
-        and marker are written (on a thread of its own, while the arrays are written; see
-        :mod:`globalstep._durability`, which says why all of them): a crash after the
-        commit never loses a point logged before the save, with or without
-        ``globalstep.Run``. A writer whose points cannot be written fails the save with
-        its error (``SummaryWriteError``, or ``NonFiniteError`` for a guarded loss read
-        as NaN), and nothing is committed.
+        Before anything is written (and before ``before_commit``), every open
+        :class:`~globalstep.summary.SummaryWriter` of the process makes the points it
+        accepted so far durable (see :mod:`globalstep._durability`, which says why all of
+        them): a crash after the commit never loses a point logged before the save, with
+        or without ``globalstep.Run``. A writer whose points cannot be written fails the
+        save with its error (``SummaryWriteError``, or ``NonFiniteError`` for a guarded
+        loss read as NaN), and nothing is saved.
 
         Raises:
             CheckpointExistsError: the step is saved already and ``force`` is False.
@@ -1024,40 +1023,8 @@ class CheckpointManager(Closing):
         fresh: bool = False,
         marked: bool | None = None,
     ) -> None:
-        # The curves up to this step reach the disk before the checkpoint exists: the
-        # writers' fsyncs run beside the arrays' writing, and state.json and the marker
-        # wait for them (_SyncedHooks).
-        syncing = _durability.begin_sync()
-        try:
-            self._commit_synced(
-                step,
-                arrays,
-                document,
-                force,
-                abandoned,
-                round_,
-                before_commit,
-                fresh,
-                marked,
-                syncing,
-            )
-        finally:
-            if syncing is not None:
-                syncing.join()  # never a sync left running past its save
-
-    def _commit_synced(
-        self,
-        step: int,
-        arrays: Any,
-        document: dict[str, Any],
-        force: bool,
-        abandoned: list[int],
-        round_: Any,
-        before_commit: Callable[[], None] | None,
-        fresh: bool,
-        marked: bool | None,
-        syncing: _durability.Syncing | None,
-    ) -> None:
+        # The curves up to this step reach the disk before the checkpoint exists.
+        _durability.sync_registered()
         if before_commit is not None:
             before_commit()
         # The abandoned timeline goes before the new checkpoint is committed.
@@ -1076,7 +1043,6 @@ class CheckpointManager(Closing):
                 ) from err
             self._index.changed(removed=old)
             self._infos.pop(old, None)
-        failure: BaseException | None = None
         try:
             commit(
                 self._storage,
@@ -1084,20 +1050,14 @@ class CheckpointManager(Closing):
                 arrays,
                 document,
                 force=force,
-                hooks=round_ if syncing is None else _SyncedHooks(syncing, round_),
+                hooks=round_,
                 fresh=fresh and step not in abandoned,
                 marked=marked,
             )
-        except _NotDurableError as err:
-            failure = err.error  # raised below as the writer raised it, not as its context
         except BaseException:
             self._sweep_due = True  # leftovers of this attempt go at the next save
             self._index.forget(step)
             raise
-        if failure is not None:
-            self._sweep_due = True
-            self._index.forget(step)
-            raise failure
         if round_ is not None:
             round_.committed()
         self._index.changed(added=step)
@@ -1450,36 +1410,6 @@ class CheckpointManager(Closing):
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"
-
-
-class _NotDurableError(Exception):
-    """Carries a writer's error out of :func:`commit`, which would wrap an OSError (a
-    ``SummaryWriteError``) in a CheckpointError."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class _SyncedHooks:
-    """A commit's hooks (a distributed round's, or none) that wait for the writers' sync
-    once the arrays are written, before state.json and the marker."""
-
-    def __init__(self, syncing: _durability.Syncing, inner: Any) -> None:
-        self._syncing = syncing
-        self._inner = inner
-
-    def started(self, staging: str) -> None:
-        if self._inner is not None:
-            self._inner.started(staging)
-
-    def finishing(self, staging: str, document: dict[str, Any]) -> None:
-        try:
-            self._syncing.wait()
-        except BaseException as err:  # nothing is committed; the save raises it as it is
-            raise _NotDurableError(err) from err
-        if self._inner is not None:
-            self._inner.finishing(staging, document)
 
 
 class _InFlight:
