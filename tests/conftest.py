@@ -15,6 +15,7 @@ collect_ignore = [
     "distributed/spawn.py",
     "distributed/workers.py",
     "integrations/torch_resume_loop.py",
+    "integrations/torch_standalone_loop.py",
 ]
 
 

@@ -841,9 +841,8 @@ class Run(Closing):
             self._tree(self.state),
             metrics=metrics,
             force=step in self.checkpoints.steps(),
-            # The curves up to `step` reach the disk before the checkpoint commits (on the
-            # save's thread when it is async).
-            before_commit=self._writer.sync_points if self._writer is not None else None,
+            # The save makes the curves up to `step` durable before it commits (on the
+            # save's thread when it is async): the writer is registered for every save.
         )
         self._saved_step = step
 
