@@ -9,6 +9,8 @@ assertions.
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import subprocess
 import sys
@@ -27,7 +29,6 @@ from globalstep import ConfigError, RestoreMismatchError
 from globalstep.checkpoint import CheckpointManager
 from globalstep.checkpoint.tree import flatten
 from globalstep.compat import tf as ctf
-from globalstep.integrations import tensorflow as gtf
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - the default backend here
     pytest.skip("these tests use Keras' TensorFlow backend", allow_module_level=True)
@@ -126,6 +127,8 @@ def test_module_variables_by_path_round_trip(tmp_path):
 
 def test_module_variables_whose_paths_collide_are_refused():
     """Two variables whose paths read alike once '/' is '.' raise ConfigError naming it."""
+    from globalstep.integrations import tensorflow as gtf
+
     module = tf.Module()
     module.a = {"b/c": tf.Variable(1.0), "b.c": tf.Variable(2.0)}
     with pytest.raises(
@@ -330,3 +333,21 @@ def test_tensorflow_is_imported_only_for_a_tensorflow_object(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_unused_values_are_logged_when_the_status_goes_unless_expect_partial(tmp_path, caplog):
+    """A status whose checkpoint held values nothing took logs them when it is dropped, as
+    TensorFlow does; expect_partial() silences that."""
+    path = ctf.Checkpoint(step=tf.Variable(1), w=tf.Variable([1.0])).save(str(tmp_path / "c"))
+    with caplog.at_level(logging.WARNING, logger="globalstep"):
+        status = ctf.Checkpoint(step=tf.Variable(0)).restore(path)
+        del status
+        gc.collect()
+    assert "were never restored (no object took them): objects/w. Call status." in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="globalstep"):
+        ctf.Checkpoint(step=tf.Variable(0)).restore(path).expect_partial()
+        full = ctf.Checkpoint(step=tf.Variable(0), w=tf.Variable([0.0])).restore(path)
+        del full
+        gc.collect()
+    assert caplog.text == ""
