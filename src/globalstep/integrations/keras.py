@@ -349,10 +349,22 @@ def _eagerly() -> Any:
     return contextlib.nullcontext()
 
 
+def _stateless() -> bool:
+    """True inside a Keras ``StatelessScope``, where an assignment is recorded and then
+    dropped: a model built by ``compute_output_spec`` (compiled fit()'s symbolic build on
+    JAX and torch) creates its variables there, initialised when the scope ends."""
+    try:
+        from keras.src.backend.common.stateless_scope import in_stateless_scope
+    except ImportError:  # pragma: no cover - a Keras that moved it
+        return False
+    return bool(in_stateless_scope())
+
+
 def _take_pending(obj: Any, what: str) -> None:
-    """Assigns the values kept for ``obj`` to the variables it has now."""
+    """Assigns the values kept for ``obj`` to the variables it has now (later, where it
+    builds inside a stateless scope: at its optimizer's build, see :func:`_defer`)."""
     pending = _PENDING.get(obj)
-    if not pending:
+    if not pending or _stateless():
         return
     existing = _existing(obj, what)
     ready = [k for k in pending if k in existing]
@@ -365,15 +377,25 @@ def _take_pending(obj: Any, what: str) -> None:
         del _PENDING[obj]
 
 
-def _defer(obj: Any, what: str, state: Mapping[str, Any]) -> None:
-    """Assigns what ``obj`` has now and keeps the rest until its ``build()`` creates it."""
+# Models whose kept values are also tried when this optimizer builds (a model built in a
+# stateless scope takes them there: fit() builds the optimizer just after the model).
+_AFTER: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+
+
+def _defer(obj: Any, what: str, state: Mapping[str, Any], model: Any = None) -> None:
+    """Assigns what ``obj`` has now and keeps the rest until its ``build()`` creates it
+    (with ``model``: an optimizer whose build also assigns that model's kept values)."""
     existing = _existing(obj, what)
     _assign({k: v for k, v in existing.items() if k in state}, state)
     rest = {k: v for k, v in state.items() if k not in existing}
+    if model is not None and model in _PENDING:
+        _AFTER.setdefault(obj, weakref.WeakSet()).add(model)
     if not rest:
         _PENDING.pop(obj, None)
-        return
-    _PENDING[obj] = rest
+        if model is None or model not in _PENDING:
+            return
+    else:
+        _PENDING[obj] = rest
     build = obj.build
     if getattr(build, _HOOKED, False):
         return
@@ -382,6 +404,8 @@ def _defer(obj: Any, what: str, state: Mapping[str, Any]) -> None:
     def build_then_restore(*args: Any, **kwargs: Any) -> Any:
         result = build(*args, **kwargs)
         _take_pending(obj, what)
+        for later in list(_AFTER.pop(obj, ())):
+            _take_pending(later, "model")
         return result
 
     setattr(build_then_restore, _HOOKED, True)
@@ -423,7 +447,7 @@ class _ModelAdapter(adapters.Adapter):
         _defer(obj, "model", state["variables"])
         optimizer = _optimizer_of(obj)
         if optimizer is not None and state["optimizer"] is not None:
-            _defer(optimizer, "optimizer", state["optimizer"])
+            _defer(optimizer, "optimizer", state["optimizer"], model=obj)
 
     def pending(self, obj: Any) -> list[str]:
         optimizer = getattr(obj, "optimizer", None)
