@@ -15,6 +15,8 @@ collect_ignore = [
     "distributed/spawn.py",
     "distributed/workers.py",
     "integrations/torch_resume_loop.py",
+    "integrations/keras_deferred_check.py",
+    "integrations/tf_seed_program.py",
 ]
 
 

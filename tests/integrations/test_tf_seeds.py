@@ -239,29 +239,29 @@ def test_sigkilled_checkpoint_loop_resumes_bit_identical(tmp_path, optimizer, ki
     a model and an optimizer not built yet (weights at the first call, slots at the first
     update) and ends bit-identical to an uninterrupted run of as many updates."""
     program = _training_checkpoint_program(optimizer)
-    crashed = tmp_path / "crashed"
     rng = random.Random(f"{optimizer}{kills}")
-    restored_from = 0
-    for _ in range(kills):
-        update = rng.randrange(150, 950)
-        lines = _finish(
-            _start(program, crashed, kill_at=f"{update}:{rng.choice(['before', 'after'])}"),
-            expect=-signal.SIGKILL,
-        )
-        assert lines[0] == (
-            f"Restored from ./tf_ckpts/ckpt-{restored_from // 100}"
-            if restored_from
-            else "Initializing from scratch."
-        )
+    plan = [(rng.randrange(150, 950), rng.choice(["before", "after"])) for _ in range(kills)]
+    # Killed at its u-th update (before or after it), a process has advanced the step u-1
+    # times past where it started, so the next one restores the last multiple of 100.
+    expected_starts = [0]
+    for update, _ in plan:
+        expected_starts.append(expected_starts[-1] + (update - 1) // 100 * 100)
+    total = expected_starts[-1] + 1000
+    reference = tmp_path / "reference"  # uninterrupted, as many updates, run beside
+    uninterrupted = _start(_training_checkpoint_program(optimizer, updates=total), reference)
+    crashed = tmp_path / "crashed"
+    for (update, when), start in zip(plan, expected_starts, strict=False):
+        lines = _finish(_start(program, crashed, f"{update}:{when}"), expect=-signal.SIGKILL)
+        first = f"Restored from ./tf_ckpts/ckpt-{start // 100}" if start else "Initializing"
+        assert lines[0].startswith(first), lines[:2]
         saves = [line for line in lines if line.startswith("Saved checkpoint")]
-        assert saves, lines
-        restored_from = int(saves[-1].split()[4].rstrip(":"))
+        assert saves[-1].startswith(
+            f"Saved checkpoint for step {start + (update - 1) // 100 * 100}:"
+        )
     lines = _finish(_start(program, crashed))
-    assert lines[0] == f"Restored from ./tf_ckpts/ckpt-{restored_from // 100}"
-    assert not any(line.startswith("ASSERTION") for line in lines)  # status matched
-    total = restored_from + 1000
-    reference = tmp_path / "reference"
-    _finish(_start(_training_checkpoint_program(optimizer, updates=total), reference))
+    assert lines[0] == f"Restored from ./tf_ckpts/ckpt-{expected_starts[-1] // 100}"
+    assert not any(line.startswith("ASSERTION") for line in lines)  # the status matched
+    _finish(uninterrupted)
     got, want = _state(crashed), _state(reference)
     assert int(got["global_step"]) == total
     assert sorted(got) == sorted(want)
