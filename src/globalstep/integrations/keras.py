@@ -301,11 +301,24 @@ _HOOKED = "_globalstep_restores_on_build"
 
 
 def _existing(obj: Any, what: str) -> dict[str, Any]:
-    """The variables ``obj`` has now, by key; none for a model not built yet (its
-    variables' positions change when it builds)."""
-    if what == "model" and not obj.built:
+    """The variables ``obj`` has now whose keys hold when it builds.
+
+    A built object: all of them. A model not built yet: none (its variables' positions
+    change when it builds). An optimizer not built yet: its own ``iterations`` and
+    learning-rate variables, which its ``__init__`` creates first (keys 0000 and 0001
+    before and after the build); others it has then may move when it builds (a
+    ``LossScaleOptimizer`` puts its loss-scale variables before its inner optimizer's).
+    """
+    if obj.built:
+        return _variables_by_key(obj.variables, what)
+    if what == "model":
         return {}
-    return _variables_by_key(obj.variables, what)
+    own = [getattr(obj, "_iterations", None), getattr(obj, "_learning_rate", None)]
+    return {
+        key: v
+        for key, v in _variables_by_key(obj.variables, what).items()
+        if any(v is o for o in own)
+    }
 
 
 def _saved_arrays(obj: Any, what: str) -> dict[str, Any]:
