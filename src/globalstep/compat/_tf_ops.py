@@ -10,10 +10,12 @@ the rate is a tensor that follows the variable: eagerly, the value now; inside a
 TensorFlow's, so the values are TensorFlow's bit for bit in both modes.
 
 One difference, the noisy decay's (as on a Clock): TensorFlow draws unseeded noise at each
-call; here the draw at a step is the same pure function of ``(seed, step)`` as on a Clock
-(:func:`globalstep.schedules.core.standard_normal`), computed on the host through
-``tf.numpy_function`` (so that decay, alone, cannot be compiled with XLA), and the rest
-with TensorFlow's ops.
+call; here the draw at a step is the Clock's, a pure function of ``(seed, step)``
+(:func:`globalstep.schedules.core.standard_normal`), drawn on the host (through
+``tf.numpy_function`` in a graph, so that decay alone cannot be compiled with XLA), and
+the rest is TensorFlow's ops. Eagerly the rate is the Clock's bit for bit; in a graph,
+TensorFlow's graph optimizer (Grappler) rewrites the arithmetic around the draw, which can
+move the last bits (as it does for TensorFlow's own decay, whose graph this one is).
 
 This module imports TensorFlow: :mod:`globalstep.compat.tf` imports it only once it is
 given a TensorFlow object, which means TensorFlow is imported already.
@@ -239,15 +241,18 @@ def _linear_cosine(s: Any) -> Callable[[Any], Any]:
 
 
 def _seeded_noise(seed: int, step: Any, dtype: Any) -> Any:
-    """The standard normal draw at ``step``, as on a Clock: ``(seed, int64 step)`` alone."""
+    """The standard normal draw at ``step``, as on a Clock: ``(seed, int64 step)`` alone,
+    drawn on the host."""
     numpy_dtype = dtype.as_numpy_dtype
 
     def draw(s: Any) -> Any:
         steps = np.asarray(s, dtype=np.int64).reshape(1)
         return np.asarray(standard_normal(seed, steps)[0], dtype=numpy_dtype)
 
-    noise = tf.numpy_function(draw, [tf.cast(step, tf.int64)], dtype, stateful=False)
-    return tf.ensure_shape(noise, ())
+    steps = tf.cast(step, tf.int64)
+    if tf.executing_eagerly():
+        return tf.constant(draw(steps.numpy()), dtype)
+    return tf.ensure_shape(tf.numpy_function(draw, [steps], dtype, stateful=False), ())
 
 
 def _piecewise(s: Any) -> Callable[[Any], Any]:
