@@ -1,0 +1,110 @@
+"""Is a graph tracer running the calling Python code? ``traced_by()`` answers, for nothing.
+
+``tf.function`` and ``jax.jit`` run a function's Python once, while they trace it into a
+graph, and then replay the graph: Python side effects inside happen at tracing only. A
+``clock.tick()`` there counts one update for a whole run (step 1 after 5 updates, silently).
+The calls that must run once per update ask :func:`traced_by` and refuse with the
+traced-safe alternative instead.
+
+No framework is imported here: a framework that the process never imported cannot be
+tracing, so each check starts from ``sys.modules`` and costs one dict lookup when that
+framework is absent (``tick()`` is on the per-update path).
+
+What is detected:
+
+- TensorFlow: building a ``tf.function`` graph (``tf.inside_function()``), asked only when
+  ``tf.executing_eagerly()`` is False, so an eager loop pays one C call. A TF1 graph-mode
+  program (eager execution disabled, ``Session.run`` in a Python loop) is not refused: its
+  loop runs Python once per update.
+- JAX: tracing into a jaxpr (``jax.jit``, and the bodies of ``lax.scan`` / ``while_loop`` /
+  ``cond``), found as a ``DynamicJaxprTrace`` on the trace stack. ``jax.grad`` or
+  ``jax.vmap`` called eagerly run the Python on every call and are not refused. The check
+  reads the trace context of ``jax._src.core`` (jax >= 0.4.36) and falls back to
+  ``trace_state_clean()`` on older versions, where every non-eager trace counts.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["traced_by"]
+
+_TF_MODULE = "tensorflow"
+_JAX_CORE = "jax._src.core"
+
+# Resolved once, the first time a call finds the framework imported (a module's functions
+# do not change after its import): a lookup on the ``tensorflow`` module object costs
+# ~0.5 us, too much to repeat per update.
+_tf_eager: Callable[[], bool] | None = None
+_tf_inside: Callable[[], bool] = bool
+_jax_ctx: Any = None  # jax._src.core.trace_ctx (jax >= 0.4.36)
+_jax_eval: Any = None  # jax._src.core.eval_trace, the trace of eager code
+_jax_core: Any = None
+
+
+def traced_by() -> str | None:
+    """Returns the tracer running the caller's Python, or None when it runs eagerly.
+
+    Returns:
+        ``"tf.function"`` while TensorFlow traces a graph function, ``"jax.jit"`` while
+        JAX traces into a jaxpr, else None. Neither framework is imported by the call.
+    """
+    eager = _tf_eager
+    if eager is None:
+        eager = _find_tf()
+    if eager is not None and not eager() and _tf_inside():
+        return "tf.function"
+    ctx = _jax_ctx
+    if ctx is not None:
+        if ctx.trace is _jax_eval:  # eager JAX: the fast path
+            return None
+    elif _find_jax() is None:
+        return None
+    return "jax.jit" if _jax_tracing() else None
+
+
+def _find_tf() -> Callable[[], bool] | None:
+    global _tf_eager, _tf_inside
+    tf = sys.modules.get(_TF_MODULE)
+    if tf is None:
+        return None
+    eager: Callable[[], bool] | None = getattr(tf, "executing_eagerly", None)
+    inside: Callable[[], bool] | None = getattr(tf, "inside_function", None)
+    if eager is None or inside is None:  # half imported: look again next time
+        return None
+    _tf_inside = inside
+    _tf_eager = eager
+    return eager
+
+
+def _find_jax() -> Any:
+    global _jax_core, _jax_ctx, _jax_eval
+    core = sys.modules.get(_JAX_CORE)
+    if core is None or not hasattr(core, "trace_state_clean"):  # absent or half imported
+        return None
+    _jax_core = core
+    ctx, eval_trace = getattr(core, "trace_ctx", None), getattr(core, "eval_trace", None)
+    if ctx is not None and eval_trace is not None:
+        _jax_eval = eval_trace
+        _jax_ctx = ctx
+    return core
+
+
+def _jax_tracing() -> bool:
+    core = _jax_core
+    if _jax_ctx is None:  # jax < 0.4.36: a trace stack, clean when eager
+        return not core.trace_state_clean()
+    stack = getattr(core, "unsafe_get_trace_stack", None)
+    if stack is None:  # cannot walk the stack: any non-eager trace counts
+        return True
+    return "DynamicJaxprTrace" in str(stack(_jax_ctx.trace))
+
+
+# AutoGraph (on by default in ``tf.function``) rewrites the Python functions a traced
+# function calls, ``traced_by`` among them, and its rewrite of globals and early returns
+# does not keep this module's meaning. The attribute is AutoGraph's own mark of a function
+# it must call as written (what ``tf.autograph.experimental.do_not_convert`` sets); setting
+# it imports nothing.
+traced_by.autograph_info__ = frozenset()  # type: ignore[attr-defined]
