@@ -5,18 +5,30 @@ and ``Checkpoint`` and ``CheckpointManager`` (``tf.train``), built on globalstep
 crash-safe checkpoint storage (imported on first use, as they sit a layer above).
 
 Migrating is renaming an import: ``tf.compat.v1.train.exponential_decay(lr, global_step,
-...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, clock, ...)``. As in TF 2's
-eager mode each decay returns a zero-argument callable; given a
-:class:`~globalstep.clock.Clock` as ``global_step`` it reads the clock's step at every call
-(the step is the number of optimizer updates applied, see :mod:`globalstep.clock`), so the
-rate follows training. Each read is reported to a
-:class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops advancing:
-the classic frozen-learning-rate bug of a ``minimize()`` without ``global_step=``.
+...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, global_step, ...)``. As in TF 2's
+eager mode each decay returns a zero-argument callable, which reads the global step at
+every call, so the rate follows training. The global step may be:
 
-Values are TF's: float32 for a Python-float rate, operation for operation, with the C
-library's pow, exp, log and cos and flush-to-zero, as TF's kernels on one step (see
-:mod:`globalstep.compat._common`). Deliberate differences: the noisy decay's seeded noise
-(:func:`noisy_linear_cosine_decay`), the refusals at construction that
+- TensorFlow's own: a ``tf.Variable`` (``get_or_create_global_step(variable=True)``, or a
+  seed's ``tf.Variable(0, trainable=False)``), a Keras variable on the TensorFlow backend
+  (``optimizer.iterations``, which ``apply_gradients`` advances) or a tensor. The rate is
+  then a float tensor computed with TensorFlow's ops from the variable, as TensorFlow's
+  decay computes it (:mod:`globalstep.compat._tf_ops`): eagerly the value now, and inside
+  a ``tf.function`` an op of the graph that follows the variable at every run, TensorFlow's
+  values bit for bit in both. TensorFlow is imported only once such an object is given.
+- A :class:`~globalstep.clock.Clock` (the step is the number of optimizer updates
+  applied, see :mod:`globalstep.clock`): the rate is a Python float, and each read is
+  reported to a :class:`~globalstep.guards.StaleStepDetector`, which warns when the step
+  stops advancing (the classic frozen-learning-rate bug of a ``minimize()`` without
+  ``global_step=``). A Clock is read in Python, so a read inside a function that
+  ``tf.function`` or ``jax.jit`` traces would be one rate for the whole run: it raises
+  there, saying what to pass instead (a TF variable step).
+- A number: a fixed step, as in TensorFlow.
+
+On a Clock or a number the values are TF's: float32 for a Python-float rate, operation for
+operation, with the C library's pow, exp, log and cos and flush-to-zero, as TF's kernels
+on one step (see :mod:`globalstep.compat._common`). Deliberate differences: the noisy
+decay's seeded noise (:func:`noisy_linear_cosine_decay`), the refusals at construction that
 :mod:`globalstep.compat._tf_schedules` lists, and a subnormal intermediate of plain
 arithmetic, which TF flushes to zero and this does not (only where two rates differ by
 less than 1.2e-38; see :mod:`globalstep.compat._common`).
@@ -43,6 +55,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from globalstep._optional import require
+from globalstep._tracing import traced_by
 from globalstep.clock import Clock
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
@@ -133,10 +146,9 @@ class DecayedLearningRate:
         """Returns the rate at the global step now (a float tensor for a TF step)."""
         clock = self.global_step
         if isinstance(clock, Clock):
-            if _TF_MODULE in sys.modules:
-                tracer = _traced_by()
-                if tracer is not None:
-                    raise _traced_clock_error(clock, tracer)
+            tracer = traced_by()
+            if tracer is not None:
+                raise _traced_clock_error(clock, tracer)
             step = clock.step
             self._detector.observe(step, clock.name)  # type: ignore[union-attr]
             return self.schedule(step)
@@ -149,15 +161,6 @@ class DecayedLearningRate:
 
 
 _TF_MODULE = "tensorflow"
-
-
-def _traced_by() -> str | None:
-    """``"tf.function"`` while TensorFlow traces a graph function, else None."""
-    tf = sys.modules[_TF_MODULE]
-    eager = getattr(tf, "executing_eagerly", None)
-    if eager is None or eager():
-        return None
-    return "tf.function" if tf.inside_function() else None
 
 
 def _traced_clock_error(clock: Clock, tracer: str) -> ConfigError:
