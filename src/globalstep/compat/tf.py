@@ -136,6 +136,7 @@ class DecayedLearningRate:
         if isinstance(global_step, Clock):
             self._detector = StaleStepDetector(what)
         elif _tf_step(global_step):
+            _tf_ops().step_dtype(global_step)  # a real scalar, or ConfigError now
             self._tf_rate = _tf_ops().rate_fn(schedule)
         else:
             step_array(global_step)  # a number TF takes, or StepError now
@@ -229,17 +230,15 @@ def _decayed(schedule: PeerSchedule, global_step: Any, what: str) -> DecayedLear
             global_step,
             _STEP_HINT,
         )
-    if not isinstance(global_step, Clock | int | float | np.integer | np.floating) and not _tf_step(
-        global_step
-    ):
+    if isinstance(global_step, Clock | int | float | np.integer | np.floating):
+        return DecayedLearningRate(schedule, global_step, what)
+    if not _tf_step(global_step):
         raise ConfigError(
             "global_step",
             "must be a globalstep Clock, a TF variable or tensor, or a number",
             global_step,
             _STEP_HINT,
         )
-    if _tf_step(global_step):
-        _tf_ops().step_dtype(global_step)  # a real scalar, or ConfigError now
     return DecayedLearningRate(schedule, global_step, what)
 
 
