@@ -21,6 +21,7 @@ import pytest
 from globalstep import Clock, ConfigError, StepError
 from globalstep.compat import tf as ctf
 from globalstep.compat._common import CompatDifferenceWarning
+from globalstep.guards import FrozenStepWarning
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -445,3 +446,28 @@ def test_clock_decay_inside_jax_jit_raises():
         match=r"globalstep Clock, read in Python inside jax\.jit .* pass it in as an argument",
     ):
         jax.jit(lambda: lr())()
+
+
+def test_frozen_variable_step_warns_eagerly(tf):
+    """Seed 001's second program (the assign_add removed): read again and again at step 0,
+    the rate stays 1.0; eagerly the decay warns once, saying to advance the variable."""
+    step = tf.Variable(0, trainable=False, dtype=tf.int32)
+    lr = ctf.exponential_decay(1.0, step, 100000, 0.96)
+    for _ in range(999):
+        lr()
+    with pytest.warns(FrozenStepWarning, match="exponential_decay was read 1000 times") as caught:
+        lr()
+    message = str(caught[0].message)
+    assert "at step 0" in message
+    assert "global_step.assign_add(1) after apply_gradients" in message
+    assert "clock.tick()" not in message
+
+
+def test_advancing_variable_step_does_not_warn(tf):
+    """A variable advanced after each read never warns (warnings are errors here)."""
+    step = tf.Variable(0, dtype=tf.int64)
+    lr = ctf.exponential_decay(1.0, step, 100000, 0.96)
+    for _ in range(1100):
+        lr()
+        step.assign_add(1)
+    assert int(step.numpy()) == 1100

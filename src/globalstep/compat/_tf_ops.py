@@ -34,7 +34,15 @@ from globalstep.compat import _tf_schedules as _tfs
 from globalstep.errors import ConfigError
 from globalstep.schedules.core import standard_normal
 
-__all__ = ["is_step", "passes_through", "rate_fn", "read_step", "step_dtype"]
+__all__ = [
+    "eager_step",
+    "is_step",
+    "is_variable",
+    "passes_through",
+    "rate_fn",
+    "read_step",
+    "step_dtype",
+]
 
 
 def passes_through(err: ConfigError) -> ConfigError:
@@ -48,6 +56,18 @@ def is_step(value: Any) -> bool:
     """Whether ``value`` is a TensorFlow tensor or variable (a Keras variable on the
     TensorFlow backend is one)."""
     return bool(tf.is_tensor(value))
+
+
+def is_variable(value: Any) -> bool:
+    """Whether ``value`` is a variable (TF's or Keras'), which a loop advances."""
+    return isinstance(value, tf.Variable) or callable(getattr(value, "assign_add", None))
+
+
+def eager_step(value: Any) -> int | None:
+    """The int step of a variable now, eagerly; None in a graph (where it cannot be read)."""
+    if not tf.executing_eagerly():
+        return None
+    return int(value.numpy())
 
 
 def step_dtype(value: Any) -> np.dtype[Any]:

@@ -113,6 +113,11 @@ class DecayedLearningRate:
     :mod:`globalstep.compat._tf_ops`), as TensorFlow's decay returns one: inside a
     ``tf.function`` the rate is an op of the graph and follows the variable at every run.
 
+    Each eager read of a Clock or of an int variable is reported to a
+    :class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops
+    advancing while the rate is read again and again (the seed's loop without its
+    ``assign_add``); a read inside a graph cannot be observed.
+
     A Clock is read in Python, so a call inside a function being traced (``tf.function``,
     ``jax.jit``) would give one rate, the step's at tracing, for every run of the graph:
     that call raises instead, saying what to pass.
@@ -136,8 +141,11 @@ class DecayedLearningRate:
         if isinstance(global_step, Clock):
             self._detector = StaleStepDetector(what)
         elif _tf_step(global_step):
-            _tf_ops().step_dtype(global_step)  # a real scalar, or ConfigError now
-            self._tf_rate = _tf_ops().rate_fn(schedule)
+            ops = _tf_ops()
+            dtype = ops.step_dtype(global_step)  # a real scalar, or ConfigError now
+            self._tf_rate = ops.rate_fn(schedule)
+            if dtype.kind in "iu" and ops.is_variable(global_step):
+                self._detector = StaleStepDetector(what, fix=_VARIABLE_FIX)
         else:
             step_array(global_step)  # a number TF takes, or StepError now
         self.schedule = schedule
@@ -154,6 +162,10 @@ class DecayedLearningRate:
             self._detector.observe(step, clock.name)  # type: ignore[union-attr]
             return self.schedule(step)
         if self._tf_rate is not None:
+            if self._detector is not None:
+                step = _tf_ops().eager_step(clock)  # None in a graph: it follows the variable
+                if step is not None:
+                    self._detector.observe(step, None)
             return self._tf_rate(clock)
         return self.schedule(clock)
 
@@ -162,6 +174,10 @@ class DecayedLearningRate:
 
 
 _TF_MODULE = "tensorflow"
+_VARIABLE_FIX = (
+    "Advance the variable once per optimizer update (global_step.assign_add(1) after "
+    "apply_gradients), or pass optimizer.iterations, which apply_gradients advances."
+)
 
 
 def _traced_clock_error(clock: Clock, tracer: str) -> ConfigError:
