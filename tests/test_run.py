@@ -203,6 +203,7 @@ def test_writer_opened_before_restore_keeps_history(tmp_path):
         _ = run.writer  # opened at step 0, before the restore
         run.restore({"weights": weights, "noise": GeneratorState(noise)})
         while not run.done:
+            weights += 1.0  # an update (a tree left as restored is refused at the save)
             run.update(loss=-1.0)
     points = read_run(tmp_path / "logs").scalars["loss"]
     assert [p.step for p in points] == list(range(1, 31))
