@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["traced_by"]
+from globalstep.errors import TracingError
+
+__all__ = ["check_eager", "opaque", "traced_by", "traced_error"]
 
 _TF_MODULE = "tensorflow"
 _JAX_CORE = "jax._src.core"
@@ -42,6 +44,7 @@ _tf_inside: Callable[[], bool] = bool
 _jax_ctx: Any = None  # jax._src.core.trace_ctx (jax >= 0.4.36)
 _jax_eval: Any = None  # jax._src.core.eval_trace, the trace of eager code
 _jax_core: Any = None
+_modules = sys.modules  # the interpreter's one module table (replacing it is unsupported)
 
 
 def traced_by() -> str | None:
@@ -53,16 +56,74 @@ def traced_by() -> str | None:
     """
     eager = _tf_eager
     if eager is None:
-        eager = _find_tf()
+        eager = _find_tf() if _TF_MODULE in _modules else None
     if eager is not None and not eager() and _tf_inside():
         return "tf.function"
     ctx = _jax_ctx
     if ctx is not None:
         if ctx.trace is _jax_eval:  # eager JAX: the fast path
             return None
-    elif _find_jax() is None:
+    elif _JAX_CORE not in _modules or _find_jax() is None:
         return None
     return "jax.jit" if _jax_tracing() else None
+
+
+_ADVICE = {
+    "tf.function": (
+        "Keep the step inside the graph (optimizer.iterations, or a tf.Variable the function "
+        "assign_add()s) and call {call} after each call of the traced function, outside it."
+    ),
+    "jax.jit": (
+        "Call {call} outside the jitted function, after each call of it; where the traced "
+        "code needs the step, pass it in as an argument (or read optax's count from the "
+        "optimizer state)."
+    ),
+}
+
+
+def traced_error(call: str, tracer: str) -> TracingError:
+    """The error for ``call`` made while ``tracer`` traces: what happens, and what to do."""
+    advice = _ADVICE.get(tracer, "Call {call} outside the traced function.").format(call=call)
+    return TracingError(
+        f"{call} was called while {tracer} traces a function: its Python runs once, at "
+        f"tracing, not once per update, so the step would stop counting. {advice}",
+        call,
+        tracer,
+    )
+
+
+def check_eager(call: str) -> None:
+    """Raises :class:`~globalstep.errors.TracingError` when a tracer runs the caller.
+
+    Raises:
+        TracingError: ``tf.function`` or ``jax.jit`` is tracing.
+    """
+    tracer = traced_by()
+    if tracer is not None:
+        raise traced_error(call, tracer)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def opaque(fn: _F) -> _F:
+    """Marks ``fn`` as Python that graph tracers call as written, once per call.
+
+    AutoGraph (on in ``tf.function``) would rewrite it, and its rewrite of globals and
+    early returns does not keep this package's meaning; ``torch.compile`` would trace into
+    it, specialise on the step it reads and compile again at every update. The marks are
+    the ones ``tf.autograph.experimental.do_not_convert`` and ``torch.compiler.disable``
+    set, set here without importing either framework: AutoGraph then calls ``fn`` as it
+    is, and ``torch.compile`` breaks its graph around the call, which runs in Python on
+    every call (``fullgraph=True`` refuses it instead).
+    """
+    marks: Any = fn
+    marks.autograph_info__ = frozenset()
+    marks._torchdynamo_disable = True
+    marks._torchdynamo_disable_msg = (
+        f"globalstep's {fn.__qualname__} runs once per update, as Python, outside the graph"
+    )
+    return fn
 
 
 def _find_tf() -> Callable[[], bool] | None:
@@ -102,9 +163,5 @@ def _jax_tracing() -> bool:
     return "DynamicJaxprTrace" in str(stack(_jax_ctx.trace))
 
 
-# AutoGraph (on by default in ``tf.function``) rewrites the Python functions a traced
-# function calls, ``traced_by`` among them, and its rewrite of globals and early returns
-# does not keep this module's meaning. The attribute is AutoGraph's own mark of a function
-# it must call as written (what ``tf.autograph.experimental.do_not_convert`` sets); setting
-# it imports nothing.
-traced_by.autograph_info__ = frozenset()  # type: ignore[attr-defined]
+opaque(traced_by)
+opaque(check_eager)
