@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 
-from globalstep import Clock, ConfigError, StepError
+from globalstep import Clock, ConfigError, StepError, TracingError
 from globalstep.compat import tf as ctf
 from globalstep.compat._common import CompatDifferenceWarning
 from globalstep.guards import FrozenStepWarning
@@ -331,7 +331,7 @@ def test_clock_decay_inside_tf_function_raises(tf):
     clock = Clock()
     lr = ctf.exponential_decay(1.0, clock, 2, 0.5, staircase=True)
     with pytest.raises(
-        ConfigError,
+        TracingError,
         match=r"is a globalstep Clock, read in Python inside tf\.function .* frozen learning rate"
         r".*get_or_create_global_step\(variable=True\).* or optimizer\.iterations",
     ):
@@ -359,7 +359,7 @@ def test_clock_decay_as_optimizer_rate_in_tf_function_raises(tf, keras):
         return [float(train_step().numpy()) for _ in range(8)]
 
     clock = Clock()
-    with pytest.raises(ConfigError, match=r"globalstep Clock, read in Python inside tf\.function"):
+    with pytest.raises(TracingError, match=r"globalstep Clock, read in Python inside tf\.function"):
         train(lambda optimizer: clock)
     rates = train(lambda optimizer: optimizer.iterations)
     assert rates == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.125, 0.125]
@@ -387,7 +387,7 @@ def test_clock_decay_gives_tfs_rates_eagerly_and_refuses_when_traced(tf, keras, 
         want.append(twin_weight.numpy())
     assert len(set(want)) > 3
     np.testing.assert_array_equal(bits(got), bits(want))
-    with pytest.raises(ConfigError, match=r"is a globalstep Clock, read in Python inside tf\."):
+    with pytest.raises(TracingError, match=r"is a globalstep Clock, read in Python inside tf\."):
         tf.function(lambda: ours())()
 
 
@@ -442,7 +442,7 @@ def test_clock_decay_inside_jax_jit_raises():
     jax = pytest.importorskip("jax")
     lr = ctf.exponential_decay(1.0, Clock(), 2, 0.5)
     with pytest.raises(
-        ConfigError,
+        TracingError,
         match=r"globalstep Clock, read in Python inside jax\.jit .* pass it in as an argument",
     ):
         jax.jit(lambda: lr())()

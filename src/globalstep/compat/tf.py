@@ -60,7 +60,7 @@ from globalstep.clock import Clock
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, TracingError
 from globalstep.guards import StaleStepDetector
 from globalstep.schedules._base import check_number, check_step
 
@@ -120,7 +120,7 @@ class DecayedLearningRate:
 
     A Clock is read in Python, so a call inside a function being traced (``tf.function``,
     ``jax.jit``) would give one rate, the step's at tracing, for every run of the graph:
-    that call raises instead, saying what to pass.
+    that call raises :class:`~globalstep.errors.TracingError` instead, saying what to pass.
 
     Attributes:
         schedule: the schedule (TF's ``learning_rate_schedule`` class), callable with a step.
@@ -180,7 +180,7 @@ _VARIABLE_FIX = (
 )
 
 
-def _traced_clock_error(clock: Clock, tracer: str) -> ConfigError:
+def _traced_clock_error(clock: Clock, tracer: str) -> TracingError:
     """The refusal of a Clock read while ``tracer`` traces: the rate would be frozen."""
     if tracer == "tf.function":
         hint = (
@@ -195,15 +195,14 @@ def _traced_clock_error(clock: Clock, tracer: str) -> ConfigError:
             "use a globalstep.compat.optax schedule of the optimizer's own count, which "
             "traces."
         )
-    err = ConfigError(
-        "global_step",
-        f"is a globalstep Clock, read in Python inside {tracer} while it traces: the rate "
-        f"would be the one of step {clock.step}, at tracing, for every later run of the "
-        "traced function (a frozen learning rate)",
-        clock,
-        hint,
+    return TracingError(
+        f"`global_step` is a globalstep Clock, read in Python inside {tracer} while it "
+        f"traces: the rate would be the one of step {clock.step}, at tracing, for every "
+        f"later run of the traced function (a frozen learning rate); got global_step="
+        f"{clock!r}. {hint}",
+        "a compat.tf decay of a Clock",
+        tracer,
     )
-    return _tf_ops().passes_through(err) if tracer == "tf.function" else err
 
 
 def _tf_step(value: Any) -> bool:
