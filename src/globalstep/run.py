@@ -21,6 +21,12 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
   the differences (:class:`ConfigDriftWarning`), or raises with ``strict=True``.
 - An opt-in :class:`Rollback` policy restores the newest checkpoint when the loss is not
   finite or spikes, skips a few batches and goes on.
+- One tick per update: :meth:`Run.update` ticks the clock unless an owner claimed its
+  ticks (``attach`` does, see :meth:`Clock.claim_ticks
+  <globalstep.clock.Clock.claim_ticks>`), and refuses a clock advanced elsewhere.
+- No stale checkpoint: a loop that builds a new state tree per update (JAX, optax,
+  ``w = w - lr * g``) hands it over with ``run.update(..., state=tree)``; a save of the
+  restored tree, every array unchanged after updates, is refused with that advice.
 
 The data position (``run.data_position``, the batches drawn so far, read with
 :meth:`Run.next_batch`) is state of its own, saved with the checkpoint and never derived

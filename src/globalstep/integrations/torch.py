@@ -471,13 +471,17 @@ def attach(
     # the tick to it (see Clock.claim_ticks).
     owner = f"torch optimizer {type(optimizer).__name__} at {id(optimizer):#x}, via attach()"
     clock.claim_ticks(owner)
-    attachment = Attachment(
-        optimizer,
-        clock,
-        [_floats(s) if s is not None else None for s in schedules],
-        [_floats(m) if m is not None else None for m in moments],
-        scheduler,
-    )
+    try:
+        attachment = Attachment(
+            optimizer,
+            clock,
+            [_floats(s) if s is not None else None for s in schedules],
+            [_floats(m) if m is not None else None for m in moments],
+            scheduler,
+        )
+    except BaseException:
+        clock.release_ticks(owner)
+        raise
     attachment.tick_owner = owner
     # The hooks hold the attachment and the optimizer holds the hooks: a dropped optimizer
     # frees its clock for another owner.
