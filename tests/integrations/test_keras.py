@@ -181,11 +181,28 @@ def test_model_round_trips_through_a_checkpoint(tmp_path):
     assert any("seed_generator" in v.path for v in fresh.variables)
 
 
-def test_unbuilt_optimizer_alone_is_refused(tmp_path):
-    """An optimizer checkpointed alone before it is built raises ConfigError saying how."""
-    match = "must be built before it is checkpointed alone"
-    with CheckpointManager(tmp_path) as manager, pytest.raises(ConfigError, match=match):
-        manager.save(0, {"optimizer": keras.optimizers.SGD(0.1)})
+def test_unbuilt_optimizer_alone_takes_its_slots_when_it_builds(tmp_path):
+    """An optimizer restored before its first update keeps its slots' values and assigns
+    them when it creates the slots (TensorFlow's deferred restoration), bit for bit."""
+    x, y = _data()
+    model = _model(seed=1)
+    model.fit(x, y, batch_size=5, epochs=1, verbose=0)
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(4, {"optimizer": model.optimizer})
+        fresh = keras.optimizers.Adam(0.01)
+        _, report = manager.restore({"optimizer": fresh}, partial=True)
+    assert report.ok
+    assert not fresh.built
+    assert int(fresh.iterations) == 4  # what exists is assigned at once
+    assert (
+        report.deferred
+        == report.pending()
+        == [f"optimizer/{i:04d}" for i in range(2, len(model.optimizer.variables))]
+    )
+    fresh.build(model.trainable_variables)
+    assert report.pending() == []
+    saved = [gk._numpy(v) for v in model.optimizer.variables]
+    assert all(np.array_equal(a, gk._numpy(b)) for a, b in zip(saved, fresh.variables, strict=True))
 
 
 def test_variable_round_trips(tmp_path):

@@ -1,4 +1,4 @@
-"""Framework adapters: torch, JAX and Keras objects in checkpoint trees, found by type.
+"""Framework adapters: torch, JAX, Keras and TensorFlow objects in checkpoint trees, found by type.
 
 A state tree holds NumPy arrays, Python scalars and objects with ``state_dict()``. A
 framework's own objects (a ``torch.nn.Module``, a ``jax.Array``, an optax state, a Keras
@@ -42,7 +42,19 @@ from typing import Any, ClassVar
 
 from globalstep.errors import ConfigError, CorruptCheckpointError
 
-__all__ = ["Adapter", "Registry", "add", "find", "named", "register"]
+__all__ = ["Adapter", "OpenTemplate", "Registry", "add", "find", "named", "register"]
+
+
+class OpenTemplate(dict):  # type: ignore[type-arg]
+    """A template dict for an object that creates some of its state later.
+
+    An :meth:`Adapter.template` returns one where the object does not have all its
+    variables yet (an optimizer before its first update creates its slots, a model before
+    its first call its weights). Saved keys it lacks are not ``unexpected``: they are read
+    without a template, listed as ``deferred`` in the restore's report, and handed to
+    :meth:`Adapter.apply` with the rest, which keeps them until the object creates them
+    (TensorFlow's deferred restoration); :meth:`Adapter.pending` says which still wait.
+    """
 
 
 class Adapter(ABC):
@@ -99,6 +111,13 @@ class Adapter(ABC):
     def rebuild(self, state: Any) -> Any:
         """Returns the restored value when there is no template. Defaults to the plain state."""
         return state
+
+    def pending(self, obj: Any) -> list[str]:
+        """Returns the paths (relative to the adapted node) of values restored into ``obj``
+        that still wait for it to create their variables (see :class:`OpenTemplate`).
+        Defaults to none."""
+        del obj
+        return []
 
 
 def _root(module: str) -> str:
@@ -201,6 +220,7 @@ for _framework, _module in (
     ("optax", "globalstep.integrations.jax"),
     ("flax", "globalstep.integrations.jax"),
     ("keras", "globalstep.integrations.keras"),
+    ("tensorflow", "globalstep.integrations.tensorflow"),
 ):
     _REGISTRY.register(_framework, _module)
 

@@ -379,16 +379,34 @@ class RestoreReport:
         unexpected: in the checkpoint, not in the template (not restored).
         mismatched: in both, with another shape, dtype or kind (left as the template has
             them), each as ``"path: expected ..., got ..."``.
+        deferred: in the checkpoint, for variables a framework object creates later (an
+            optimizer's slots before its first update): kept by the object's adapter and
+            assigned when it creates them (see :class:`~globalstep.checkpoint.adapters.
+            OpenTemplate`); :meth:`pending` says which still wait.
     """
 
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
+    waiting: list[tuple[adapters.Adapter, Any, str]] = field(
+        default_factory=list, repr=False, compare=False
+    )
+    """(adapter, object, path) of each restored object that kept deferred values."""
 
     @property
     def ok(self) -> bool:
-        """True when the checkpoint fits the template exactly."""
+        """True when the checkpoint fits the template exactly (deferred values fit too:
+        their objects take them when they create their variables)."""
         return not (self.missing or self.unexpected or self.mismatched)
+
+    def pending(self) -> list[str]:
+        """The deferred values not assigned yet, as paths: their objects have not created
+        the variables that take them (the optimizer has not made its first update)."""
+        out: list[str] = []
+        for adapter, obj, path in self.waiting:
+            out.extend(f"{path}/{key}" if path else key for key in adapter.pending(obj))
+        return out
 
     def __str__(self) -> str:
         parts = [
@@ -397,6 +415,7 @@ class RestoreReport:
                 ("missing", self.missing),
                 ("unexpected", self.unexpected),
                 ("mismatched", self.mismatched),
+                ("deferred", self.deferred),
             )
             if items
         ]
@@ -620,12 +639,14 @@ class _Builder:
             check = _Builder(self.arrays, apply=False)
             check.targets = self.targets
             check.build(node["state"], adapter.template(tmpl), path, True)
-            for name in ("missing", "unexpected", "mismatched"):
+            for name in ("missing", "unexpected", "mismatched", "deferred"):
                 getattr(self.report, name).extend(getattr(check.report, name))
             if not self.apply or not check.report.ok:
                 return tmpl  # a partial restore leaves an object that does not fit untouched
             state = self.build(node["state"], None, path, False)
             self.applies.append((adapter, tmpl, state))
+            if check.report.deferred:
+                self.report.waiting.append((adapter, tmpl, path))
             return adapter.restore(tmpl, state)
         state = self.build(node["state"], None, path, False)
         if not self.apply:
@@ -727,9 +748,14 @@ class _Builder:
             )
             return tmpl
         result: dict[str, Any] = {}
+        open_template = isinstance(tmpl, adapters.OpenTemplate)
         for key, child in children.items():
             sub = f"{path}/{key}" if path else key
             if has_tmpl and key not in tmpl:
+                if open_template:  # for a variable the object creates later
+                    self.report.deferred.append(sub)
+                    result[key] = self.build(child, None, sub, False)
+                    continue
                 self.report.unexpected.append(sub)
                 continue
             result[key] = self.build(child, tmpl[key] if has_tmpl else None, sub, has_tmpl)

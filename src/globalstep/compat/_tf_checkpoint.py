@@ -10,8 +10,14 @@ What differs is underneath: each checkpoint is a directory committed atomically 
 :mod:`globalstep.checkpoint.format` (safetensors arrays, JSON state, checksums, no pickle),
 the index is replaced atomically, and a damaged index or checkpoint is an error, never
 "no checkpoint" (TensorFlow then silently starts again from step 0). The objects are
-globalstep state trees: NumPy arrays (restored in place), scalars, and objects with
-``state_dict()`` / ``load_state_dict()`` such as a :class:`~globalstep.clock.Clock`.
+globalstep state trees: NumPy arrays (restored in place), scalars, objects with
+``state_dict()`` / ``load_state_dict()`` such as a :class:`~globalstep.clock.Clock`, and
+TensorFlow's and Keras' own objects as they are (a ``tf.Variable`` step, a ``tf.Module``,
+Keras models, optimizers and metrics: see :mod:`globalstep.integrations.tensorflow` and
+:mod:`globalstep.integrations.keras`), restored in place with ``assign``. An optimizer
+restored before its first update takes its slots' values when it creates them (deferred
+restoration): ``assert_existing_objects_matched()`` passes before then, and
+``assert_consumed()`` only once every value has found its variable, as in TensorFlow.
 
 Example:
     >>> import numpy as np, tempfile
@@ -52,6 +58,7 @@ from globalstep.checkpoint.tree import (
     RestoreReport,
     array_nodes,
     check_key,
+    decode_dtype,
     flatten,
     template_arrays,
     unflatten,
@@ -134,15 +141,34 @@ class CheckpointLoadStatus:
             )
 
     def assert_consumed(self) -> CheckpointLoadStatus:
-        """Raises AssertionError unless every saved value and every object matched."""
+        """Raises AssertionError unless every saved value and every object matched.
+
+        A value kept for a variable not created yet (an optimizer's slot before its first
+        update) is not consumed until the variable exists and took it, as in TensorFlow:
+        this fails until then, and passes after the first update.
+        """
         self._nothing()
         assert self.report is not None
-        if not self.report.ok:
-            raise AssertionError(f"Unresolved objects or values in the checkpoint: {self.report}")
+        pending = self.report.pending()
+        if not self.report.ok or pending:
+            report = str(self.report) if not self.report.ok else ""
+            waiting = (
+                f"values kept for variables not created yet: {', '.join(pending)} (they are "
+                "assigned when their object builds: an optimizer at its first update, a "
+                "model at its first call)"
+                if pending
+                else ""
+            )
+            detail = "; ".join(part for part in (report, waiting) if part)
+            raise AssertionError(f"Unresolved objects or values in the checkpoint: {detail}")
         return self
 
     def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
-        """Raises AssertionError when an object of the Checkpoint found no saved value."""
+        """Raises AssertionError when an object of the Checkpoint found no saved value.
+
+        Values kept for variables that do not exist yet (deferred restoration) do not make
+        it fail: only objects that exist are checked.
+        """
         self._nothing()
         assert self.report is not None
         if self.report.missing or self.report.mismatched:
@@ -164,7 +190,7 @@ class CheckpointLoadStatus:
         return self
 
     def expect_partial(self) -> CheckpointLoadStatus:
-        """Accepts a partial match silently (there are no warnings to silence here)."""
+        """Accepts a partial match silently (no warning is ever given for one here)."""
         return self
 
     def run_restore_ops(self, session: Any = None) -> None:
@@ -268,17 +294,27 @@ class Checkpoint:
 
 def _check_shapes(structure: Any, into: dict[str, Any]) -> None:
     """Raises RestoreMismatchError, as TF raises ValueError at restore time, when a saved
-    array would restore into an array of another shape (before anything is restored)."""
+    array would restore into an array (a variable) of another shape or dtype (before
+    anything is restored)."""
     for key, node in array_nodes(structure).items():
         target = into.get(key)
-        if target is None or list(target.shape) == node.get("shape"):
+        if target is None:
             continue
-        saved = tuple(node.get("shape") or ())
-        raise RestoreMismatchError(
-            f"Received incompatible tensor with shape {saved} when attempting to restore "
-            f"variable with shape {target.shape} and name {key}. Restore into an array of "
-            f"shape {saved}, or save a new checkpoint after changing the shape."
-        )
+        if list(target.shape) != node.get("shape"):
+            saved = tuple(node.get("shape") or ())
+            raise RestoreMismatchError(
+                f"Received incompatible tensor with shape {saved} when attempting to restore "
+                f"variable with shape {target.shape} and name {key}. Restore into an array of "
+                f"shape {saved}, or save a new checkpoint after changing the shape."
+            )
+        dtype = decode_dtype(node.get("dtype"))
+        if dtype.newbyteorder("<") != target.dtype.newbyteorder("<"):
+            raise RestoreMismatchError(
+                f"The checkpoint holds {key} as {dtype}, but the variable (or array) it "
+                f"would restore into is {target.dtype}. Create it as "
+                f"{dtype} (tf.Variable(..., dtype=tf.{dtype})), or save a new checkpoint "
+                "after changing the dtype."
+            )
 
 
 def _all(items: Any, kind: Any) -> bool:

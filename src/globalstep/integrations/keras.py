@@ -21,12 +21,17 @@ checkpointed; importing it imports Keras (on the backend ``KERAS_BACKEND`` names
 - :class:`ResumableDataset` is a ``keras.utils.PyDataset`` whose batch order is a function
   of (seed, epoch), so :func:`fit` continues a restored run at the right batch inside
   its epoch.
-- Models, optimizers and variables go into checkpoint trees as they are (adapters named
-  ``keras.Model``, ``keras.Optimizer``, ``keras.Variable``): all of ``model.variables``
-  (the dropout seed generators' state included) and the optimizer's, the optimizer built
-  first where needed. Keys are positions in ``variables`` with the variable's name
-  (``0003.kernel``), so a model rebuilt in the same process (whose layer names Keras
-  numbers anew) restores too; ``/`` in names becomes ``.``.
+- Models, optimizers, metrics and variables go into checkpoint trees as they are
+  (adapters named ``keras.Model``, ``keras.Optimizer``, ``keras.Metric``,
+  ``keras.Variable``): all of ``model.variables`` (the dropout seed generators' state
+  included) and the optimizer's, the optimizer built first where the model is built.
+  Keys are positions in ``variables`` with the variable's name (``0003.kernel``), so a
+  model rebuilt in the same process (whose layer names Keras numbers anew) restores too;
+  ``/`` in names becomes ``.``. Restored into an optimizer that has not made its first
+  update (or a model not called yet), the values of the variables it creates later are
+  kept and assigned when its ``build()`` creates them, as TensorFlow's deferred
+  restoration does; the restore's report lists them as ``deferred`` and its
+  ``pending()`` the ones still waiting.
 
 Example:
     >>> import keras, numpy as np
@@ -38,8 +43,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,7 +57,7 @@ import numpy as np
 from globalstep.checkpoint import adapters
 from globalstep.clock import Clock
 from globalstep.compat import keras as compat_keras
-from globalstep.errors import ConfigError, StepError
+from globalstep.errors import ConfigError, RestoreMismatchError, StepError
 from globalstep.schedules._base import Schedule
 from globalstep.schedules._base import from_config as schedule_from_config
 from globalstep.triggers import Trigger, every
@@ -262,8 +270,10 @@ def _sync(model: Any) -> None:
 
 
 def _optimizer_of(model: Any) -> Any:
+    """The model's optimizer, built on its trainable variables where the model is built
+    and the optimizer is not (an unbuilt model's optimizer builds at its first update)."""
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and not optimizer.built:
+    if optimizer is not None and not optimizer.built and model.built:
         optimizer.build(model.trainable_variables)
     return optimizer
 
@@ -286,8 +296,111 @@ def _assign(variables: Mapping[str, Any], state: Mapping[str, Any]) -> None:
         v.assign(state[key])
 
 
+# ------------------------------------------------------------- deferred restoration
+
+# Values restored into an optimizer before it created its slots (or a model before it
+# created its weights), by key, kept until the object builds: TensorFlow's deferred
+# restoration. Weak keys: a dropped object drops its values.
+_PENDING: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_HOOKED = "_globalstep_restores_on_build"
+
+
+def _existing(obj: Any, what: str) -> dict[str, Any]:
+    """The variables ``obj`` has now, by key; none for a model not built yet (its
+    variables' positions change when it builds)."""
+    if what == "model" and not obj.built:
+        return {}
+    return _variables_by_key(obj.variables, what)
+
+
+def _saved_arrays(obj: Any, what: str) -> dict[str, Any]:
+    """What a save writes for ``obj``: its variables, and the values it keeps for
+    variables it has not created yet (so a save before the first update loses none)."""
+    return {**_PENDING.get(obj, {}), **_arrays(_existing(obj, what))}
+
+
+def _template(obj: Any, what: str) -> Any:
+    """The restore template: the variables that exist, open for the rest when ``obj``
+    creates variables later (see :class:`~globalstep.checkpoint.adapters.OpenTemplate`)."""
+    arrays = _arrays(_existing(obj, what))
+    return arrays if obj.built else adapters.OpenTemplate(arrays)
+
+
+def _dtype_name(variable: Any) -> str:
+    return str(keras.backend.standardize_dtype(variable.dtype))
+
+
+def _check_fits(key: str, variable: Any, value: Any, what: str) -> None:
+    """Raises RestoreMismatchError when a deferred value does not fit the variable the
+    object created for it (same key, another shape or dtype)."""
+    expected = f"{_dtype_name(variable)}{list(variable.shape)}"
+    got = f"{value.dtype}{list(value.shape)}"
+    if expected != got:
+        raise RestoreMismatchError(
+            f"the {what}'s variable {key} ({variable.path}) was created as {expected}, but "
+            f"the checkpoint restored into it holds {got}: build the {what} as it was when "
+            "the checkpoint was saved, or restore with partial=True and leave it out",
+            None,
+        )
+
+
+def _eagerly() -> Any:
+    """Outside any function being traced (an optimizer builds inside the first trace of a
+    ``tf.function`` train step): the restored values are assigned once, not at each call."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.init_scope()
+    return contextlib.nullcontext()
+
+
+def _take_pending(obj: Any, what: str) -> None:
+    """Assigns the values kept for ``obj`` to the variables it has now."""
+    pending = _PENDING.get(obj)
+    if not pending:
+        return
+    existing = _existing(obj, what)
+    ready = [k for k in pending if k in existing]
+    for key in ready:
+        _check_fits(key, existing[key], pending[key], what)
+    with _eagerly():
+        for key in ready:
+            existing[key].assign(pending.pop(key))
+    if not pending:
+        del _PENDING[obj]
+
+
+def _defer(obj: Any, what: str, state: Mapping[str, Any]) -> None:
+    """Assigns what ``obj`` has now and keeps the rest until its ``build()`` creates it."""
+    existing = _existing(obj, what)
+    _assign({k: v for k, v in existing.items() if k in state}, state)
+    rest = {k: v for k, v in state.items() if k not in existing}
+    if not rest:
+        _PENDING.pop(obj, None)
+        return
+    _PENDING[obj] = rest
+    build = obj.build
+    if getattr(build, _HOOKED, False):
+        return
+
+    @functools.wraps(build)
+    def build_then_restore(*args: Any, **kwargs: Any) -> Any:
+        result = build(*args, **kwargs)
+        _take_pending(obj, what)
+        return result
+
+    setattr(build_then_restore, _HOOKED, True)
+    # Past Keras' and TensorFlow's attribute tracking: a bound method is no state.
+    object.__setattr__(obj, "build", build_then_restore)
+
+
+def _pending(obj: Any, prefix: str = "") -> list[str]:
+    return [prefix + key for key in _PENDING.get(obj, {})]
+
+
 class _ModelAdapter(adapters.Adapter):
-    """A Keras model: all of ``model.variables`` and its optimizer's (built first)."""
+    """A Keras model: all of ``model.variables`` and its optimizer's (built first where
+    the model is built; otherwise both take their values when they build)."""
 
     name = "keras.Model"
 
@@ -298,44 +411,51 @@ class _ModelAdapter(adapters.Adapter):
         _sync(obj)
         optimizer = _optimizer_of(obj)
         return {
-            "variables": _arrays(_variables_by_key(obj.variables, "model")),
-            "optimizer": None
-            if optimizer is None
-            else _arrays(_variables_by_key(optimizer.variables, "optimizer")),
+            "variables": _saved_arrays(obj, "model"),
+            "optimizer": None if optimizer is None else _saved_arrays(optimizer, "optimizer"),
+        }
+
+    def template(self, obj: Any) -> Any:
+        _sync(obj)
+        optimizer = _optimizer_of(obj)
+        return {
+            "variables": _template(obj, "model"),
+            "optimizer": None if optimizer is None else _template(optimizer, "optimizer"),
         }
 
     def apply(self, obj: Any, state: Any) -> None:
         _sync(obj)
-        _assign(_variables_by_key(obj.variables, "model"), state["variables"])
+        _defer(obj, "model", state["variables"])
         optimizer = _optimizer_of(obj)
         if optimizer is not None and state["optimizer"] is not None:
-            _assign(_variables_by_key(optimizer.variables, "optimizer"), state["optimizer"])
+            _defer(optimizer, "optimizer", state["optimizer"])
+
+    def pending(self, obj: Any) -> list[str]:
+        optimizer = getattr(obj, "optimizer", None)
+        out = _pending(obj, "variables/")
+        return out if optimizer is None else out + _pending(optimizer, "optimizer/")
 
 
 class _OptimizerAdapter(adapters.Adapter):
-    """A built Keras optimizer: its ``variables`` (iterations included)."""
+    """A Keras optimizer: its ``variables`` (iterations included). Before it is built, the
+    slots it creates at its first update take their values then (deferred restoration)."""
 
     name = "keras.Optimizer"
 
     def matches(self, obj: Any) -> bool:
         return isinstance(obj, keras.optimizers.Optimizer)
 
-    def _variables(self, obj: Any) -> dict[str, Any]:
-        if not obj.built:
-            raise ConfigError(
-                "optimizer",
-                "must be built before it is checkpointed alone",
-                obj,
-                hint="Call optimizer.build(model.trainable_variables), or checkpoint the "
-                "model, which builds its optimizer itself.",
-            )
-        return _variables_by_key(obj.variables, "optimizer")
-
     def save(self, obj: Any) -> Any:
-        return _arrays(self._variables(obj))
+        return _saved_arrays(obj, "optimizer")
+
+    def template(self, obj: Any) -> Any:
+        return _template(obj, "optimizer")
 
     def apply(self, obj: Any, state: Any) -> None:
-        _assign(self._variables(obj), state)
+        _defer(obj, "optimizer", state)
+
+    def pending(self, obj: Any) -> list[str]:
+        return _pending(obj)
 
 
 class _VariableAdapter(adapters.Adapter):
@@ -353,9 +473,25 @@ class _VariableAdapter(adapters.Adapter):
         obj.assign(state)
 
 
+class _MetricAdapter(adapters.Adapter):
+    """A Keras metric: its ``variables`` (totals and counts), keyed like a model's."""
+
+    name = "keras.Metric"
+
+    def matches(self, obj: Any) -> bool:
+        return isinstance(obj, keras.metrics.Metric)
+
+    def save(self, obj: Any) -> Any:
+        return _arrays(_variables_by_key(obj.variables, "model"))
+
+    def apply(self, obj: Any, state: Any) -> None:
+        _assign(_variables_by_key(obj.variables, "model"), state)
+
+
 adapters.add(_ModelAdapter())
 adapters.add(_OptimizerAdapter())
 adapters.add(_VariableAdapter())
+adapters.add(_MetricAdapter())
 
 
 class _ModelState:
