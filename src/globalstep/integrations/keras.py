@@ -938,15 +938,22 @@ class Follower:
         # read in place (one read a call); with it, a new tensor each call.
         self._variable = iterations.value if isinstance(iterations, keras.Variable) else None
         self._index: int | None = None
+        self._read_op: Any = None
+        if self._tf and self._variable is not None:
+            import tensorflow as tf
+
+            # The read op alone: half the cost of variable.numpy() (which also records it
+            # for gradient tapes and copies it with an identity).
+            handle, dtype, op = self._variable.handle, self._variable.dtype, tf.raw_ops
+            self._read_op = lambda: op.ReadVariableOp(resource=handle, dtype=dtype)
 
     def __repr__(self) -> str:
         return f"Follower({type(self.optimizer).__name__}, {self.clock!r})"
 
     def _read(self) -> int:
-        variable = self._variable
         try:
-            if variable is not None and self._tf:
-                return int(variable.numpy())
+            if self._read_op is not None:
+                return int(self._read_op().numpy())
             return int(_read_iterations(self.optimizer))
         except (AttributeError, TypeError, NotImplementedError) as err:
             raise ConfigError(
@@ -1057,6 +1064,12 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
     loop and for a step in ``tf.function``, on the TensorFlow, JAX and torch backends.
     A value logged after the call carries the step after the update, as
     ``tf.summary.scalar(step=optimizer.iterations)`` does (see :mod:`globalstep.clock`).
+
+    Cost: reading the variable right after a ``tf.function`` step is one eager op, tens
+    to a couple of hundred microseconds on a loaded CPU; the cheapest is to return
+    ``optimizer.iterations`` from the traced step (``return loss, optimizer.iterations``)
+    and pass it, ``follower(iterations)``: an output of the step is read as it is, with no
+    op of its own (see ``bench/bench_tf.py``).
 
     Args:
         optimizer: a Keras optimizer (a ``LossScaleOptimizer`` too).
