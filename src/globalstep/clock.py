@@ -15,6 +15,20 @@ is the initial rate; it decays only because something advances the step. Here th
 advances with the update itself: call :meth:`Clock.tick` once per applied update (and not for
 an update that was skipped, e.g. by a mixed-precision overflow).
 
+The step of a logged value
+--------------------------
+A value observed for an update (its loss, its gradient norm) is logged at the clock's step
+*after* that update: the first update's loss at step 1, the last one's at the run's last
+step. The rate logged beside it is the rate that update used, so the rate logged at step
+``s`` is ``schedule(s - 1)``. This is the step ``tf.summary.scalar(..., step=
+optimizer.iterations)`` writes after ``apply_gradients``, and the one Keras' TensorBoard
+callback and the Hugging Face Trainer write. Every part of globalstep that logs follows it:
+:class:`~globalstep.run.Run.update` (called after the update), the
+:class:`~globalstep.summary.SummaryWriter` with a clock written to after ``clock.tick()``
+(or after ``optimizer.step()`` under :func:`~globalstep.integrations.torch.attach`), and
+the Keras ``GlobalStepCallback``. A checkpoint at step S then holds every point of the
+updates it contains, steps 1 to S, and a resumed run logs from S + 1.
+
 Example:
     >>> clock = Clock(steps_per_epoch=12, batch_size=100)
     >>> clock.tick(12)

@@ -726,7 +726,9 @@ class Run(Closing):
         Args:
             applied: False for an update that was skipped (a mixed-precision overflow):
                 the scalars are logged at the unchanged step and the clock does not tick.
-            **scalars: values to log at the step after the update (``loss=..., lr=...``):
+            **scalars: values to log at the step after the update (``loss=..., lr=...``,
+                the rate being the one the update used, ``run.value("lr")`` read before
+                it; the convention of every logged value, see :mod:`globalstep.clock`):
                 numbers, NumPy scalars or one-element tensors.
 
         Returns:

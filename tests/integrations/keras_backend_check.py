@@ -55,6 +55,61 @@ def same(a, b):
     return all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
 
 
+class StepBound(keras.callbacks.Callback):
+    """Raises once fit() runs more than ``n`` batches: a bound on steps, not on time."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n, self.seen = n, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen > self.n:
+            raise RuntimeError(f"fit() ran past {self.n} batches")
+
+
+def plain_fit_checks():
+    """model.fit on a ResumableDataset: 3 epochs end after 3 epochs' batches, on the
+    batches gk.fit gives (Keras' default shuffle=True included), and a second plain fit
+    after a first continues with the data's next epoch."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(22, 5)).astype("float32")  # 5 batches an epoch, the last of 2
+    y = rng.normal(size=(22, 1)).astype("float32")
+
+    def run(how):
+        keras.utils.set_random_seed(4)
+        model = keras.Sequential(
+            [keras.Input((5,)), keras.layers.Dense(8, "relu"), keras.layers.Dense(1)]
+        )
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        data = gk.ResumableDataset(x, y, batch_size=5, seed=3)
+        clock = Clock(steps_per_epoch=data.steps_per_epoch)
+        bound = StepBound(3 * data.steps_per_epoch)
+        callback = gk.GlobalStepCallback(clock, data=data)
+        if how == "gk.fit":
+            gk.fit(model, data, epochs=3, callbacks=[bound, callback], verbose=0)
+        elif how == "plain":
+            model.fit(data, epochs=3, callbacks=[bound, callback], verbose=0)
+        elif how == "plain, no callback":
+            model.fit(data, epochs=3, callbacks=[bound], verbose=0)
+        else:  # one epoch, then the two others in a second call
+            model.fit(data, epochs=1, callbacks=[bound, callback], verbose=0)
+            model.fit(data, epochs=3, initial_epoch=1, callbacks=[bound, callback], verbose=0)
+        weights = [keras.ops.convert_to_numpy(v.value) for v in model.variables]
+        return weights, [bound.seen, clock.step, clock.epoch, data.position]
+
+    try:
+        reference, counts = run("gk.fit")
+        out = {"gk.fit": counts}
+        for how in ("plain", "plain, no callback", "plain, two calls"):
+            weights, counts = run(how)
+            out[how] = counts
+            out[how + " same batches"] = same(reference, weights)
+        return out
+    except RuntimeError as error:
+        return {"error": str(error)}
+
+
 def main(directory):
     out = {"backend": keras.backend.backend()}
     keras_cos = keras.optimizers.schedules.CosineDecay(
@@ -113,6 +168,7 @@ def main(directory):
     out["model_round_trip"] = (
         type(lr).__name__ == "CosineDecay" and lr.get_config() == ours_cos.get_config()
     )
+    out["plain_fit"] = plain_fit_checks()
     print(json.dumps(out))
 
 

@@ -51,6 +51,19 @@ def _values(model):
     return [gk._numpy(v) for v in model.variables]
 
 
+class _StepBound(keras.callbacks.Callback):
+    """Raises once fit() runs more than ``n`` batches (an endless fit fails, not hangs)."""
+
+    def __init__(self, n: int = 50) -> None:
+        super().__init__()
+        self.n, self.seen = n, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen > self.n:
+            raise RuntimeError(f"fit() ran past {self.n} batches")
+
+
 def test_core_schedule_becomes_a_keras_schedule():
     """A core schedule wraps into a LearningRateSchedule giving its values at the step."""
     lr = gk.learning_rate_schedule(ExponentialDecay(0.1, 10, 0.5))
@@ -126,13 +139,84 @@ def test_dataset_order_is_a_function_of_seed_and_epoch():
     assert sorted(a.order(1)) == list(range(20))
 
 
-def test_dataset_getitem_counts_from_the_fit_start():
-    """After begin() at position 7, index 0 is batch 7 of the run."""
+def test_dataset_serves_the_positions_epoch_under_plain_fit():
+    """Restored at position 10 (epoch 2 of 5 batches), Keras' next epoch is the data's
+    epoch 2, its batches in the data's order whatever index Keras asks for; the one batch
+    Keras' model building reads, inside an epoch of its own, moves nothing on."""
     x, y = _data()
     data = gk.ResumableDataset(x, y, batch_size=4)
-    data.position = 7
-    data.begin()
-    assert np.array_equal(data[0][0], data.batch(7)[0])
+    state = data.state_dict()
+    data.load_state_dict({**state, "position": 10})
+    assert data.num_batches == len(data) == 5
+    data.on_epoch_begin()  # model building (JAX and torch backends)
+    data[0]
+    data.on_epoch_end()
+    data.on_epoch_end()  # Keras' reset() ends an epoch again
+    data.on_epoch_begin()
+    assert np.array_equal(data[3][0], data.batch(10)[0])  # Keras' shuffle gave index 3
+    assert np.array_equal(data[0][0], data.batch(11)[0])
+    for index in (1, 2, 4):
+        data[index]
+    data.on_epoch_end()
+    data.on_epoch_begin()
+    assert np.array_equal(data[0][0], data.batch(15)[0])
+
+
+def test_dataset_copies_and_pickles_with_its_position():
+    """A copy (as worker processes get one) keeps the position and serves the same
+    batches."""
+    import copy
+    import pickle
+
+    x, y = _data()
+    data = gk.ResumableDataset(x, y, batch_size=4, seed=5)
+    data.load_state_dict({**data.state_dict(), "position": 5})
+    for other in (copy.deepcopy(data), pickle.loads(pickle.dumps(data))):
+        assert other.position == 5
+        other.on_epoch_begin()
+        data.on_epoch_begin()
+        assert np.array_equal(other[0][0], data[0][0])
+        with other.streaming():
+            assert other.num_batches is None
+            assert np.array_equal(other[2][0], data.batch(7)[0])
+
+
+def test_plain_fit_refuses_to_restart_a_restored_epoch():
+    """Plain model.fit on data restored mid-epoch raises ConfigError naming gk.fit."""
+    x, y = _data()
+    data = gk.ResumableDataset(x, y, batch_size=5)
+    model = _model()
+    data.load_state_dict({**data.state_dict(), "position": 6})  # as a checkpoint at step 6
+    model.optimizer.iterations.assign(6)
+    clock = Clock(steps_per_epoch=4)
+    clock.tick(6)
+    callback = gk.GlobalStepCallback(clock, data=data)
+    match = r"`data` is at batch 2 of epoch 1 .*globalstep\.integrations\.keras\.fit"
+    with pytest.raises(ConfigError, match=match):
+        model.fit(data, epochs=2, verbose=0, callbacks=[callback, _StepBound()])
+
+
+@pytest.mark.parametrize(("workers", "processes"), [(2, False), (1, True)])
+def test_plain_fit_refuses_workers_on_resumable_data(workers, processes):
+    """With Keras' workers (threads or processes) plain model.fit raises ConfigError
+    naming workers and gk.fit."""
+    x, y = _data()
+    data = gk.ResumableDataset(x, y, batch_size=5)
+    data.workers, data.use_multiprocessing = workers, processes
+    match = r"`workers` must be 1 without use_multiprocessing .*keras\.fit\(model, data"
+    with pytest.raises(ConfigError, match=match):
+        _model().fit(data, epochs=1, verbose=0, callbacks=[_StepBound()])
+
+
+def test_plain_fit_refuses_steps_per_epoch_on_resumable_data():
+    """model.fit(data, steps_per_epoch=2) with the callback raises ConfigError: the
+    data's epochs are its own 4 batches."""
+    x, y = _data()
+    data = gk.ResumableDataset(x, y, batch_size=5)
+    callback = gk.GlobalStepCallback(Clock(), data=data)
+    match = "`steps_per_epoch` must be left out of model.fit.. on a ResumableDataset"
+    with pytest.raises(ConfigError, match=match):
+        _model().fit(data, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[callback])
 
 
 def test_dataset_refuses_another_order_on_restore():
@@ -255,10 +339,29 @@ def test_callback_logs_each_batch_loss_and_rate(tmp_path):
         model.fit(x, y, batch_size=5, shuffle=False, verbose=0, callbacks=[callback])
     run = read_run(tmp_path)
     losses = [p.value for p in run.scalars["loss"]]
-    assert [p.step for p in run.scalars["loss"]] == [0, 1, 2, 3]
+    assert [p.step for p in run.scalars["loss"]] == [1, 2, 3, 4]  # the step after each update
     assert np.allclose(losses, before, rtol=1e-6, atol=0)
     assert losses[1] != np.mean(losses[:2])
-    assert [p.value for p in run.scalars["learning_rate"]] == [0.0, 0.0, 0.0, 0.0]
+    assert [p.value for p in run.scalars["lr"]] == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_callback_rate_tag_keeps_the_old_name(tmp_path):
+    """rate_tag="learning_rate" writes the rate under the name the callback used before."""
+    x, y = _data()
+    clock = Clock()
+    with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",)) as writer:
+        callback = gk.GlobalStepCallback(clock, writer=writer, rate_tag="learning_rate")
+        _model().fit(x, y, batch_size=5, verbose=0, callbacks=[callback])
+    run = read_run(tmp_path)
+    assert sorted(run.scalars) == ["learning_rate", "loss"]
+    assert [p.step for p in run.scalars["learning_rate"]] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("tag", ["", "  ", "loss", 3])
+def test_callback_refuses_a_bad_rate_tag(tag):
+    """A blank rate_tag, or the loss's own, raises ConfigError naming it."""
+    with pytest.raises(ConfigError, match="`rate_tag` must be a non-empty tag other than"):
+        gk.GlobalStepCallback(rate_tag=tag)
 
 
 def test_callback_saves_on_its_trigger_and_restores(tmp_path):

@@ -5,7 +5,8 @@ reports: a compat.keras schedule gives the weights Keras' own schedule gives (an
 slightly different schedule does not); a core schedule gives the weights of a table of
 its values looked up with Keras ops; gradient accumulation keeps the clock at
 optimizer.iterations; the schedules round-trip through keras.saving, alone and in a
-saved model.
+saved model; plain model.fit on a ResumableDataset ends after its epochs, on gk.fit's
+batches.
 """
 
 from __future__ import annotations
@@ -73,3 +74,18 @@ def test_schedules_round_trip_through_keras_saving(report):
     assert report["round_trip"]
     assert report["core_round_trip"]
     assert report["model_round_trip"]
+
+
+def test_plain_fit_on_resumable_data_ends_on_gk_fits_batches(report):
+    """model.fit(ResumableDataset, epochs=3) stops after 3 epochs of 5 batches (a bound on
+    steps fails it otherwise), and trains on the batches gk.fit gives, bit for bit: with
+    the callback, without it, and split in two calls (the second continues the epochs)."""
+    plain = report["plain_fit"]
+    assert "error" not in plain, plain
+    assert plain["gk.fit"] == [15, 15, 3, 15]  # batches, clock step and epoch, position
+    assert plain["plain"] == [15, 15, 3, 15]
+    assert plain["plain, no callback"][0] == 15
+    assert plain["plain, two calls"] == [15, 15, 3, 15]
+    assert plain["plain same batches"]
+    assert plain["plain, no callback same batches"]
+    assert plain["plain, two calls same batches"]

@@ -3,7 +3,8 @@
 Seed 001 asks what TF1's ``exponential_decay(0.1, global_step, ..., staircase=True)``
 gives as the step advances; here the same decay, from globalstep.compat.keras, drives a
 Keras model's compiled fit() over 2 epochs of 12 batches, and the rates the callback
-logged at steps 0..23 must be TF's own, bit for bit. The GAN trains a critic 5 updates
+logged at steps 1..24 (the step after each update, the rate that update used) must be
+TF's own, bit for bit. The GAN trains a critic 5 updates
 per generator update, each with its own clock and schedule, checked against each
 optimizer's iterations and restored together from one checkpoint.
 """
@@ -31,7 +32,7 @@ from globalstep.summary.reader import read_run
 
 
 def test_exponential_decay_over_two_epochs_equals_tf(tmp_path):
-    """Over 2 epochs of 12 batches the rates logged at steps 0..23 are TF1's, bit for bit."""
+    """Over 2 epochs of 12 batches the rates logged at steps 1..24 are TF1's, bit for bit."""
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(120, 4)).astype("float32")
@@ -43,14 +44,14 @@ def test_exponential_decay_over_two_epochs_equals_tf(tmp_path):
     with SummaryWriter(tmp_path, clock=clock, formats=("jsonl",)) as writer:
         callback = gk.GlobalStepCallback(clock, writer=writer)
         model.fit(x, y, batch_size=10, epochs=2, verbose=0, callbacks=[callback])
-    logged = read_run(tmp_path).scalars["learning_rate"]
+    logged = read_run(tmp_path).scalars["lr"]
     step = tf.Variable(0, dtype=tf.int64)
     decay = tf.compat.v1.train.exponential_decay(0.1, step, 5, 0.96, staircase=True)
     expected = []
     for s in range(24):
         step.assign(s)
         expected.append(float(decay().numpy()))
-    assert [p.step for p in logged] == list(range(24))
+    assert [p.step for p in logged] == list(range(1, 25))  # update s + 1 used decay(s)
     assert [p.value for p in logged] == expected
     assert (clock.step, clock.epoch) == (24, 2)
 

@@ -14,7 +14,12 @@ itself the first time a JAX, optax or flax object is saved or restored, so that 
   name from the checkpoint).
 
 Schedules for optax: :mod:`globalstep.compat.optax` schedules trace under ``jax.jit``
-themselves; :func:`traceable` makes any core schedule callable on a traced count.
+themselves; :func:`traceable` makes any core schedule callable on a traced count. optax
+calls a schedule with ``count``, the updates applied before the one it computes: the
+clock's step before that update. Log what an update gives (its loss, and the rate it used:
+``schedule(clock.step - 1)``, or ``opt_state.hyperparams["learning_rate"]`` under
+``optax.inject_hyperparams``) after ``clock.tick()``, at the step after the update, the
+convention of every logged value (see :mod:`globalstep.clock`).
 
 Example:
     >>> import jax.numpy as jnp

@@ -12,8 +12,9 @@ checkpointed; importing it imports Keras (on the backend ``KERAS_BACKEND`` names
   update uses is exactly the schedule's value at the global step.
 - :class:`GlobalStepCallback` keeps a :class:`~globalstep.clock.Clock` equal to
   ``optimizer.iterations`` (the updates applied, with ``gradient_accumulation_steps``
-  minded), writes each batch's own loss and the rate its update used, keyed by the global
-  step, to a :class:`~globalstep.summary.SummaryWriter`, and saves checkpoints with a
+  minded), writes each batch's own loss and the rate its update used at the step after
+  that update (the convention of :mod:`globalstep.clock`), to a
+  :class:`~globalstep.summary.SummaryWriter`, and saves checkpoints with a
   :class:`~globalstep.checkpoint.CheckpointManager`.
 - :func:`follow` keeps a clock equal to ``optimizer.iterations`` in a custom training loop
   (a ``GradientTape`` loop, eager or in ``tf.function``, or a loop on the JAX or torch
@@ -46,9 +47,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import threading
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import keras
@@ -552,10 +554,24 @@ class _TorchRandomState:
 class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
     """Batches of arrays in an order that is a function of (seed, epoch), resumable.
 
-    An endless stream: batch ``j`` of the run is batch ``j % steps_per_epoch`` of epoch
+    Batch ``j`` of the run is batch ``j % steps_per_epoch`` of epoch
     ``j // steps_per_epoch``, whose order is a permutation drawn from ``(seed, epoch)``.
-    The position (the batches training has consumed) is state of its own, saved with
-    ``state_dict()``; :func:`fit` passes ``steps_per_epoch`` and continues inside an epoch.
+    The position (the batches training has consumed, counted by a
+    :class:`GlobalStepCallback` given ``data=``) is state of its own, saved with
+    ``state_dict()``.
+
+    Plain ``model.fit(data, epochs=n)`` (and ``evaluate``, ``predict``) sees a finite
+    ``PyDataset`` of ``steps_per_epoch`` batches: each epoch Keras runs is the data's next
+    epoch (the position's epoch first, with a callback), its batches in the data's order,
+    so ``n`` epochs end after ``n * steps_per_epoch`` updates, on the batches :func:`fit`
+    gives. Keras' ``shuffle`` of the batch order is not applied (the data is shuffled by
+    ``(seed, epoch)``, which a checkpoint restores; Python's random state is not). It
+    starts epochs at their first batch only: where the position is inside an epoch (a run
+    restored mid-epoch), or for ``steps_per_epoch`` other than the data's, the callback
+    refuses plain ``fit()``; with ``workers > 1`` or ``use_multiprocessing`` (whose
+    workers read ahead across Keras' epochs) the data refuses it.
+    :func:`fit` continues inside an epoch: during its ``model.fit`` calls the data is one
+    stream of the run's batches from the position.
 
     Args:
         x: an array, or a list/tuple/dict of arrays, of the same length.
@@ -599,20 +615,66 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
             raise ConfigError("batch_size", f"must be <= the {self.rows} rows", batch_size)
         self.position = 0  # batches consumed by training
         self._start = 0  # the position at which the running fit() began
+        self._streaming = False  # inside globalstep's fit(): one stream from _start
+        # Under plain model.fit(): the epoch Keras is running, the next one, and the
+        # batches served since Keras began the epoch (under a lock: TensorFlow's tf.data
+        # calls __getitem__ from threads of its own, one after another).
+        self._epoch = 0
+        self._next_epoch = 0
+        self._served = 0
+        self._lock = threading.Lock()
         self._order: tuple[int, np.ndarray] | None = None
 
     @property
-    def num_batches(self) -> None:
-        return None  # endless: fit() takes steps_per_epoch
+    def num_batches(self) -> int | None:
+        """The batches of one epoch; None (endless, one stream) inside :func:`fit`."""
+        return None if self._streaming else self.steps_per_epoch
+
+    def __len__(self) -> int:
+        """The batches of one epoch, ``steps_per_epoch``."""
+        return self.steps_per_epoch
+
+    def on_epoch_begin(self) -> None:
+        """Keras starts an epoch: under plain ``model.fit`` it is the data's next one.
+
+        Raises:
+            ConfigError: under plain ``model.fit``, Keras reads the data with workers.
+        """
+        if not self._streaming:
+            if self.workers > 1 or (self.workers > 0 and self.use_multiprocessing):
+                raise ConfigError(
+                    "workers",
+                    "must be 1 without use_multiprocessing for plain model.fit() on a "
+                    "ResumableDataset (Keras' workers read batches ahead across its epochs, "
+                    "before the data knows which epoch is next)",
+                    (self.workers, self.use_multiprocessing),
+                    hint="Use globalstep.integrations.keras.fit(model, data, epochs=...), "
+                    "which reads the data as one stream, or workers=1.",
+                )
+            with self._lock:
+                self._epoch = self._next_epoch
+                self._served = 0
+
+    def on_epoch_end(self) -> None:
+        """Keras ends an epoch (or the pass its model building makes over one batch, or
+        a reset): the data's next epoch follows only once this one served all its
+        batches."""
+        if not self._streaming:
+            with self._lock:
+                if self._served >= self.steps_per_epoch and self._next_epoch == self._epoch:
+                    self._next_epoch = self._epoch + 1
+                self._served = 0
 
     def order(self, epoch: int) -> np.ndarray:
         """The row order of ``epoch``."""
-        if self._order is None or self._order[0] != epoch:
+        cached = self._order  # read once: Keras may call from a prefetching thread
+        if cached is None or cached[0] != epoch:
             rows = np.arange(self.rows)
             if self.shuffle:
                 rows = np.random.default_rng([self.seed, epoch]).permutation(self.rows)
-            self._order = (epoch, rows)
-        return self._order[1]
+            cached = (epoch, rows)
+            self._order = cached
+        return cached[1]
 
     def batch(self, index: int) -> Any:
         """Batch ``index`` of the whole run (epoch ``index // steps_per_epoch``)."""
@@ -623,12 +685,75 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
             return (x,)
         return x, keras.tree.map_structure(lambda a: a[rows], self.y)
 
-    def __getitem__(self, index: int) -> Any:
-        return self.batch(self._start + index)
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[None]:
+        """The data as :func:`fit` reads it: one endless stream of the run's batches from
+        the position (``num_batches`` None), index 0 being batch ``position``."""
+        self._streaming = True
+        try:
+            yield
+        finally:
+            self._streaming = False
+            self._next_epoch = self.position // self.steps_per_epoch
 
-    def begin(self) -> None:
-        """Marks the start of a fit() call at the current position (the callback does)."""
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]  # worker processes get a copy without it
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"ResumableDataset(rows={self.rows}, batch_size={self.batch_size}, "
+            f"seed={self.seed}, position={self.position})"
+        )
+
+    def __getitem__(self, index: int) -> Any:
+        if self._streaming:
+            return self.batch(self._start + index)
+        with self._lock:
+            epoch, served = self._epoch, self._served
+            self._served = served + 1
+        # One reader (workers are refused): the k-th batch asked for in the epoch is its
+        # k-th, whatever index Keras' shuffle gave it.
+        return self.batch(epoch * self.steps_per_epoch + served)
+
+    def begin(self, steps: int | None = None) -> None:
+        """Marks the start of a fit() call at the current position (the callback does).
+
+        Args:
+            steps: the batches per epoch the ``fit()`` call runs, where known.
+
+        Raises:
+            ConfigError: under plain ``model.fit``, the position is inside an epoch, or
+                ``steps`` is not the data's ``steps_per_epoch``.
+        """
         self._start = self.position
+        if self._streaming:
+            return
+        epoch, batch = divmod(self.position, self.steps_per_epoch)
+        if batch:
+            raise ConfigError(
+                "data",
+                f"is at batch {batch} of epoch {epoch} ({self.position} batches consumed), "
+                "where plain model.fit() would start the epoch again from its first batch",
+                self,
+                hint="Continue with globalstep.integrations.keras.fit(model, data, "
+                "epochs=...), which runs the rest of the epoch first.",
+            )
+        if steps is not None and steps != self.steps_per_epoch:
+            raise ConfigError(
+                "steps_per_epoch",
+                f"must be left out of model.fit() on a ResumableDataset, whose epochs are "
+                f"its {self.steps_per_epoch} batches",
+                steps,
+                hint="Use globalstep.integrations.keras.fit(model, data, epochs=...) to "
+                "run part of an epoch.",
+            )
+        self._next_epoch = epoch
 
     def state_dict(self) -> dict[str, Any]:
         """The position and what decides the order."""
@@ -655,6 +780,7 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
                 )
         self.position = int(state["position"])
         self._start = self.position
+        self._next_epoch = self.position // self.steps_per_epoch
 
 
 # --------------------------------------------------------------------------- callback
@@ -677,9 +803,12 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
 
     After each batch whose update was applied (every batch, or every
     ``gradient_accumulation_steps``-th) the clock ticks, and the callback asserts that it
-    equals ``optimizer.iterations``; writes ``loss`` (that batch's own loss) and
-    ``learning_rate`` (the rate that update used) at the update's step; and lets the
-    manager's ``save_every`` decide whether to save :meth:`state`.
+    equals ``optimizer.iterations``; writes ``loss`` (that batch's own loss) and ``lr``
+    (the rate that update used) at the clock's step after the update, the first update's
+    at step 1 (the convention of every logged value, see :mod:`globalstep.clock`: the
+    step ``optimizer.iterations`` holds after ``apply_gradients``, as Keras' TensorBoard
+    callback logs it); and lets the manager's ``save_every`` decide whether to save
+    :meth:`state`.
 
     Args:
         clock: the run's clock (a new one if None).
@@ -689,6 +818,9 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             every 100 updates.
         data: the run's :class:`ResumableDataset`, whose position is saved.
         extra: more entries for the checkpoint tree.
+        rate_tag: the tag of the rate: ``"lr"``, as ``Run``, the demo and the guides log
+            it; ``"learning_rate"`` keeps the name the callback wrote before (its curves
+            were then one step earlier, from step 0).
 
     Raises:
         ConfigError: an argument of the wrong kind.
@@ -703,10 +835,13 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         save_every: Any = 100,
         data: ResumableDataset | None = None,
         extra: Mapping[str, Any] | None = None,
+        rate_tag: str = "lr",
     ) -> None:
         super().__init__()
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigError("clock", "must be a globalstep Clock or None", clock)
+        if not isinstance(rate_tag, str) or not rate_tag.strip() or rate_tag == "loss":
+            raise ConfigError("rate_tag", "must be a non-empty tag other than 'loss'", rate_tag)
         if data is not None and not isinstance(data, ResumableDataset):
             raise ConfigError("data", "must be a ResumableDataset or None", data)
         self.clock = clock if clock is not None else Clock()
@@ -714,6 +849,7 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.manager = manager
         self.data = data
         self.extra = dict(extra or {})
+        self.rate_tag = rate_tag
         self._save: Trigger = save_every if isinstance(save_every, Trigger) else every(save_every)
         self._rate_fn: Any = None
         self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
@@ -780,7 +916,7 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self._check()
         self._save.skip_past(self.clock)  # fire only at boundaries still ahead
         if self.data is not None:
-            self.data.begin()
+            self.data.begin((self.params or {}).get("steps"))
         progress = self.clock.progress()
         if progress.step_in_epoch and self.data is None:
             warnings.warn(
@@ -805,7 +941,10 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
                 return float(self._rate_fn(step))
             return float(keras.ops.convert_to_numpy(lr(step)))
         try:
-            return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            constant = self.model.optimizer.learning_rate
+            if isinstance(constant, keras.Variable):  # a fixed rate (TF's warns in NumPy)
+                return float(_numpy(constant))
+            return float(keras.ops.convert_to_numpy(constant))
         except (TypeError, ValueError):
             return None
 
@@ -829,15 +968,16 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.clock.tick()
         self._check()
         if self.writer is not None:
-            step = self.clock.step - 1  # the update just applied
+            # Observed for the update just applied: at the step after it (the clock's,
+            # optimizer.iterations), with the rate that update used.
             scalars: dict[str, float] = {}
             tracker = getattr(self.model, "_loss_tracker", None)
             if isinstance(tracker, _BatchLossMean):
                 scalars["loss"] = float(_numpy(tracker.last))
             rate = self._rate(micro - 1)
             if rate is not None:
-                scalars["learning_rate"] = rate
-            self.writer.scalars(scalars, step=step)
+                scalars[self.rate_tag] = rate
+            self.writer.scalars(scalars, step=self.clock.step)
         if self.manager is not None and self._save.should_fire(self.clock):
             if self.writer is not None:
                 self.writer.flush()  # the curves are durable up to the newest checkpoint
@@ -860,7 +1000,8 @@ def fit(
 
     Where the data's position is inside epoch ``e`` at batch ``k``, a first ``fit()`` runs
     the epoch's remaining batches (``initial_epoch=e``), then a second the later epochs,
-    so every batch is the one an uninterrupted run would see.
+    so every batch is the one an uninterrupted run would see. (Plain ``model.fit(data,
+    epochs=n)`` runs whole epochs only; see :class:`ResumableDataset`.)
 
     Returns:
         The ``History`` of each ``fit()`` call made.
@@ -876,10 +1017,16 @@ def fit(
         if name in kwargs:
             raise ConfigError(name, "is set by fit() from the data; leave it out", kwargs[name])
     kwargs.setdefault("shuffle", False)  # the data shuffles itself, by (seed, epoch)
+    with data.streaming():
+        return _fit_stream(model, data, epochs, list(callbacks), kwargs)
+
+
+def _fit_stream(
+    model: Any, data: ResumableDataset, epochs: int, callbacks: list[Any], kwargs: Any
+) -> list[Any]:
     spe = data.steps_per_epoch
     epoch, k = divmod(data.position, spe)
     histories = []
-    callbacks = list(callbacks)
     if k and epoch < epochs:
         histories.append(
             model.fit(

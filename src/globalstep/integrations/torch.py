@@ -5,7 +5,10 @@ rate of update number ``clock.step`` (see :mod:`globalstep.clock`) into every pa
 and then ticks the clock. An update that a ``GradScaler`` skips (inf or NaN gradients) never
 reaches the optimizer's ``step()``, so it neither ticks the clock nor moves the schedule;
 gradient accumulation ticks once per ``optimizer.step()``. Each optimizer gets its own clock
-(a GAN's generator and critic), and :meth:`Attachment.detach` undoes everything.
+(a GAN's generator and critic), and :meth:`Attachment.detach` undoes everything. After
+``optimizer.step()`` each group's ``"lr"`` is still the rate that update used: log it with
+the loss there, at the clock's step after the update (the convention of
+:mod:`globalstep.clock`).
 
 Torch objects go into checkpoint trees as they are: tensors of every dtype, modules (also
 ``torch.compile``'d or DDP-wrapped ones, whose ``_orig_mod.`` / ``module.`` prefixes are

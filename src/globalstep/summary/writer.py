@@ -1,7 +1,9 @@
 """SummaryWriter: step-keyed scalars, histograms and texts to TensorBoard and JSONL.
 
 The step comes from the writer's :class:`~globalstep.clock.Clock` unless a call gives one
-(see :mod:`globalstep.clock` for what a step is). A call on the training thread only
+(see :mod:`globalstep.clock` for what a step is): write a value observed for an update after
+``clock.tick()``, so that it carries the step after that update, as every logged value does
+(the convention stated in :mod:`globalstep.clock`). A call on the training thread only
 checks its arguments and appends a tuple to a queue; a background thread encodes and
 writes the queue in batches, every ``flush_seconds`` or sooner when it fills. ``flush()``,
 ``close()`` and interpreter exit write everything queued. A write that fails in the
