@@ -852,6 +852,7 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.rate_tag = rate_tag
         self._save: Trigger = save_every if isinstance(save_every, Trigger) else every(save_every)
         self._rate_fn: Any = None
+        self._plain_iterations: bool | None = None  # optimizer.iterations not overridden
         self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
 
     def set_model(self, model: Any) -> None:
@@ -896,8 +897,10 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             return int(_numpy(iterations))
         return int(keras.ops.convert_to_numpy(iterations))
 
-    def _check(self) -> None:
-        iterations = self._iterations()
+    def _check(self, iterations: int | None = None) -> None:
+        """Raises unless the clock is at ``optimizer.iterations`` (read if not given)."""
+        if iterations is None:
+            iterations = self._iterations()
         if iterations != self.clock.step:
             raise StepError(
                 f"the clock ({self.clock.name!r}) is at step {self.clock.step} but "
@@ -933,12 +936,21 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             return float(lr.at(micro_step // lr._every))
         if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
             step = keras.ops.convert_to_tensor(micro_step)
-            if keras.backend.backend() == "jax":  # the value the jitted update computed
+            backend = keras.backend.backend()
+            if backend == "jax":  # the value the jitted update computed
                 import jax
 
                 if self._rate_fn is None:
                     self._rate_fn = jax.jit(lambda s: lr(s))
                 return float(self._rate_fn(step))
+            if backend == "tensorflow":  # the value the traced update computed
+                import tensorflow as tf
+
+                if self._rate_fn is None:
+                    # One graph call instead of the schedule's ~17 eager ops (1.35 of the
+                    # callback's 1.74 ms a batch, profiled on a 32-64-1 MLP).
+                    self._rate_fn = tf.function(lambda s: lr(s), autograph=False)
+                return float(self._rate_fn(step).numpy())
             return float(keras.ops.convert_to_numpy(lr(step)))
         try:
             constant = self.model.optimizer.learning_rate
@@ -966,7 +978,14 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         if micro % self._accumulation():
             return  # a micro-batch: gradients accumulated, no update applied
         self.clock.tick()
-        self._check()
+        if self._plain_iterations is None:
+            self._plain_iterations = (
+                type(self.model.optimizer).iterations is keras.optimizers.Optimizer.iterations
+            )
+        if self._plain_iterations:  # optimizer.iterations is micro // accumulation: no read
+            self._check(micro // self._accumulation())
+        else:
+            self._check()
         if self.writer is not None:
             # Observed for the update just applied: at the step after it (the clock's,
             # optimizer.iterations), with the rate that update used.
