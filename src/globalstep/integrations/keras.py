@@ -853,10 +853,12 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self._save: Trigger = save_every if isinstance(save_every, Trigger) else every(save_every)
         self._rate_fn: Any = None
         self._plain_iterations: bool | None = None  # optimizer.iterations not overridden
+        self._fused: Any = None  # the TensorFlow reads in one graph call, False: none
         self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
 
     def set_model(self, model: Any) -> None:
         super().set_model(model)
+        self._fused = self._plain_iterations = None  # read again from this model
         tracker = getattr(model, "_loss_tracker", None)
         if tracker is not None and not isinstance(tracker, _BatchLossMean):
             model._loss_tracker = _BatchLossMean(name=tracker.name, dtype=tracker.dtype)
@@ -960,6 +962,38 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         except (TypeError, ValueError):
             return None
 
+    def _fused_reads(self) -> tuple[int, float, float] | None:
+        """On TensorFlow, (micro-steps, the batch's loss, the rate its update used) read
+        by one graph call: three eager reads and the schedule's eager ops cost several
+        times that after each batch. None where it does not apply (another backend, no
+        batch-loss tracker, a rate that is neither a Keras schedule nor a variable)."""
+        if self._fused is None:
+            self._fused = False
+            optimizer = self.model.optimizer
+            tracker = getattr(self.model, "_loss_tracker", None)
+            lr: Any = getattr(optimizer, "_learning_rate", None)
+            schedule = isinstance(lr, keras.optimizers.schedules.LearningRateSchedule)
+            if (
+                keras.backend.backend() == "tensorflow"
+                and isinstance(tracker, _BatchLossMean)
+                and not isinstance(lr, GlobalStepSchedule)
+                and (schedule or isinstance(lr, keras.Variable))
+            ):
+                import tensorflow as tf
+
+                counter, last = optimizer._iterations.value, tracker.last.value
+
+                def reads() -> Any:
+                    micro = counter.read_value()
+                    rate = lr(micro - 1) if schedule else lr.value.read_value()
+                    return micro, tf.cast(last.read_value(), tf.float64), tf.cast(rate, tf.float64)
+
+                self._fused = tf.function(reads, autograph=False)
+        if self._fused is False:
+            return None
+        micro, loss, rate = self._fused()
+        return int(micro.numpy()), float(loss.numpy()), float(rate.numpy())
+
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self._torch is not None and batch == 0:  # each fit()'s first batch
             import torch
@@ -974,7 +1008,11 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         _sync(self.model)
         if self.data is not None:
             self.data.position += 1
-        micro = int(_numpy(self.model.optimizer._iterations))
+        fused = self._fused_reads() if self.writer is not None else None
+        if fused is not None:
+            micro, loss, fused_rate = fused
+        else:
+            micro = int(_numpy(self.model.optimizer._iterations))
         if micro % self._accumulation():
             return  # a micro-batch: gradients accumulated, no update applied
         self.clock.tick()
@@ -990,10 +1028,14 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             # Observed for the update just applied: at the step after it (the clock's,
             # optimizer.iterations), with the rate that update used.
             scalars: dict[str, float] = {}
-            tracker = getattr(self.model, "_loss_tracker", None)
-            if isinstance(tracker, _BatchLossMean):
-                scalars["loss"] = float(_numpy(tracker.last))
-            rate = self._rate(micro - 1)
+            if fused is not None:
+                scalars["loss"] = loss
+                rate: float | None = fused_rate
+            else:
+                tracker = getattr(self.model, "_loss_tracker", None)
+                if isinstance(tracker, _BatchLossMean):
+                    scalars["loss"] = float(_numpy(tracker.last))
+                rate = self._rate(micro - 1)
             if rate is not None:
                 scalars[self.rate_tag] = rate
             self.writer.scalars(scalars, step=self.clock.step)
