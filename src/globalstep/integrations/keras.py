@@ -854,11 +854,13 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self._rate_fn: Any = None
         self._plain_iterations: bool | None = None  # optimizer.iterations not overridden
         self._fused: Any = None  # the TensorFlow reads in one graph call, False: none
+        self._fused_optimizer: Any = None  # the optimizer they read
         self._torch = _TorchRandomState() if keras.backend.backend() == "torch" else None
 
     def set_model(self, model: Any) -> None:
+        if model is not getattr(self, "model", None):
+            self._fused = self._plain_iterations = None  # another model: read from it anew
         super().set_model(model)
-        self._fused = self._plain_iterations = None  # read again from this model
         tracker = getattr(model, "_loss_tracker", None)
         if tracker is not None and not isinstance(tracker, _BatchLossMean):
             model._loss_tracker = _BatchLossMean(name=tracker.name, dtype=tracker.dtype)
@@ -967,9 +969,9 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         by one graph call: three eager reads and the schedule's eager ops cost several
         times that after each batch. None where it does not apply (another backend, no
         batch-loss tracker, a rate that is neither a Keras schedule nor a variable)."""
-        if self._fused is None:
-            self._fused = False
-            optimizer = self.model.optimizer
+        optimizer = self.model.optimizer
+        if self._fused is None or self._fused_optimizer is not optimizer:  # (recompiled)
+            self._fused, self._fused_optimizer = False, optimizer
             tracker = getattr(self.model, "_loss_tracker", None)
             lr: Any = getattr(optimizer, "_learning_rate", None)
             schedule = isinstance(lr, keras.optimizers.schedules.LearningRateSchedule)
