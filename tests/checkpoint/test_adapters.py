@@ -183,3 +183,75 @@ def test_partial_restore_leaves_a_misfitting_object_untouched():
     np.testing.assert_array_equal(target.data, [9.0])
     np.testing.assert_array_equal(ok.data, [4.0])
     assert fa.LOADS == ["tensor"]
+
+
+class Lazy:
+    """An object that creates its second array only when it builds."""
+
+    __module__ = "lazy_example"
+
+    def __init__(self, built=False):
+        self.values = {"a": np.zeros(2)} | ({"b": np.zeros(3)} if built else {})
+        self.kept = {}
+
+    def build(self):
+        self.values["b"] = np.zeros(3)
+        if "b" in self.kept:
+            np.copyto(self.values["b"], self.kept.pop("b"))
+
+
+class _LazyAdapter(adapters.Adapter):
+    name = "lazy_example.Lazy"
+
+    def matches(self, obj):
+        return isinstance(obj, Lazy)
+
+    def save(self, obj):
+        return dict(obj.values)
+
+    def template(self, obj):
+        return adapters.OpenTemplate({k: v.copy() for k, v in obj.values.items()})
+
+    def apply(self, obj, state):
+        for key, value in state.items():
+            if key in obj.values:
+                np.copyto(obj.values[key], value)
+            else:
+                obj.kept[key] = value
+
+    def pending(self, obj):
+        return sorted(obj.kept)
+
+
+adapters.add(_LazyAdapter(), roots=("lazy_example",))
+
+
+def test_open_template_defers_what_the_object_creates_later():
+    """Saved keys an OpenTemplate lacks are deferred, not unexpected: handed to apply(),
+    listed in the report, and pending() says which still wait."""
+    saved = Lazy(built=True)
+    saved.values["a"][:] = 1.0
+    saved.values["b"][:] = 2.0
+    flat = flatten({"lazy": saved})
+    target = Lazy()
+    _, report = unflatten(flat.structure, flat.arrays, {"lazy": target})
+    assert report.ok
+    assert report.deferred == ["lazy/b"]
+    assert report.pending() == ["lazy/b"]
+    assert target.values["a"].tolist() == [1.0, 1.0]
+    target.build()
+    assert report.pending() == []
+    assert target.values["b"].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_misfitting_open_template_keeps_no_deferred_values():
+    """An object that does not fit is left untouched, and defers nothing."""
+    saved = Lazy(built=True)
+    saved.values["a"] = np.ones(5)
+    flat = flatten({"lazy": saved})
+    target = Lazy()
+    _, report = unflatten(flat.structure, flat.arrays, {"lazy": target}, partial=True)
+    assert report.mismatched == ["lazy/a: expected float64[2], got float64[5]"]
+    assert report.deferred == []
+    assert report.pending() == []
+    assert target.kept == {}

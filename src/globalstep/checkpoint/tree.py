@@ -639,8 +639,10 @@ class _Builder:
             check = _Builder(self.arrays, apply=False)
             check.targets = self.targets
             check.build(node["state"], adapter.template(tmpl), path, True)
-            for name in ("missing", "unexpected", "mismatched", "deferred"):
+            for name in ("missing", "unexpected", "mismatched"):
                 getattr(self.report, name).extend(getattr(check.report, name))
+            if check.report.ok:  # an object that does not fit keeps no deferred values
+                self.report.deferred.extend(check.report.deferred)
             if not self.apply or not check.report.ok:
                 return tmpl  # a partial restore leaves an object that does not fit untouched
             state = self.build(node["state"], None, path, False)

@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +121,19 @@ class _SaveCounter:
         return f"save_counter={self.value}"
 
 
+def _log_unused(report: RestoreReport, save_path: str | None) -> None:
+    """Logs the checkpoint's values that no object took (TF's warning at deletion)."""
+    unused = [*report.unexpected, *report.pending()]
+    if unused:
+        logging.getLogger("globalstep").warning(
+            "Values in the checkpoint %s were never restored (no object took them): %s. "
+            "Call status.expect_partial() where a partial restore is meant, to silence "
+            "this warning.",
+            save_path,
+            ", ".join(unused),
+        )
+
+
 class CheckpointLoadStatus:
     """What a restore matched, with TensorFlow's assertions.
 
@@ -133,6 +148,13 @@ class CheckpointLoadStatus:
         self.report = report
         self._save_path = save_path
         self._names = names
+        # As TensorFlow does: dropping a status whose checkpoint held values nothing took
+        # logs them, unless expect_partial() said a partial restore is meant.
+        self._unused = (
+            None if report is None else weakref.finalize(self, _log_unused, report, save_path)
+        )
+        if self._unused is not None:
+            self._unused.atexit = False  # not at interpreter exit, with frameworks torn down
 
     def _nothing(self) -> None:
         if self.report is None:
@@ -190,7 +212,10 @@ class CheckpointLoadStatus:
         return self
 
     def expect_partial(self) -> CheckpointLoadStatus:
-        """Accepts a partial match silently (no warning is ever given for one here)."""
+        """Accepts a partial match silently: no warning about unused values is logged when
+        this status is dropped (TensorFlow's meaning)."""
+        if self._unused is not None:
+            self._unused.detach()
         return self
 
     def run_restore_ops(self, session: Any = None) -> None:

@@ -308,11 +308,24 @@ _HOOKED = "_globalstep_restores_on_build"
 
 
 def _existing(obj: Any, what: str) -> dict[str, Any]:
-    """The variables ``obj`` has now, by key; none for a model not built yet (its
-    variables' positions change when it builds)."""
-    if what == "model" and not obj.built:
+    """The variables ``obj`` has now whose keys hold when it builds.
+
+    A built object: all of them. A model not built yet: none (its variables' positions
+    change when it builds). An optimizer not built yet: its own ``iterations`` and
+    learning-rate variables, which its ``__init__`` creates first (keys 0000 and 0001
+    before and after the build); others it has then may move when it builds (a
+    ``LossScaleOptimizer`` puts its loss-scale variables before its inner optimizer's).
+    """
+    if obj.built:
+        return _variables_by_key(obj.variables, what)
+    if what == "model":
         return {}
-    return _variables_by_key(obj.variables, what)
+    own = [getattr(obj, "_iterations", None), getattr(obj, "_learning_rate", None)]
+    return {
+        key: v
+        for key, v in _variables_by_key(obj.variables, what).items()
+        if any(v is o for o in own)
+    }
 
 
 def _saved_arrays(obj: Any, what: str) -> dict[str, Any]:
@@ -356,10 +369,22 @@ def _eagerly() -> Any:
     return contextlib.nullcontext()
 
 
+def _stateless() -> bool:
+    """True inside a Keras ``StatelessScope``, where an assignment is recorded and then
+    dropped: a model built by ``compute_output_spec`` (compiled fit()'s symbolic build on
+    JAX and torch) creates its variables there, initialised when the scope ends."""
+    try:
+        from keras.src.backend.common.stateless_scope import in_stateless_scope
+    except ImportError:  # pragma: no cover - a Keras that moved it
+        return False
+    return bool(in_stateless_scope())
+
+
 def _take_pending(obj: Any, what: str) -> None:
-    """Assigns the values kept for ``obj`` to the variables it has now."""
+    """Assigns the values kept for ``obj`` to the variables it has now (later, where it
+    builds inside a stateless scope: at its optimizer's build, see :func:`_defer`)."""
     pending = _PENDING.get(obj)
-    if not pending:
+    if not pending or _stateless():
         return
     existing = _existing(obj, what)
     ready = [k for k in pending if k in existing]
@@ -372,15 +397,25 @@ def _take_pending(obj: Any, what: str) -> None:
         del _PENDING[obj]
 
 
-def _defer(obj: Any, what: str, state: Mapping[str, Any]) -> None:
-    """Assigns what ``obj`` has now and keeps the rest until its ``build()`` creates it."""
+# Models whose kept values are also tried when this optimizer builds (a model built in a
+# stateless scope takes them there: fit() builds the optimizer just after the model).
+_AFTER: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+
+
+def _defer(obj: Any, what: str, state: Mapping[str, Any], model: Any = None) -> None:
+    """Assigns what ``obj`` has now and keeps the rest until its ``build()`` creates it
+    (with ``model``: an optimizer whose build also assigns that model's kept values)."""
     existing = _existing(obj, what)
     _assign({k: v for k, v in existing.items() if k in state}, state)
     rest = {k: v for k, v in state.items() if k not in existing}
+    if model is not None and model in _PENDING:
+        _AFTER.setdefault(obj, weakref.WeakSet()).add(model)
     if not rest:
         _PENDING.pop(obj, None)
-        return
-    _PENDING[obj] = rest
+        if model is None or model not in _PENDING:
+            return
+    else:
+        _PENDING[obj] = rest
     build = obj.build
     if getattr(build, _HOOKED, False):
         return
@@ -389,6 +424,8 @@ def _defer(obj: Any, what: str, state: Mapping[str, Any]) -> None:
     def build_then_restore(*args: Any, **kwargs: Any) -> Any:
         result = build(*args, **kwargs)
         _take_pending(obj, what)
+        for later in list(_AFTER.pop(obj, ())):
+            _take_pending(later, "model")
         return result
 
     setattr(build_then_restore, _HOOKED, True)
@@ -430,7 +467,7 @@ class _ModelAdapter(adapters.Adapter):
         _defer(obj, "model", state["variables"])
         optimizer = _optimizer_of(obj)
         if optimizer is not None and state["optimizer"] is not None:
-            _defer(optimizer, "optimizer", state["optimizer"])
+            _defer(optimizer, "optimizer", state["optimizer"], model=obj)
 
     def pending(self, obj: Any) -> list[str]:
         optimizer = getattr(obj, "optimizer", None)

@@ -63,15 +63,17 @@ def variable_array(variable: Any) -> np.ndarray[Any, Any]:
     """Returns a ``tf.Variable``'s value as a NumPy array of its own (a copy).
 
     Raises:
-        ConfigError: the variable holds strings or another dtype with no fixed-size NumPy
-            equivalent (saving it would need pickle).
+        ConfigError: the variable holds strings (or another dtype that is not numbers or
+            booleans), which have no fixed-size array form to restore into.
     """
     value = np.array(variable.numpy())
-    if value.dtype.hasobject:
+    if value.dtype.kind in "OSUV":
         raise ConfigError(
             "variable",
-            "must hold numbers or booleans (a tf.string variable would need pickle)",
+            "must hold numbers or booleans (a tf.string variable has no fixed-size array "
+            "form to restore into)",
             f"{variable.name}: dtype={variable.dtype.name}",
+            hint="Keep text in a Python str leaf of the state tree instead.",
         )
     return value
 
