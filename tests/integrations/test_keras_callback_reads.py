@@ -27,6 +27,8 @@ def _logged(tmp_path, name, learning_rate, *, fused):
         callback._fused_reads = lambda: None  # the per-value reads
     model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[callback])
     writer.close()
+    if fused:  # the one-graph-call path was the one taken
+        assert callable(callback._fused)
     run = read_run(tmp_path / name).scalars
     return {tag: [(p.step, p.value) for p in points] for tag, points in run.items()}
 

@@ -8,8 +8,8 @@ import pytest
 from globalstep import Clock, ConfigError
 
 tf = pytest.importorskip("tensorflow")
-gtf = pytest.importorskip("globalstep.integrations.tensorflow")
 from globalstep.checkpoint import CheckpointManager  # noqa: E402
+from globalstep.integrations import tensorflow as gtf  # noqa: E402
 
 ROWS, BATCH, EPOCHS = 50, 8, 3  # 7 batches an epoch, the last one of 2 rows
 
