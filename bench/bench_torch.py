@@ -8,6 +8,12 @@ The same small model, data and SGD update run under five drivers, interleaved ro
   ticked by the optimizer's step hooks), two triggers (``every(100)``, ``every(1000)``) and
   two scalars per update through a JSONL ``SummaryWriter`` (the loss tensor as it is, read
   on the writer's thread);
+* ``standalone``: the README's pattern without ``Run``: ``attach``, a ``SummaryWriter`` on
+  the clock (event files and JSONL where the extra is installed) and a
+  ``CheckpointManager(save_every=100)`` whose ``maybe_save(clock, state)`` runs after every
+  update; each save first makes the writer's points durable (a flush and an fsync of its
+  files, :mod:`globalstep._durability`), timed in place where that module exists (not
+  before issue 24, so the same driver on an older checkout gives the cost without it);
 * ``ignite``: an ignite ``Engine`` with a handler every 100 iterations;
 * ``lightning``: a bare Lightning ``Trainer`` (no logger, progress bar, checkpointing or
   model summary), its per-update cost taken from two run lengths so set-up is excluded.
@@ -22,7 +28,7 @@ between them, timed in place in the same round (their cold cost after torch's st
 several times their cost measured alone); and the whole loop's time minus the hand
 loop's (noisy on a loaded machine: the difference of two numbers of ~100 us or more).
 
-Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000]``.
+Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000] [--no-peers]``.
 """
 
 from __future__ import annotations
@@ -42,11 +48,13 @@ from collections.abc import Callable
 
 import torch
 
-from globalstep import Clock, SummaryWriter, every
+from globalstep import CheckpointManager, Clock, SummaryWriter, every
 from globalstep.integrations.torch import attach
 from globalstep.schedules import CosineDecay
+from globalstep.summary.writer import available_formats
 
 BATCH, WIDTH, BASE_LR = 32, 32, 0.05
+SAVE_EVERY = 100
 
 
 def _setup(n: int, seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer, list]:
@@ -160,6 +168,67 @@ def run_globalstep(
     }
 
 
+def run_standalone(
+    n: int, directory: str, timer: Callable[[], int] = time.perf_counter_ns
+) -> dict[str, float]:
+    """The standalone driver: the writer and the manager used alone, as README.md shows;
+    the span timed per update is ``writer.scalars(...)`` plus ``manager.maybe_save(...)``
+    (a checkpoint every ``SAVE_EVERY`` updates, the writers' sync before it included)."""
+    model, opt, batches = _setup(n)
+    clock = Clock()
+    attachment = attach(opt, clock, CosineDecay(BASE_LR, n))
+    writer = SummaryWriter(
+        os.path.join(directory, "logs"), clock=clock, formats=available_formats()
+    )
+    manager = CheckpointManager(
+        os.path.join(directory, "ckpt"), max_to_keep=2, save_every=SAVE_EVERY
+    )
+    state = {"clock": clock, "model": model, "opt": opt}
+    synced: list[int] = []
+    try:
+        from globalstep import _durability
+    except ImportError:  # a checkout before issue 24: no sync before a commit
+        _durability = None  # type: ignore[assignment]
+    real_sync = None if _durability is None else _durability.sync_registered
+    if real_sync is not None:
+
+        def timed_sync() -> None:
+            t0 = timer()
+            real_sync()
+            synced.append(timer() - t0)
+
+        _durability.sync_registered = timed_sync  # type: ignore[union-attr]
+    spans = []
+    try:
+        start = time.perf_counter()
+        for x, y in batches:
+            opt.zero_grad()
+            loss = _loss(model, x, y)
+            loss.backward()
+            opt.step()  # sets the rate of update clock.step, then ticks the clock
+            t0 = timer()
+            writer.scalars({"loss": loss, "lr": opt.param_groups[0]["lr"]})
+            manager.maybe_save(clock, state)
+            spans.append(timer() - t0)
+        total = time.perf_counter() - start
+    finally:
+        if real_sync is not None:
+            _durability.sync_registered = real_sync  # type: ignore[union-attr]
+    saves = len(manager.steps())
+    writer.close()
+    manager.close()
+    attachment.detach()
+    assert clock.step == n
+    assert saves == min(2, n // SAVE_EVERY)
+    return {
+        "total": total,
+        "span_median": statistics.median(spans) * 1e-9,
+        "span_mean": statistics.fmean(spans) * 1e-9,
+        "sync": sum(synced) / n * 1e-9 if real_sync is not None else math.nan,
+        "sync_per_save": statistics.median(synced) * 1e-9 if synced else math.nan,
+    }
+
+
 def _thread_cpu_ns(thread: threading.Thread) -> int:
     """The CPU time another thread has used so far."""
     assert thread.ident is not None
@@ -235,7 +304,15 @@ def main() -> None:
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     n = args.updates
-    per: dict[str, list[float]] = {"hand": [], "globalstep": [], "ignite": [], "lightning": []}
+    per: dict[str, list[float]] = {
+        "hand": [],
+        "globalstep": [],
+        "standalone": [],
+        "ignite": [],
+        "lightning": [],
+    }
+    alone: dict[str, list[float]] = {"span_median": [], "span_mean": [], "sync": []}
+    per_save: list[float] = []
     direct: list[float] = []
     direct_mean: list[float] = []
     cpu: list[float] = []
@@ -256,6 +333,11 @@ def main() -> None:
                     "direct_median"
                 ]
             )
+            standalone = run_standalone(n, os.path.join(tmp, f"alone{r}"))
+            per["standalone"].append(standalone["total"] / n)
+            for key, values in alone.items():
+                values.append(standalone[key])
+            per_save.append(standalone["sync_per_save"])
             if not args.no_peers:
                 per["ignite"].append(run_ignite(n)["total"] / n)
                 short, long_ = n // 4, n // 4 + n // 2
@@ -281,6 +363,17 @@ def main() -> None:
     print(f"  median, thread CPU time: {us(cpu)}  (preemption and GIL waits excluded)")
     print(f"  median, less the same spans timed around nothing in place: {us(net)}")
     print(f"  the writer's thread, CPU time per update: {us(background)}")
+    print(
+        f"standalone (writer + manager.maybe_save, a checkpoint every {SAVE_EVERY} updates, "
+        "no Run), timed in place (scalars + maybe_save):"
+    )
+    print(f"  median over updates: {us(alone['span_median'])}")
+    print(f"  mean over updates:   {us(alone['span_mean'])}  (the saves included)")
+    if all(math.isnan(v) for v in alone["sync"]):
+        print("  the writers' sync before each commit: none in this checkout")
+    else:
+        print(f"  of it, the writers' sync before each commit, per update: {us(alone['sync'])}")
+        print(f"  the same, per save: {us(per_save)}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ collect_ignore = [
     "distributed/workers.py",
     "integrations/tf_resume_loop.py",
     "integrations/torch_resume_loop.py",
+    "integrations/torch_standalone_loop.py",
     "integrations/keras_deferred_check.py",
     "integrations/tf_seed_program.py",
 ]

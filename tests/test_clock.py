@@ -275,3 +275,25 @@ def test_counters_agree_with_a_plain_count(steps_per_epoch, batch_size, moves):
     assert (p.step, p.epoch, p.step_in_epoch) == (step, epoch, step - start)
     assert (clock.step, clock.epoch, clock.step_in_epoch) == (step, epoch, step - start)
     assert p.samples == clock.samples == step * (batch_size or 0)
+
+
+def test_one_owner_claims_a_clocks_ticks():
+    """claim_ticks names the one owner of the ticks; a second owner, a bad name and a
+    release by another are refused; the same owner claiming again is harmless."""
+    clock = Clock()
+    assert clock.tick_owner is None
+    clock.claim_ticks("optimizer A")
+    clock.claim_ticks("optimizer A")
+    assert clock.tick_owner == "optimizer A"
+    with pytest.raises(ConfigError, match="is ticked already by optimizer A"):
+        clock.claim_ticks("optimizer B")
+    with pytest.raises(
+        ConfigError, match=r"must hold the claim to release it \(held by optimizer A\)"
+    ):
+        clock.release_ticks("optimizer B")
+    with pytest.raises(ConfigError, match="must be a non-empty str"):
+        clock.claim_ticks("")
+    clock.release_ticks("optimizer A")
+    assert clock.tick_owner is None
+    clock.claim_ticks("optimizer B")
+    assert "tick_owner" not in json.dumps(clock.state_dict())

@@ -1,5 +1,6 @@
 """Tests for globalstep.demo: the demo run end to end, stopped, resumed and rolled back."""
 
+import contextlib
 import io
 import itertools
 import os
@@ -257,3 +258,54 @@ def test_demo_framework_errors(tmp_path, monkeypatch, capsys):
     assert "globalstep[torch]" in err
     assert "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def _closing(directory):
+    """The demo's closing lines for a run in ``directory``, as it prints them."""
+    return [
+        f"checkpoints: {directory}/checkpoints   (globalstep ckpt ls {directory}/checkpoints)",
+        f"logs:        {directory}/logs   "
+        f"(JSONL and event files: globalstep logs {directory}/logs)",
+        f"TensorBoard: tensorboard --logdir {directory}/logs",
+    ]
+
+
+def test_demo_names_tensorboard_where_it_wrote_event_files(tmp_path, capsys):
+    """With the tensorboard extra, the demo writes event files and JSONL and ends naming
+    `globalstep logs` and `tensorboard --logdir` for them."""
+    pytest.importorskip("tensorboard")
+    directory = str(tmp_path / "run")
+    argv = ["demo", "--dir", directory, "--steps", "60", "--bad-batch", "-1"]
+    assert main([*argv, "--framework", "numpy"]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == _closing(directory)
+    names = os.listdir(f"{directory}/logs")
+    assert "metrics.jsonl" in names
+    assert any("tfevents" in name for name in names)
+
+
+def test_demo_without_tensorboard_names_only_what_it_wrote(tmp_path):
+    """`pip install globalstep` (no tensorboard) then `globalstep demo`: JSONL only, and its
+    closing lines name `globalstep logs` for it, never `tensorboard --logdir`; the viewer
+    it names reads the run."""
+    directory = str(tmp_path / "run")
+    code = (
+        "import sys; sys.modules['tensorboard'] = None  # as if not installed\n"
+        "from globalstep.cli import main\n"
+        f"sys.exit(main(['demo', '--dir', {directory!r}, '--steps', '60', '--bad-batch', '-1',"
+        " '--framework', 'numpy']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(f"{directory}/logs") == ["metrics.jsonl"]
+    assert "tensorboard --logdir" not in done.stdout
+    assert done.stdout.splitlines()[-3:] == [
+        _closing(directory)[0],
+        f"logs:        {directory}/logs   (JSONL: globalstep logs {directory}/logs)",
+        "TensorBoard: no event files written (pip install 'globalstep[tensorboard]' to write them)",
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["logs", f"{directory}/logs"]) == 0
+    assert [
+        line.split()[:2] for line in out.getvalue().splitlines() if line.startswith("loss")
+    ] == [["loss", "60"]]

@@ -203,6 +203,7 @@ def test_writer_opened_before_restore_keeps_history(tmp_path):
         _ = run.writer  # opened at step 0, before the restore
         run.restore({"weights": weights, "noise": GeneratorState(noise)})
         while not run.done:
+            weights += 1.0  # an update (a tree left as restored is refused at the save)
             run.update(loss=-1.0)
     points = read_run(tmp_path / "logs").scalars["loss"]
     assert [p.step for p in points] == list(range(1, 31))
@@ -383,28 +384,6 @@ def test_compat_schedule_values_are_bit_equal(tmp_path):
             run.update()
 
 
-def test_readme_run_block_runs(tmp_path, monkeypatch):
-    """README.md's Run example runs as written, with a stand-in gradient, to step 1000."""
-    import re
-    from pathlib import Path
-
-    import globalstep
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Run(" in b]
-    monkeypatch.chdir(tmp_path)
-    namespace = {
-        "globalstep": globalstep,
-        "weights": np.zeros(2),
-        "gradient": lambda w, batch: w - 1.0,
-        "loss": 0.5,
-    }
-    monkeypatch.setattr("sys.stdout", io.StringIO())
-    exec(block, namespace)
-    assert namespace["run"].step == 1000
-    assert np.allclose(namespace["weights"], 1.0)
-
-
 def test_value_follows_a_schedule_replaced_in_schedules(tmp_path):
     """run.value() reads a schedule put into run.schedules after earlier reads, not the
     memo of the one it replaced."""
@@ -415,3 +394,96 @@ def test_value_follows_a_schedule_replaced_in_schedules(tmp_path):
         assert run.value("lr") == 0.5 != first
         run.schedules["lr"] = lambda step: 0.25
         assert run.value("lr") == 0.25
+
+
+# ------------------------------------------------------------------------- one tick per update
+
+
+def test_a_clock_ticked_beside_run_update_is_refused_at_the_first_update(tmp_path):
+    """A clock.tick() beside Run.update would count each update twice: the first update
+    after it raises, naming both steps and the way out; nothing was counted twice."""
+    weights = np.zeros(3)
+    with _make_run(tmp_path) as run:
+        run.restore({"weights": weights})
+        weights += 1.0
+        run.clock.tick()
+        with pytest.raises(ConfigError, match=r"advanced from step 0 to 1 since the last update"):
+            run.update(loss=1.0)
+        assert run.step == 1
+
+
+def test_a_claimed_clock_is_left_to_its_owner(tmp_path):
+    """A loop that claims the clock's ticks ticks it itself; Run.update then logs and saves
+    at the owner's step without ticking (10 updates: step 10, a checkpoint at 10)."""
+    weights = np.zeros(3)
+    with _make_run(tmp_path) as run:
+        run.restore({"weights": weights})
+        run.clock.claim_ticks("the loop")
+        for _ in range(10):
+            weights += 1.0
+            run.clock.tick()
+            run.update(loss=float(weights[0]))
+        assert run.step == 10
+        assert run.checkpoints.steps() == [10]
+    points = read_run(tmp_path / "logs").scalars["loss"]
+    assert [(p.step, p.value) for p in points] == [(s, float(s)) for s in range(1, 11)]
+
+
+# ------------------------------------------------------------------------- rebound state
+
+
+def test_a_rebound_tree_not_handed_over_is_refused_at_the_save(tmp_path):
+    """`w = w - lr * g` leaves run.state as restored: the save after updates is refused
+    with what to do, before anything is written; handing the tree over saves it."""
+    with _make_run(tmp_path) as run:
+        state = run.restore(
+            {"weights": np.zeros(3), "noise": GeneratorState(np.random.default_rng())}
+        )
+        w = state["weights"]
+
+        def train():
+            nonlocal w
+            while not run.done:
+                state["noise"].generator.normal()  # the generator moves; the weights do not
+                w = w - 0.1
+                run.update(loss=float(w[0]))
+
+        with pytest.raises(ConfigError, match=r"pass it: run\.update\(\.\.\., state=new_tree\)"):
+            train()
+        assert run.step == 10
+        assert run.checkpoints.steps() == []
+        run.update(state={"weights": w, "noise": state["noise"]})
+        run.save()
+        assert run.checkpoints.steps() == [11]
+    with _make_run(tmp_path) as again:
+        tree = again.restore(
+            {"weights": np.zeros(3), "noise": GeneratorState(np.random.default_rng())}
+        )
+        assert tree["weights"].tolist() == w.tolist()
+
+
+def test_a_tree_changed_in_place_or_by_torch_is_saved(tmp_path):
+    """In-place NumPy updates, a torch module's in-place updates and a Python number left
+    as restored are not mistaken for a stale tree; a rebound torch tensor is."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(2, 1)
+    mask = np.ones(2)  # never changes: the module's tensors do
+    with _make_run(tmp_path / "module") as run:
+        run.restore({"model": model, "mask": mask, "epochs": 0})
+        for _ in range(10):
+            with torch.no_grad():
+                model.weight.add_(1.0)
+            run.update()
+        assert run.checkpoints.steps() == [10]
+    with _make_run(tmp_path / "tensor") as run:
+        w = run.restore({"w": torch.zeros(2)})["w"]
+
+        def train():
+            nonlocal w
+            for _ in range(10):
+                w = w + 1.0
+                run.update()
+
+        with pytest.raises(ConfigError, match=r"got state=\['/w'\]"):
+            train()
+        run.update(state={"w": w})

@@ -32,6 +32,7 @@ from globalstep.errors import (
     RestoreMismatchError,
     StepError,
     SummaryWriteError,
+    TracingError,
 )
 from globalstep.triggers import Trigger, all_of, any_of, at, every, once
 from globalstep.units import Duration, Unit
@@ -165,6 +166,7 @@ __all__ = [
     "StepError",
     "SummaryWriteError",
     "SummaryWriter",
+    "TracingError",
     "Trigger",
     "Unit",
     "Warmup",

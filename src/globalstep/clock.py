@@ -54,6 +54,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
+from globalstep._tracing import opaque, traced_by, traced_error
 from globalstep.errors import ConfigError, StepError
 
 __all__ = ["MAX_STEP", "Clock", "Progress"]
@@ -196,6 +197,8 @@ class Clock:
         # field for readers of the step alone.
         self._state: tuple[int, int, int, int, int, float, float] = (0, 0, 0, 0, 0, 0.0, time_fn())
         self._step = 0
+        self.tick_owner: str | None = None
+        """What ticks this clock once per update (set by :meth:`claim_ticks`; read only)."""
 
     def __repr__(self) -> str:
         state = self._state
@@ -253,9 +256,52 @@ class Clock:
         """Tokens per update, where known."""
         return self._tokens_per_step
 
+    def claim_ticks(self, owner: str) -> None:
+        """Declares that ``owner`` ticks this clock once per update, so nothing else does.
+
+        ``globalstep.integrations.torch.attach`` claims its clock; :meth:`Run.update
+        <globalstep.run.Run.update>` then leaves the tick to the owner instead of counting
+        each update twice. A loop that ticks the clock itself, beside a Run, claims it the
+        same way (``clock.claim_ticks("my loop")``). Claiming again for the same owner does
+        nothing.
+
+        Args:
+            owner: names what ticks the clock, for messages.
+
+        Raises:
+            ConfigError: ``owner`` is not a non-empty str, or another owner holds the claim.
+        """
+        if not isinstance(owner, str) or not owner:
+            raise ConfigError("owner", "must be a non-empty str naming what ticks the clock", owner)
+        held = self.tick_owner
+        if held is not None and held != owner:
+            raise ConfigError(
+                "clock",
+                f"is ticked already by {held}",
+                self,
+                hint="One owner ticks a clock once per update: release it "
+                "(release_ticks) or give the second owner a Clock of its own.",
+            )
+        self.tick_owner = owner
+
+    def release_ticks(self, owner: str) -> None:
+        """Ends ``owner``'s claim (see :meth:`claim_ticks`); a claim held by another stays.
+
+        Raises:
+            ConfigError: ``owner`` does not hold the claim.
+        """
+        if self.tick_owner != owner:
+            raise ConfigError(
+                "owner", f"must hold the claim to release it (held by {self.tick_owner})", owner
+            )
+        self.tick_owner = None
+
+    @opaque
     def _advance(self) -> None:
-        """``tick()`` of one update, with nothing to check: the per-update path of the
-        optimizer hooks and ``Run.update`` (one tuple read, one built, two stores)."""
+        """``tick()`` of one update, with nothing to check but a tracer: the per-update path
+        of the optimizer hooks and ``Run.update`` (one tuple read, one built, two stores)."""
+        if traced_by() is not None:
+            self._traced("clock.tick()")
         step, epoch, start, done, used, before, session = self._state
         step += 1
         if step > MAX_STEP:
@@ -276,8 +322,14 @@ class Clock:
         )
         self._step = step
 
+    @opaque
     def tick(self, n: int = 1, *, samples: int | None = None, tokens: int | None = None) -> None:
         """Records ``n`` applied optimizer updates.
+
+        Call it in Python, once per update: inside a function that ``tf.function`` or
+        ``jax.jit`` traces it would run once, at tracing, so it raises there (keep the step
+        in the graph and tick after each call, outside it). Under ``torch.compile`` it
+        runs as Python on every call: the graph breaks around it.
 
         Args:
             n: updates applied, >= 1.
@@ -288,10 +340,13 @@ class Clock:
         Raises:
             StepError: ``n`` is not an int >= 1, or the step would pass int64.
             ConfigError: ``samples`` or ``tokens`` is not an int >= 0.
+            TracingError: ``tf.function`` or ``jax.jit`` is tracing the call.
         """
         if samples is None and tokens is None and type(n) is int and n == 1:
             self._advance()
             return
+        if traced_by() is not None:
+            self._traced("clock.tick()")
         if isinstance(n, bool) or not isinstance(n, int):
             raise StepError(f"`n` must be an int number of updates; got n={n!r}.", n)
         if n < 1:
@@ -313,6 +368,10 @@ class Clock:
             start += rolled * spe
         self._state = (step, epoch, start, done + samples, used + tokens, before, session)
         self._step = step
+
+    def _traced(self, call: str) -> NoReturn:
+        tracer = traced_by()
+        raise traced_error(call, tracer or "a tracer")
 
     def _too_far(self, n: int) -> NoReturn:
         raise StepError(

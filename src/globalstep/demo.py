@@ -10,8 +10,9 @@ Everything goes through :class:`~globalstep.run.Run`:
 
 - the learning rate warms up over 50 steps, then follows a cosine decay to the end;
 - a checkpoint every 100 steps (the newest three kept), with the weights, the momentum,
-  the clock and the data position; TensorBoard event files and JSONL logs of the loss and
-  the rate at every step; a progress display with the step rate;
+  the clock and the data position; JSONL logs of the loss and the rate at every step, and
+  TensorBoard event files where the ``tensorboard`` extra is installed; a progress display
+  with the step rate;
 - one batch of the data set is corrupt (its targets multiplied by 1,000, ``--bad-batch``):
   the loss spikes, the run rolls back to the newest checkpoint before it, skips past the
   bad batch and goes on;
@@ -46,7 +47,7 @@ from globalstep.run import Rollback, Run
 from globalstep.schedules import CosineDecay, warmup
 from globalstep.units import Duration, DurationLike
 
-__all__ = ["FRAMEWORKS", "DemoResult", "add_parser", "run_demo"]
+__all__ = ["FRAMEWORKS", "DemoResult", "add_parser", "closing_lines", "run_demo"]
 
 FRAMEWORKS = ("auto", "torch", "numpy")
 
@@ -347,11 +348,50 @@ def _run(args: argparse.Namespace) -> int:
         )
     finally:
         if os.path.isdir(directory):
-            ckpt, logs = f"{directory}/checkpoints", f"{directory}/logs"
-            print(f"checkpoints: {ckpt}   (globalstep ckpt ls {ckpt})")
-            print(f"logs:        {logs}   (globalstep logs {logs})")
-            print(f"TensorBoard: tensorboard --logdir {logs}")
+            for line in closing_lines(directory):
+                print(line)
     return 0
+
+
+def closing_lines(directory: str | os.PathLike[str]) -> list[str]:
+    """Where the demo's checkpoints and logs are, with a viewer for each kind of file it wrote.
+
+    ``globalstep logs`` reads JSONL and event files alike; ``tensorboard --logdir`` is named
+    only where event files were written (the ``tensorboard`` extra), since TensorBoard
+    shows nothing of a JSONL-only directory.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     os.mkdir(f"{directory}/logs")
+        ...     open(f"{directory}/logs/metrics.jsonl", "w").close()
+        ...     lines = closing_lines(directory)
+        >>> "(JSONL: globalstep logs " in lines[1]
+        True
+        >>> print(lines[2])
+        TensorBoard: no event files written (pip install 'globalstep[tensorboard]' to write them)
+    """
+    ckpt, logs = f"{directory}/checkpoints", f"{directory}/logs"
+    names = os.listdir(logs) if os.path.isdir(logs) else []
+    written = [
+        kind
+        for kind, found in (
+            ("JSONL", "metrics.jsonl" in names),
+            ("event files", any("tfevents" in name for name in names)),
+        )
+        if found
+    ]
+    lines = [f"checkpoints: {ckpt}   (globalstep ckpt ls {ckpt})"]
+    if written:
+        lines.append(f"logs:        {logs}   ({' and '.join(written)}: globalstep logs {logs})")
+    if "event files" in written:
+        lines.append(f"TensorBoard: tensorboard --logdir {logs}")
+    elif written:
+        lines.append(
+            "TensorBoard: no event files written "
+            "(pip install 'globalstep[tensorboard]' to write them)"
+        )
+    return lines
 
 
 def add_parser(subparsers: Any) -> None:

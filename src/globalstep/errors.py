@@ -21,6 +21,8 @@ The tree::
     │   └── LockError                             another writer holds the directory: .holder
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
+    ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
+    │                                             jax.jit: .call, .tracer
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
     └── DivergenceError (ArithmeticError)         bad updates past the rollback limit: .steps
 
@@ -54,6 +56,7 @@ __all__ = [
     "StepError",
     "StepMismatchError",
     "SummaryWriteError",
+    "TracingError",
 ]
 
 
@@ -184,6 +187,25 @@ class SummaryWriteError(GlobalStepError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class TracingError(GlobalStepError, RuntimeError):
+    """A call that must run once per update ran while ``tf.function`` or ``jax.jit`` traced
+    it: its Python would run once, at tracing, instead of once per update.
+
+    ``call`` names the call (``"clock.tick()"``), ``tracer`` the tracer (``"tf.function"``,
+    ``"jax.jit"``); the message says what to do instead.
+    """
+
+    # AutoGraph re-raises an error from traced code as a new one of the same type built
+    # from a message, or as a StagingError; this mark (AutoGraph's own) lets this one
+    # through unchanged, attributes included.
+    ag_pass_through = True
+
+    def __init__(self, message: str, call: str, tracer: str) -> None:
+        self.call = call
+        self.tracer = tracer
+        super().__init__(message)
 
 
 class NonFiniteError(GlobalStepError, ArithmeticError):

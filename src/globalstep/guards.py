@@ -28,6 +28,8 @@ __all__ = ["DEFAULT_STALE_THRESHOLD", "FrozenStepWarning", "StaleStepDetector"]
 DEFAULT_STALE_THRESHOLD = 1000
 """Reads at one unchanged step after which a caller warns."""
 
+_TICK_FIX = "Call clock.tick() once per optimizer update (or pass global_step= to minimize())."
+
 
 class FrozenStepWarning(UserWarning):
     """The step has not advanced over many reads while training goes on."""
@@ -41,12 +43,22 @@ class StaleStepDetector:
         threshold: consecutive reads at one step after which to warn, >= 2.
         used: how ``what`` is used, for the warning: ``"read"``, ``"written to"``.
         effect: what a frozen step does to it, for the warning.
+        fix: what to do, for the warning (by default: tick the clock once per update).
 
     Raises:
         ConfigError: ``threshold`` is not an int >= 2.
     """
 
-    __slots__ = ("_count", "_effect", "_last", "_threshold", "_used", "_warned", "_what")
+    __slots__ = (
+        "_count",
+        "_effect",
+        "_fix",
+        "_last",
+        "_threshold",
+        "_used",
+        "_warned",
+        "_what",
+    )
 
     def __init__(
         self,
@@ -55,12 +67,14 @@ class StaleStepDetector:
         *,
         used: str = "read",
         effect: str = "the value stays frozen",
+        fix: str = _TICK_FIX,
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2:
             raise ConfigError("threshold", "must be an int >= 2", threshold)
         self._what = what
         self._used = used
         self._effect = effect
+        self._fix = fix
         self._threshold = threshold
         self._last: int | None = None
         self._count = 0
@@ -87,8 +101,7 @@ class StaleStepDetector:
             clock = f"clock {clock_name!r}" if clock_name else "the step"
             warnings.warn(
                 f"{self._what} was {self._used} {self._count} times at step {step} of {clock}: "
-                f"the step is not advancing, so {self._effect}. Call clock.tick() once per "
-                "optimizer update (or pass global_step= to minimize()).",
+                f"the step is not advancing, so {self._effect}. {self._fix}",
                 FrozenStepWarning,
                 stacklevel=stacklevel,
             )

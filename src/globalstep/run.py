@@ -86,6 +86,8 @@ import numpy as np
 
 from globalstep import distributed
 from globalstep._closing import Closing
+from globalstep._tracing import opaque
+from globalstep._unchanged import Unchanged
 from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, DivergenceError
@@ -480,6 +482,8 @@ class Run(Closing):
         self._since_median = 0
         self._rollbacks: list[int] = []
         self._last_metrics: dict[str, float] = {}
+        self._ticked_to = 0  # the clock's step after the last update (see update())
+        self._stale_check: Unchanged | None = None  # see save()
 
         # On several ranks of an initialised process group the manager saves on every rank
         # (the writer rank writes the replicated state and commits; sharded tensors are
@@ -624,7 +628,9 @@ class Run(Closing):
         self._restored = True
         self._careful = self.rollback is not None
         self._next_save_check = self._next_check = 0
-        self._started_at = self.clock.step
+        self._started_at = self._ticked_to = self.clock.step
+        # Noted now, asked at the first save after updates (see save()).
+        self._stale_check = Unchanged.take(self.state, self._started_at)
         if self.done and latest is not None:
             self._say(
                 f"the run is complete (step {self.clock.step} of {self.total_steps}); "
@@ -715,17 +721,29 @@ class Run(Closing):
             self._memos[name] = (schedule, own)
         return value
 
-    def update(self, *, applied: bool = True, **scalars: Any) -> bool:
+    @opaque
+    def update(self, *, applied: bool = True, state: Any = None, **scalars: Any) -> bool:
         """Reports one update: ticks the clock, logs the scalars, saves when it is time.
 
-        Call it once per optimizer update, after the update. With a :class:`Rollback`
+        Call it once per optimizer update, after the update, in Python (not inside a
+        function that ``tf.function`` or ``jax.jit`` traces). With a :class:`Rollback`
         policy a bad value of its tag rolls the run back instead (the clock does not tick).
         After a SIGINT or SIGTERM it saves a checkpoint at the step reached and raises
         ``SystemExit`` with status 130 or 143.
 
+        The clock ticks here unless something else owns its ticks
+        (:meth:`Clock.claim_ticks <globalstep.clock.Clock.claim_ticks>`: an optimizer
+        hooked by ``globalstep.integrations.torch.attach`` claims its clock), and then the
+        owner's tick is the update's one. A clock advanced by anything else between two
+        updates is refused, since each update would then count twice.
+
         Args:
             applied: False for an update that was skipped (a mixed-precision overflow):
                 the scalars are logged at the unchanged step and the clock does not tick.
+            state: the state tree after this update, for loops that build a new tree at
+                each update instead of changing the restored one in place (JAX and optax,
+                ``w = w - lr * g`` in NumPy): it replaces ``run.state`` and is what the
+                next checkpoint saves. None keeps ``run.state``.
             **scalars: values to log at the step after the update (``loss=..., lr=...``,
                 the rate being the one the update used, ``run.value("lr")`` read before
                 it; the convention of every logged value, see :mod:`globalstep.clock`):
@@ -735,17 +753,26 @@ class Run(Closing):
             False when the update was rolled back, else True.
 
         Raises:
-            ConfigError: :meth:`restore` was not called first, or a bad tag or value.
+            ConfigError: :meth:`restore` was not called first, a bad tag or value, or the
+                clock was advanced elsewhere since the last update.
             DivergenceError: too many rollbacks within the policy's window.
+            TracingError: ``tf.function`` or ``jax.jit`` is tracing the call.
         """
         if self._careful:  # before restore(), with a rollback policy, or after a signal
             if not self._restored:
                 self._not_restored()
             if self.rollback is not None and not self._check_update(scalars):
                 return False
+        if state is not None:
+            self.state = state
+            self._stale_check = None  # the loop hands its tree over: nothing to suspect
         clock = self.clock
-        if applied:
-            clock._advance()
+        if clock.tick_owner is None:
+            if clock._step != self._ticked_to:
+                self._ticked_elsewhere()
+            if applied:
+                clock._advance()
+        self._ticked_to = clock._step
         if self._per_rank:
             scalars = self._rank_update(scalars)
         if scalars:
@@ -803,6 +830,19 @@ class Run(Closing):
                 start if step < start else start + ((step - start) // interval + 1) * interval
             )
 
+    def _ticked_elsewhere(self) -> None:
+        clock = self.clock
+        raise ConfigError(
+            "clock",
+            "must be ticked once per update, by Run.update or by one owner; it was advanced "
+            f"from step {self._ticked_to} to {clock.step} since the last update, outside it",
+            clock,
+            hint="Each update would count twice. Remove the other tick (clock.tick(), a "
+            "callback's or hook's), or let it own the ticks with "
+            "clock.claim_ticks('<what ticks it>') and Run.update leaves the tick to it "
+            "(globalstep.integrations.torch.attach claims its clock itself).",
+        )
+
     def _not_restored(self) -> None:
         raise ConfigError(
             "restore",
@@ -830,6 +870,9 @@ class Run(Closing):
         if not self.is_writer and not self._all_ranks_save:
             self._saved_step = step
             return
+        check = self._stale_check
+        if check is not None and step != check.step:
+            self._refuse_stale(check, step)
         metrics = {}
         for tag, value in self._last_metrics.items():
             if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
@@ -841,11 +884,27 @@ class Run(Closing):
             self._tree(self.state),
             metrics=metrics,
             force=step in self.checkpoints.steps(),
-            # The curves up to `step` reach the disk before the checkpoint commits (on the
-            # save's thread when it is async).
-            before_commit=self._writer.sync_points if self._writer is not None else None,
+            # The save makes the curves up to `step` durable before it commits (on the
+            # save's thread when it is async): the writer is registered for every save.
         )
         self._saved_step = step
+
+    def _refuse_stale(self, check: Unchanged, step: int) -> None:
+        """Raises when the tree to save is the restored one, every array unchanged, after
+        updates were applied; else stops asking (a tree that changes goes on changing)."""
+        if not check.holds(self.state):
+            self._stale_check = None
+            return
+        raise ConfigError(
+            "state",
+            f"must change while updates are applied: the tree to save at step {step} is "
+            f"the one restore() returned at step {check.step}, every array unchanged, so the "
+            "checkpoint would hold stale arrays (and a resumed run would restart from them)",
+            check.paths,
+            hint="If the loop builds a new tree at each update (JAX, optax, "
+            "`w = w - lr * g`), pass it: run.update(..., state=new_tree); or change the "
+            "restored arrays in place (`w -= lr * g`).",
+        )
 
     # ----------------------------------------------------------------- rollback
 
@@ -905,6 +964,7 @@ class Run(Closing):
         tree = self.checkpoints.restore(self._tree(self.state), step=target)
         self._load_run_part(tree["run"])
         self.state = tree["state"]
+        self._ticked_to = self.clock.step
         self.data_position = position
         self._saved_step = target
         self._rollbacks = [*recent, bad_step]

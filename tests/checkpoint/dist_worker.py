@@ -21,6 +21,9 @@ Modes:
                  checkpoint; rank 0 writes final.st at the end.
   late-reader    saves step 1 with rank 1 late to look for the outcome (1 s), and rank 0
                  (the Store's host) exits at once after its save; prints SAVED.
+  logged-save    each rank opens its own SummaryWriter (one that does not flush by itself),
+                 logs steps 1..3, saves step 3, then prints LOGGED and the steps its JSONL
+                 holds on disk.
 """
 
 from __future__ import annotations
@@ -186,6 +189,24 @@ def late_reader() -> None:
         os._exit(0)  # no barrier, no destroy_process_group: the Store goes with it
 
 
+def logged_save() -> None:
+    from globalstep.summary import SummaryWriter
+    from globalstep.summary.reader import read_run
+
+    logdir = os.path.join(DIRECTORY, f"logs-rank{RANK_}")
+    clock = Clock()
+    writer = SummaryWriter(logdir, clock=clock, formats=("jsonl",), flush_seconds=3600)
+    options = gs_dist.DistributedOptions(timeout_seconds=TIMEOUT)
+    with CheckpointManager(os.path.join(DIRECTORY, "ckpt"), distributed=options) as manager:
+        for _ in range(3):
+            clock.tick()
+            writer.scalars({"loss": float(clock.step)})
+        manager.save(clock, {"clock": clock, "w": torch.ones(2)})
+        steps = [p.step for p in read_run(logdir).scalars.get("loss", [])]
+    print(f"LOGGED {steps}", flush=True)
+    writer.close()
+
+
 def ddp_train() -> None:
     steps = int(sys.argv[6])
     torch.manual_seed(0)
@@ -230,6 +251,7 @@ def main(argv: list[str]) -> None:
         "fsdp-restore": fsdp_restore,
         "kill-save": kill_save,
         "late-reader": late_reader,
+        "logged-save": logged_save,
     }.get(MODE, ddp_train)()
     dist.destroy_process_group()
 

@@ -355,6 +355,16 @@ def test_store_host_waits_for_a_late_rank_before_leaving(tmp_path, zygote):
     assert CheckpointManager(tmp_path / "ckpt", read_only=True).steps() == [1]
 
 
+def test_every_ranks_writer_is_durable_before_the_commit(tmp_path, zygote):
+    """A distributed save makes each rank's own writer's points durable first: the
+    writer rank's (before it commits) and the other rank's (before its part)."""
+    results = zygote.finish(zygote.launch("logged-save", 2, tmp_path))
+    assert [code for code, _ in results] == [0, 0], results
+    for _, text in results:
+        assert "LOGGED [1, 2, 3]" in text, results
+    assert CheckpointManager(tmp_path / "ckpt", read_only=True).steps() == [3]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])
 def test_rank_killed_during_sharded_save_commits_nothing(tmp_path, zygote, victim):

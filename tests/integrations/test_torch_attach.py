@@ -394,3 +394,111 @@ def test_schedule_without_momentum_leaves_momentum(released):
     released.append(attach(opt, Clock(), NoMomentum()))
     _sgd_step(opt, [w])
     assert (opt.param_groups[0]["lr"], opt.param_groups[0]["momentum"]) == (0.1, 0.9)
+
+
+# ------------------------------------------------------------------ one tick owner per clock
+
+
+def _train_with_run(directory, *, attached):
+    """30 updates of a Run-based torch loop, the rate set by attach() or by hand."""
+    import io
+
+    from globalstep import Run
+
+    schedule = ExponentialDecay(0.1, decay_steps=5, rate=0.5, staircase=True)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    clock = Clock()
+    attachment = attach(opt, clock, schedule) if attached else None
+    run = Run(
+        directory,
+        total_steps=30,
+        clock=clock,
+        schedules={"lr": schedule},
+        save_every=10,
+        progress=False,
+        stream=io.StringIO(),
+        writer_options={"formats": ("jsonl",)},
+    )
+    updates = 0
+    with run:
+        run.restore({"model": model, "opt": opt})
+        while not run.done:
+            x = torch.linspace(-1.0, 1.0, 12).reshape(4, 3) * (1 + updates % 3)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            if attachment is None:
+                opt.param_groups[0]["lr"] = run.value("lr")
+            opt.step()
+            run.update(loss=loss.detach().item(), lr=opt.param_groups[0]["lr"])
+            updates += 1
+    if attachment is not None:
+        attachment.detach()
+    return run, updates, model
+
+
+def test_attach_and_run_tick_once_per_update(tmp_path):
+    """attach() owns the clock's tick, so Run.update beside it does not tick again: 30
+    updates give step 30, the rates by step equal a plain run's, and each step 1..30 is
+    logged once (the checkpoints at 10, 20, 30)."""
+    from globalstep.summary.reader import read_run
+
+    run, updates, model = _train_with_run(tmp_path / "attached", attached=True)
+    plain, plain_updates, plain_model = _train_with_run(tmp_path / "plain", attached=False)
+    assert (run.step, updates) == (30, 30) == (plain.step, plain_updates)
+    attached_log = read_run(tmp_path / "attached" / "logs").scalars
+    plain_log = read_run(tmp_path / "plain" / "logs").scalars
+    for tag in ("lr", "loss"):
+        assert [p.step for p in attached_log[tag]] == list(range(1, 31)), tag
+        assert [p.value for p in attached_log[tag]] == [p.value for p in plain_log[tag]], tag
+    assert [p.value for p in attached_log["lr"]][:6] == [0.1] * 5 + [0.05]
+    assert torch.equal(model.weight, plain_model.weight)
+    assert run.checkpoints.steps() == [10, 20, 30]
+
+
+def test_attach_claims_the_clock_until_detach():
+    """attach() claims its clock's ticks; detach() gives them back; a clock claimed by
+    another owner is refused."""
+    clock = Clock()
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    attachment = attach(opt, clock)
+    assert "SGD" in (clock.tick_owner or "")
+    attachment.detach()
+    assert clock.tick_owner is None
+    clock.claim_ticks("my loop")
+    with pytest.raises(ConfigError, match="is ticked already by my loop"):
+        attach(opt, clock)
+    assert not opt._optimizer_step_post_hooks, "a refused attach() leaves no hook behind"
+
+
+def test_skipped_update_beside_attach_keeps_its_meaning(tmp_path):
+    """With attach(), run.update(applied=False) (a skipped update: no optimizer.step())
+    logs at the unchanged step; the next applied update is counted once."""
+    import io
+
+    from globalstep import Run
+    from globalstep.summary.reader import read_run
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=0.1)
+    clock = Clock()
+    attachment = attach(opt, clock)
+    with Run(
+        tmp_path,
+        clock=clock,
+        progress=False,
+        stream=io.StringIO(),
+        writer_options={"formats": ("jsonl",)},
+    ) as run:
+        run.restore({"w": w})
+        _sgd_step(opt, [w])
+        run.update(loss=1.0)
+        run.update(applied=False, loss=2.0)  # the scaler skipped this one
+        _sgd_step(opt, [w])
+        run.update(loss=3.0)
+        assert run.step == 2
+    attachment.detach()
+    points = read_run(tmp_path / "logs").scalars["loss"]
+    assert [(p.step, p.value) for p in points] == [(1, 1.0), (1, 2.0), (2, 3.0)]

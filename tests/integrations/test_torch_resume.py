@@ -19,10 +19,11 @@ SCRIPT = Path(__file__).with_name("torch_resume_loop.py")
 TOTAL = 75
 
 
-def _start(directory, kill_at=None):
+def _start(directory, kill_at=None, *, script=SCRIPT, args=(str(TOTAL),)):
+    """Starts ``script DIRECTORY ARGS...``, to be SIGKILLed at ``kill_at`` ("k:when")."""
     env = {**os.environ, "GS_KILL_AT": kill_at} if kill_at is not None else None
     return subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(directory), str(TOTAL)],
+        [sys.executable, str(script), str(directory), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -30,8 +31,9 @@ def _start(directory, kill_at=None):
     )
 
 
-def _run(directory, kill_at=None):
-    process = _start(directory, kill_at)
+def _run(directory, kill_at=None, *, script=SCRIPT, args=(str(TOTAL),)):
+    """Runs the script to its end (or its kill); returns its exit code and stderr."""
+    process = _start(directory, kill_at, script=script, args=args)
     _, err = process.communicate()
     return process.returncode, err
 

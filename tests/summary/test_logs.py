@@ -43,6 +43,16 @@ def test_csv_to_stdout(tmp_path, capsys):
     assert float(rows[0]["value"]) == 0.1
 
 
+def test_bare_csv_prints_to_stdout(tmp_path, capsys):
+    """`globalstep logs DIR --csv`, as README.md writes it, prints every point as CSV."""
+    _write_run(tmp_path)
+    assert main(["logs", str(tmp_path), "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert sorted({(r["tag"], int(r["step"])) for r in rows}) == [
+        (tag, step) for tag in ("loss", "lr") for step in range(1, 21)
+    ]
+
+
 def test_csv_to_file(tmp_path):
     """--csv PATH writes every scalar tag to the file."""
     _write_run(tmp_path / "run")

@@ -43,6 +43,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
+from globalstep import _durability
 from globalstep._closing import Closing
 from globalstep.checkpoint.format import (
     ARRAYS_FILE,
@@ -840,16 +841,28 @@ class CheckpointManager(Closing):
             state: the state tree (see :mod:`globalstep.checkpoint.tree`).
             metrics: numbers for ``keep_best`` and ``globalstep ckpt ls``.
             force: replace an existing checkpoint of this step (atomically).
-            before_commit: called once before anything is written: what must be on disk
-                before this checkpoint exists (``globalstep.Run`` fsyncs its logs). It runs
-                on the save's thread (the background one for an async save); if it raises,
-                nothing is saved and the save fails with its error.
+            before_commit: called once before anything is written: what else must be on
+                disk before this checkpoint exists. It runs on the save's thread (the
+                background one for an async save); if it raises, nothing is saved and the
+                save fails with its error.
+
+        Before anything is written (and before ``before_commit``), every open
+        :class:`~globalstep.summary.SummaryWriter` of the process makes the points it
+        accepted so far durable (see :mod:`globalstep._durability`, which says why all of
+        them): a crash after the commit never loses a point logged before the save, with
+        or without ``globalstep.Run``. A writer whose points cannot be written fails the
+        save with its error (``SummaryWriteError``, or ``NonFiniteError`` for a guarded
+        loss read as NaN), and nothing is saved.
 
         Raises:
             CheckpointExistsError: the step is saved already and ``force`` is False.
             CheckpointError: the manager is read-only or closed, a previous background
-                save failed, or writing failed (earlier checkpoints stay intact).
+                save failed (a writer's error of an async save is its cause), or writing
+                failed (earlier checkpoints stay intact).
             ConfigError: the step, state or metrics are invalid.
+            SummaryWriteError: an open writer's points could not be written (raised as
+                the writer raised it; nothing was saved).
+            NonFiniteError: an open writer read a guarded value that is NaN or infinite.
         """
         self._check_writable()
         self.wait()
@@ -874,8 +887,10 @@ class CheckpointManager(Closing):
         before_commit: Callable[[], None] | None = None,
     ) -> None:
         if self._participant:
+            # This rank's own logs and files, if any, before its part of the save.
+            _durability.sync_registered()
             if before_commit is not None:
-                before_commit()  # this rank's own files, if any, before its part of the save
+                before_commit()
             self._participate(state, round_)
             return
         name = step_name(number)
@@ -956,8 +971,11 @@ class CheckpointManager(Closing):
     ) -> bool:
         """Saves when the ``save_every`` trigger fires for ``clock``; returns whether it did.
 
+        A save here is :meth:`save`'s: every open writer's points are made durable first.
+
         Raises:
             ConfigError: the manager has no ``save_every``.
+            CheckpointError, SummaryWriteError, NonFiniteError: as :meth:`save` raises them.
         """
         if self._trigger is None:
             raise ConfigError("save_every", "must be set to use maybe_save", None)
@@ -1005,6 +1023,8 @@ class CheckpointManager(Closing):
         fresh: bool = False,
         marked: bool | None = None,
     ) -> None:
+        # The curves up to this step reach the disk before the checkpoint exists.
+        _durability.sync_registered()
         if before_commit is not None:
             before_commit()
         # The abandoned timeline goes before the new checkpoint is committed.

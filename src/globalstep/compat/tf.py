@@ -7,18 +7,30 @@ crash-safe checkpoint storage, and ``summary`` (``tf.summary``'s ``create_file_w
 (both imported on first use, as they sit a layer above).
 
 Migrating is renaming an import: ``tf.compat.v1.train.exponential_decay(lr, global_step,
-...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, clock, ...)``. As in TF 2's
-eager mode each decay returns a zero-argument callable; given a
-:class:`~globalstep.clock.Clock` as ``global_step`` it reads the clock's step at every call
-(the step is the number of optimizer updates applied, see :mod:`globalstep.clock`), so the
-rate follows training. Each read is reported to a
-:class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops advancing:
-the classic frozen-learning-rate bug of a ``minimize()`` without ``global_step=``.
+...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, global_step, ...)``. As in TF 2's
+eager mode each decay returns a zero-argument callable, which reads the global step at
+every call, so the rate follows training. The global step may be:
 
-Values are TF's: float32 for a Python-float rate, operation for operation, with the C
-library's pow, exp, log and cos and flush-to-zero, as TF's kernels on one step (see
-:mod:`globalstep.compat._common`). Deliberate differences: the noisy decay's seeded noise
-(:func:`noisy_linear_cosine_decay`), the refusals at construction that
+- TensorFlow's own: a ``tf.Variable`` (``get_or_create_global_step(variable=True)``, or a
+  seed's ``tf.Variable(0, trainable=False)``), a Keras variable on the TensorFlow backend
+  (``optimizer.iterations``, which ``apply_gradients`` advances) or a tensor. The rate is
+  then a float tensor computed with TensorFlow's ops from the variable, as TensorFlow's
+  decay computes it (:mod:`globalstep.compat._tf_ops`): eagerly the value now, and inside
+  a ``tf.function`` an op of the graph that follows the variable at every run, TensorFlow's
+  values bit for bit in both. TensorFlow is imported only once such an object is given.
+- A :class:`~globalstep.clock.Clock` (the step is the number of optimizer updates
+  applied, see :mod:`globalstep.clock`): the rate is a Python float, and each read is
+  reported to a :class:`~globalstep.guards.StaleStepDetector`, which warns when the step
+  stops advancing (the classic frozen-learning-rate bug of a ``minimize()`` without
+  ``global_step=``). A Clock is read in Python, so a read inside a function that
+  ``tf.function`` or ``jax.jit`` traces would be one rate for the whole run: it raises
+  there, saying what to pass instead (a TF variable step).
+- A number: a fixed step, as in TensorFlow.
+
+On a Clock or a number the values are TF's: float32 for a Python-float rate, operation for
+operation, with the C library's pow, exp, log and cos and flush-to-zero, as TF's kernels
+on one step (see :mod:`globalstep.compat._common`). Deliberate differences: the noisy
+decay's seeded noise (:func:`noisy_linear_cosine_decay`), the refusals at construction that
 :mod:`globalstep.compat._tf_schedules` lists, and a subnormal intermediate of plain
 arithmetic, which TF flushes to zero and this does not (only where two rates differ by
 less than 1.2e-38; see :mod:`globalstep.compat._common`).
@@ -37,16 +49,20 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep._optional import require
+from globalstep._tracing import traced_by
 from globalstep.clock import Clock
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, TracingError
 from globalstep.guards import StaleStepDetector
 from globalstep.schedules._base import check_number, check_step
 
@@ -71,6 +87,7 @@ __all__ = [
     "noisy_linear_cosine_decay",
     "piecewise_constant",
     "polynomial_decay",
+    "reset_default_graph",
     "summary",  # noqa: F822 (module __getattr__)
 ]
 
@@ -91,59 +108,166 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_GLOBAL_STEPS: dict[Any, Clock] = {}
-"""One global-step clock per graph key, as TF keeps one ``global_step`` per graph."""
+_GLOBAL_STEPS: dict[Any, Any] = {}
+"""One global step (a Clock or a TF variable) per graph key, as TF keeps one per graph."""
 
 
 class DecayedLearningRate:
     """The zero-argument callable a decay returns: the schedule at the global step now.
 
+    Given a Clock or a number it returns a Python float; given a TensorFlow variable or
+    tensor (a ``tf.Variable``, ``optimizer.iterations``) it returns a float tensor computed
+    with TensorFlow's ops from the step read at the call (see
+    :mod:`globalstep.compat._tf_ops`), as TensorFlow's decay returns one: inside a
+    ``tf.function`` the rate is an op of the graph and follows the variable at every run.
+
+    Each eager read of a Clock or of an int variable is reported to a
+    :class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops
+    advancing while the rate is read again and again (the seed's loop without its
+    ``assign_add``); a read inside a graph cannot be observed.
+
+    A Clock is read in Python, so a call inside a function being traced (``tf.function``,
+    ``jax.jit``) would give one rate, the step's at tracing, for every run of the graph:
+    that call raises :class:`~globalstep.errors.TracingError` instead, saying what to pass.
+
     Attributes:
         schedule: the schedule (TF's ``learning_rate_schedule`` class), callable with a step.
-        global_step: the Clock read at each call, or the fixed step (any real number, as TF
-            takes: a float, a negative int).
+        global_step: the Clock, TF variable or tensor read at each call, or the fixed step
+            (any real number, as TF takes: a float, a negative int).
     """
 
-    __slots__ = ("_detector", "global_step", "schedule")
+    __slots__ = ("_detector", "_tf_rate", "global_step", "schedule")
 
-    def __init__(self, schedule: PeerSchedule, global_step: Clock | float, what: str) -> None:
+    # AutoGraph (tf.function's Python converter) calls an object that has this attribute
+    # as it is, unconverted: the call computes with TF ops or raises, and has no Python
+    # control flow on tensors to convert.
+    autograph_info__: ClassVar[MappingProxyType[str, Any]] = MappingProxyType({})
+
+    def __init__(self, schedule: PeerSchedule, global_step: Any, what: str) -> None:
+        self._tf_rate: Any = None
+        self._detector: StaleStepDetector | None = None
         if isinstance(global_step, Clock):
-            self._detector: StaleStepDetector | None = StaleStepDetector(what)
+            self._detector = StaleStepDetector(what)
+        elif _tf_step(global_step):
+            ops = _tf_ops()
+            dtype = ops.step_dtype(global_step)  # a real scalar, or ConfigError now
+            self._tf_rate = ops.rate_fn(schedule)
+            if dtype.kind in "iu" and ops.is_variable(global_step):
+                self._detector = StaleStepDetector(what, fix=_VARIABLE_FIX)
         else:
             step_array(global_step)  # a number TF takes, or StepError now
-            self._detector = None
         self.schedule = schedule
         self.global_step = global_step
 
-    def __call__(self) -> float:
-        """Returns the rate at the global step now."""
+    def __call__(self) -> Any:
+        """Returns the rate at the global step now (a float tensor for a TF step)."""
         clock = self.global_step
         if isinstance(clock, Clock):
+            tracer = traced_by()
+            if tracer is not None:
+                raise _traced_clock_error(clock, tracer)
             step = clock.step
             self._detector.observe(step, clock.name)  # type: ignore[union-attr]
             return self.schedule(step)
-        return self.schedule(clock)  # type: ignore[arg-type]  # TF takes any real step
+        if self._tf_rate is not None:
+            if self._detector is not None:
+                step = _tf_ops().eager_step(clock)  # None in a graph: it follows the variable
+                if step is not None:
+                    self._detector.observe(step, None)
+            return self._tf_rate(clock)
+        return self.schedule(clock)
 
     def __repr__(self) -> str:
         return f"DecayedLearningRate({self.schedule!r}, global_step={self.global_step!r})"
 
 
-def _decayed(schedule: PeerSchedule, global_step: Clock | float, what: str) -> DecayedLearningRate:
+_TF_MODULE = "tensorflow"
+_VARIABLE_FIX = (
+    "Advance the variable once per optimizer update (global_step.assign_add(1) after "
+    "apply_gradients), or pass optimizer.iterations, which apply_gradients advances."
+)
+
+
+def _traced_clock_error(clock: Clock, tracer: str) -> TracingError:
+    """The refusal of a Clock read while ``tracer`` traces: the rate would be frozen."""
+    if tracer == "tf.function":
+        hint = (
+            "Pass a tf.Variable step instead: globalstep.compat.tf."
+            "get_or_create_global_step(variable=True) advanced with assign_add(1), or "
+            "optimizer.iterations; the decay then computes the rate from the variable in "
+            "the graph. Or read the rate outside the traced function and pass it in."
+        )
+    else:
+        hint = (
+            "Read the rate outside the jitted function and pass it in as an argument, or "
+            "use a globalstep.compat.optax schedule of the optimizer's own count, which "
+            "traces."
+        )
+    return TracingError(
+        f"`global_step` is a globalstep Clock, read in Python inside {tracer} while it "
+        f"traces: the rate would be the one of step {clock.step}, at tracing, for every "
+        f"later run of the traced function (a frozen learning rate); got global_step="
+        f"{clock!r}. {hint}",
+        "a compat.tf decay of a Clock",
+        tracer,
+    )
+
+
+def _tf_step(value: Any) -> bool:
+    """Whether ``value`` is a TensorFlow object, without importing TensorFlow: one whose
+    class comes from TensorFlow (a Keras variable on its backend is one), which means
+    TensorFlow is imported already; then whether it is a tensor or a variable."""
+    if _TF_MODULE not in sys.modules or isinstance(value, int | float | np.generic):
+        return False
+    if not any(k.__module__.startswith("tensorflow.") for k in type(value).__mro__):
+        return False
+    if not _tf_ops().is_step(value):
+        raise ConfigError(
+            "global_step",
+            "must be a globalstep Clock, a TF variable or tensor, or a number; a TF object "
+            "that is neither a tensor nor a variable cannot be read as a step",
+            value,
+            _STEP_HINT,
+        )
+    return True
+
+
+_STEP_HINT = (
+    "Pass a globalstep Clock, or a TF step: globalstep.compat.tf.get_or_create_global_step("
+    "variable=True), tf.Variable(0, trainable=False) or optimizer.iterations."
+)
+
+
+def _tf_ops() -> Any:
+    """:mod:`globalstep.compat._tf_ops`, which imports TensorFlow (imported already)."""
+    from globalstep.compat import _tf_ops
+
+    return _tf_ops
+
+
+def _decayed(schedule: PeerSchedule, global_step: Any, what: str) -> DecayedLearningRate:
     if global_step is None:
         raise ConfigError(
             "global_step",
             "is required for decay (TF raises ValueError at the first call without it)",
             global_step,
-            "Pass a globalstep Clock (or a number of steps).",
+            _STEP_HINT,
         )
-    if not isinstance(global_step, Clock | int | float | np.integer | np.floating):
-        raise ConfigError("global_step", "must be a globalstep Clock or a number", global_step)
+    if isinstance(global_step, Clock | int | float | np.integer | np.floating):
+        return DecayedLearningRate(schedule, global_step, what)
+    if not _tf_step(global_step):
+        raise ConfigError(
+            "global_step",
+            "must be a globalstep Clock, a TF variable or tensor, or a number",
+            global_step,
+            _STEP_HINT,
+        )
     return DecayedLearningRate(schedule, global_step, what)
 
 
 def exponential_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     decay_rate: float,
     staircase: bool = False,
@@ -161,7 +285,7 @@ def exponential_decay(
 
 
 def piecewise_constant(
-    x: Clock | float, boundaries: Sequence[Any], values: Sequence[Any], name: str | None = None
+    x: Any, boundaries: Sequence[Any], values: Sequence[Any], name: str | None = None
 ) -> DecayedLearningRate:
     """``values[i]`` for ``boundaries[i-1] < x <= boundaries[i]`` (the change comes at b + 1).
 
@@ -180,17 +304,19 @@ def piecewise_constant(
         1.0
     """
     boundaries, values = list(boundaries), list(values)
-    if not isinstance(x, Clock) and x is not None:
-        _tfs.check_piecewise_dtypes(x, boundaries)
-    elif isinstance(x, Clock):
+    if isinstance(x, Clock):
         _tfs.check_piecewise_dtypes(np.int64(0), boundaries)
+    elif _tf_step(x):
+        _tfs.check_piecewise_dtypes(_tf_ops().step_dtype(x).type(0), boundaries)
+    elif x is not None:
+        _tfs.check_piecewise_dtypes(x, boundaries)
     schedule = _tfs.PiecewiseConstantDecay(boundaries, values, name)
     return _decayed(schedule, x, name or "piecewise_constant")
 
 
 def polynomial_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     end_learning_rate: float = 0.0001,
     power: float = 1.0,
@@ -212,7 +338,7 @@ def polynomial_decay(
 
 def natural_exp_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     decay_rate: float,
     staircase: bool = False,
@@ -249,7 +375,7 @@ def natural_exp_decay(
 
 def inverse_time_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     decay_rate: float,
     staircase: bool = False,
@@ -268,7 +394,7 @@ def inverse_time_decay(
 
 def cosine_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     alpha: float = 0.0,
     name: str | None = None,
@@ -290,7 +416,7 @@ def cosine_decay(
 
 def cosine_decay_restarts(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     first_decay_steps: float,
     t_mul: float = 2.0,
     m_mul: float = 1.0,
@@ -310,7 +436,7 @@ def cosine_decay_restarts(
 
 def linear_cosine_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     num_periods: float = 0.5,
     alpha: float = 0.0,
@@ -330,7 +456,7 @@ def linear_cosine_decay(
 
 def noisy_linear_cosine_decay(
     learning_rate: float,
-    global_step: Clock | float,
+    global_step: Any,
     decay_steps: float,
     initial_variance: float = 1.0,
     variance_decay: float = 0.55,
@@ -371,27 +497,48 @@ def noisy_linear_cosine_decay(
     return _decayed(schedule, global_step, name or "noisy_linear_cosine_decay")
 
 
-def get_global_step(graph: Any = None) -> Clock | None:
-    """Returns the global-step clock of ``graph`` (the default one for None), or None.
+def _graph_step(graph: Any) -> Any:
+    """The global step of ``graph`` (a Clock or a TF variable), or None."""
+    return _GLOBAL_STEPS.get(graph)
+
+
+def get_global_step(graph: Any = None) -> Any:
+    """Returns the global step of ``graph`` (the default one for None), or None.
+
+    The step is what :func:`create_global_step` made: a Clock, or TF's ``global_step``
+    variable (``variable=True``).
 
     Example:
         >>> get_global_step(graph="a graph with no global step") is None
         True
     """
-    return _GLOBAL_STEPS.get(graph)
+    return _graph_step(graph)
 
 
-def create_global_step(graph: Any = None) -> Clock:
-    """Creates the global-step clock of ``graph``.
+def create_global_step(graph: Any = None, *, variable: bool = False) -> Any:
+    """Creates the global step of ``graph`` (the default one for None): a Clock, or with
+    ``variable=True`` TensorFlow's own.
+
+    ``variable=True`` gives what ``tf.compat.v1.train.create_global_step()`` gives in eager
+    TensorFlow 2: a non-trainable scalar int64 ``tf.Variable`` named ``global_step``, at 0,
+    aggregated ``ONLY_FIRST_REPLICA``, on the CPU (TensorFlow is imported by this call
+    alone). It is created outside any ``tf.function`` being traced (``tf.init_scope``), so
+    a traced call may create it too. Advance it with ``assign_add(1)`` after each update, or
+    pass ``optimizer.iterations`` to the decays instead. The global steps live per process,
+    one per ``graph`` key, as TensorFlow's eager default graph keeps one:
+    :func:`reset_default_graph` forgets the default one.
 
     Raises:
         ConfigError: it exists already (as TF raises "'global_step' already exists.").
+        MissingDependencyError: ``variable=True`` without TensorFlow installed.
 
     Example:
         >>> marker = object()
         >>> create_global_step(marker).step
         0
     """
+    if not isinstance(variable, bool):
+        raise ConfigError("variable", "must be a bool", variable)
     key = graph
     if key in _GLOBAL_STEPS:
         raise ConfigError(
@@ -399,24 +546,71 @@ def create_global_step(graph: Any = None) -> Clock:
             "already exists; use get_or_create_global_step() to reuse it",
             _GLOBAL_STEPS[key],
         )
-    clock = Clock("global_step")
-    _GLOBAL_STEPS[key] = clock
-    return clock
+    step: Any = _new_variable() if variable else Clock("global_step")
+    _GLOBAL_STEPS[key] = step
+    return step
 
 
-def get_or_create_global_step(graph: Any = None) -> Clock:
-    """Returns the global-step clock of ``graph``, creating it first if needed.
+def _new_variable() -> Any:
+    """TensorFlow's eager ``global_step`` variable."""
+    tf = require("tensorflow", "tf", "globalstep.compat.tf.create_global_step(variable=True)")
+    with tf.init_scope(), tf.device("cpu:0"):
+        return tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name="global_step",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
+
+
+def get_or_create_global_step(graph: Any = None, *, variable: bool = False) -> Any:
+    """Returns the global step of ``graph``, creating it first if needed (see
+    :func:`create_global_step`: a Clock, or TF's ``global_step`` variable with
+    ``variable=True``).
+
+    Raises:
+        ConfigError: the existing global step is of the other kind (a Clock where
+            ``variable=True`` asks for a TF variable, or the reverse).
 
     Example:
         >>> marker = object()
         >>> get_or_create_global_step(marker) is get_or_create_global_step(marker)
         True
     """
-    return get_global_step(graph) or create_global_step(graph)
+    step = _graph_step(graph)
+    if step is None:
+        return create_global_step(graph, variable=variable)
+    if isinstance(step, Clock) == variable:
+        have, want = ("a Clock", "a TF variable") if variable else ("a TF variable", "a Clock")
+        raise ConfigError(
+            "variable",
+            f"asks for {want}, but the global step of this graph is {have} already",
+            variable,
+            f"Pass variable={not variable!r}, or reset_default_graph() (a test) first.",
+        )
+    return step
 
 
-def global_step(sess: Any, global_step_tensor: Clock | int) -> int:
-    """Returns the step of ``global_step_tensor`` (a Clock or an int); ``sess`` is unused.
+def reset_default_graph() -> None:
+    """Forgets the default graph's global step, as ``tf.compat.v1.reset_default_graph()``
+    does: the next :func:`get_or_create_global_step` creates a new one at 0 (a test's
+    fresh start). Global steps of other ``graph`` keys are kept.
+
+    Example:
+        >>> reset_default_graph()
+        >>> get_global_step() is None
+        True
+    """
+    _GLOBAL_STEPS.pop(None, None)
+
+
+def global_step(sess: Any, global_step_tensor: Any) -> int:
+    """Returns the step of ``global_step_tensor`` (a Clock, a TF variable or tensor, or an
+    int) as a Python int; ``sess`` is unused (eager TensorFlow 2 has no session).
+
+    Raises:
+        StepError: a step that is not an int >= 0.
 
     Example:
         >>> global_step(None, 7)
@@ -424,4 +618,6 @@ def global_step(sess: Any, global_step_tensor: Clock | int) -> int:
     """
     if isinstance(global_step_tensor, Clock):
         return global_step_tensor.step
+    if _tf_step(global_step_tensor):
+        return check_step(_tf_ops().read_step(global_step_tensor))
     return check_step(global_step_tensor)

@@ -161,6 +161,7 @@ class Attachment:
         self.optimizer = optimizer
         self.clock = clock
         self.scheduler = scheduler
+        self.tick_owner = ""  # what attach() claimed the clock's ticks as
         # Groups by index: optimizer.load_state_dict() (a restore) replaces the group dicts.
         groups = optimizer.param_groups
         # (group index, schedule, the schedule's memo or None): the hook reads a memo hit
@@ -306,6 +307,7 @@ class Attachment:
         for group, saved in zip(self.optimizer.param_groups, self._saved, strict=False):
             group.update(saved)
         _ATTACHED.pop(id(self.optimizer), None)
+        _release(weakref.ref(self.clock), self.tick_owner)
 
 
 def _per_group(name: str, value: Any, n: int) -> list[Any]:
@@ -363,6 +365,10 @@ def attach(
     ``optimizer.step()``) change nothing, so the clock, the schedule position and
     ``optimizer.state[p]["step"]`` stay equal.
 
+    The optimizer owns the clock's ticks (:meth:`Clock.claim_ticks
+    <globalstep.clock.Clock.claim_ticks>`) until ``detach()``: ``Run.update`` beside it
+    logs and saves at the step the optimizer reached and does not tick again.
+
     Args:
         optimizer: a ``torch.optim.Optimizer``.
         clock: the clock this optimizer advances; one clock per optimizer.
@@ -383,8 +389,9 @@ def attach(
 
     Raises:
         ConfigError: the optimizer is already attached, the clock is already advanced by
-            another optimizer, a per-group list has the wrong length, a schedule is not
-            callable, or both ``schedule`` and ``scheduler`` are given.
+            another optimizer (or claimed by another owner), a per-group list has the wrong
+            length, a schedule is not callable, or both ``schedule`` and ``scheduler`` are
+            given.
 
     Example:
         >>> import torch
@@ -460,6 +467,10 @@ def attach(
                 "needs param groups with 'momentum' or 'betas'",
                 type(optimizer).__name__,
             )
+    # The clock's one tick per update is this optimizer's: a Run.update beside it leaves
+    # the tick to it (see Clock.claim_ticks).
+    owner = f"torch optimizer {type(optimizer).__name__} at {id(optimizer):#x}, via attach()"
+    clock.claim_ticks(owner)
     attachment = Attachment(
         optimizer,
         clock,
@@ -467,8 +478,19 @@ def attach(
         [_floats(m) if m is not None else None for m in moments],
         scheduler,
     )
+    attachment.tick_owner = owner
+    # The hooks hold the attachment and the optimizer holds the hooks: a dropped optimizer
+    # frees its clock for another owner.
+    weakref.finalize(attachment, _release, weakref.ref(clock), owner)
     _ATTACHED[id(optimizer)] = attachment
     return attachment
+
+
+def _release(clock: weakref.ref[Clock], owner: str) -> None:
+    """Ends ``owner``'s claim on the clock, where it still holds it."""
+    alive = clock()
+    if alive is not None and alive.tick_owner == owner:
+        alive.release_ticks(owner)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,8 +23,15 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from globalstep._tracing import traced_by
 from globalstep.clock import MAX_STEP, Clock, Progress
-from globalstep.errors import ConfigError, ConversionError, GlobalStepError, StepError
+from globalstep.errors import (
+    ConfigError,
+    ConversionError,
+    GlobalStepError,
+    StepError,
+    TracingError,
+)
 from globalstep.units import Duration, Unit
 
 __all__ = ["Schedule", "from_config", "registered"]
@@ -87,6 +94,38 @@ def _length_duration(parameter: str, value: Any, minimum: int) -> Duration:
     if duration.unit is Unit.STEPS and duration.value < minimum:
         raise ConfigError(parameter, f"must be >= {minimum}", value)
     return duration
+
+
+def traced_step_error(step: Any, what: str, kind: type[GlobalStepError]) -> GlobalStepError:
+    """The refusal of ``schedule(step)`` while ``tf.function`` or ``jax.jit`` traces: a
+    schedule is a Python function of an int step, so its value there would be computed
+    once, at tracing (a Clock's step then), and be a constant of the graph. ``kind`` is
+    :class:`~globalstep.errors.TracingError` for a Clock, :class:`StepError` for a traced
+    value (a step that is no int)."""
+    tracer = traced_by()
+    if tracer == "tf.function":
+        hint = (
+            "Use a rate that is computed in the graph: a globalstep.compat.tf decay of a "
+            "tf.Variable step (or of optimizer.iterations), or, for Keras, "
+            "globalstep.integrations.keras's schedule; or compute the value outside the "
+            "traced function and pass it in."
+        )
+    else:
+        hint = (
+            "Use a schedule that traces: a globalstep.compat.optax schedule of the step "
+            "(optax's count), or compute the value outside the jitted function and pass it "
+            "in as an argument."
+        )
+    message = (
+        f"`step` must be an int >= 0 read in Python; got {what} inside {tracer} while it "
+        f"traces, where the value would be computed once, at tracing, and frozen for every "
+        f"later run (step={step!r}). {hint}"
+    )
+    if kind is TracingError:
+        return TracingError(message, "schedule(clock)", str(tracer))
+    err = StepError(message, step)
+    setattr(err, "ag_pass_through", True)  # noqa: B010 (AutoGraph: let it out as it is)
+    return err
 
 
 def check_step(step: Any) -> int:
@@ -312,6 +351,8 @@ class Schedule(ABC):
         Raises:
             StepError: ``step`` is negative or not an int.
             ConversionError: a length is a duration that was not resolved.
+            TracingError: ``step`` is a Clock, read while ``tf.function`` or ``jax.jit``
+                traces (its value would be frozen at the step of tracing).
         """
         if type(step) is int and 0 <= step <= MAX_STEP:
             try:
@@ -327,7 +368,11 @@ class Schedule(ABC):
         if type(step).__name__ in ("Clock", "Progress"):
             # A clock or its snapshot stands for its step (by name: a test that reloads
             # globalstep makes a second Clock class).
+            if type(step).__name__ == "Clock" and traced_by() is not None:
+                raise traced_step_error(step, "a globalstep Clock", TracingError)
             return self(step.step)  # type: ignore[union-attr]
+        if not isinstance(step, int | np.integer) and traced_by() is not None:
+            raise traced_step_error(step, "a traced value", StepError)
         array = np.array([check_step(step)], dtype=np.int64)
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
             return float(self._compute(array)[0])

@@ -4,7 +4,7 @@ For each run under DIR (JSONL or TensorBoard event files, restarts applied, see
 :mod:`globalstep.summary.reader`) it prints a table of tags with their number of points,
 first and last step, last value, minimum and maximum. ``--tag loss`` draws that series in
 the terminal, ``--tag loss --plot out.png`` draws it to a PNG (the ``plot`` extra), and
-``--csv out.csv`` (``-`` for standard output) exports the points.
+``--csv out.csv`` exports the points (``--csv`` alone, or ``--csv -``, prints them).
 
 Example:
     >>> import tempfile
@@ -250,5 +250,11 @@ def add_parser(subparsers: Any) -> None:
         "--plot", metavar="PNG", help="with --tag: draw it, every run on one figure, to a PNG"
     )
     parser.add_argument("--log-y", action="store_true", help="with --plot: a log-scale axis")
-    parser.add_argument("--csv", metavar="PATH", help="export the points as CSV ('-': stdout)")
+    parser.add_argument(
+        "--csv",
+        metavar="PATH",
+        nargs="?",
+        const="-",
+        help="export the points as CSV to PATH; to standard output without one (or '-')",
+    )
     parser.set_defaults(func=_run)

@@ -31,6 +31,13 @@ before or after ``clock.tick()``. ``purge_step=P`` marks a restart at opening in
 ``tf.summary`` and tensorboardX do, and :meth:`SummaryWriter.restart` marks one later (after
 rolling back to an older checkpoint).
 
+Checkpoints: a point accepted before a checkpoint commits is durable when the checkpoint
+is. Every open writer registers :meth:`SummaryWriter.sync_points` with
+:mod:`globalstep._durability`, and every save of a
+:class:`~globalstep.checkpoint.CheckpointManager` (``save``, ``maybe_save``, async or not)
+calls it before writing, whether ``globalstep.Run`` wired the two or the loop uses them
+alone; a write that failed fails the save. Closing the writer drops it out.
+
 Tags: any non-empty string of printable characters; ``/`` groups tags in TensorBoard
 (``"train/loss"``) and non-ASCII characters are kept as UTF-8. Backslashes, control
 characters (newlines, ...) and blank tags are refused.
@@ -66,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep import _durability
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import (
     ConfigError,
@@ -439,6 +447,7 @@ class SummaryWriter(Closing):
         self._error_path: str | None = None
         self._error_lost = 0
         self._closed = False
+        self._files_closed = False  # set under the I/O lock: no drain writes after it
         self._warned_order = False
         self._dir_synced = False
         self._float32 = "tensorboard" in formats
@@ -465,6 +474,9 @@ class SummaryWriter(Closing):
         )
         _OPEN_WRITERS[self] = None
         self._thread.start()
+        # Every checkpoint save makes the points accepted so far durable before it
+        # commits, whoever wired the two (see globalstep._durability).
+        self._durable = _durability.register(self.sync_points)
 
     @staticmethod
     def _check_formats(formats: Any) -> tuple[str, ...]:
@@ -875,8 +887,8 @@ class SummaryWriter(Closing):
 
     def sync(self) -> None:
         """Flushes, then fsyncs the files (and, once, the directory): the points logged so
-        far survive a power loss too. A checkpoint that must not get ahead of the curves
-        calls this before it commits (``globalstep.Run`` does).
+        far survive a power loss too. Checkpoint saves need no call: each makes every
+        open writer's points durable before it commits (:meth:`sync_points`).
 
         Raises:
             SummaryWriteError: the write failed, now or earlier in the background.
@@ -888,9 +900,11 @@ class SummaryWriter(Closing):
     def sync_points(self) -> None:
         """Writes and fsyncs every point queued so far; callable from any thread.
 
-        For what must reach the disk only after the points logged before it: ``Run``
-        passes this to the checkpoint's save as ``before_commit``, so an async save fsyncs
-        the logs on its own thread, and the checkpoint commits only if they are on disk.
+        For what must reach the disk only after the points logged before it: every open
+        writer registers it with :mod:`globalstep._durability`, and every checkpoint save
+        calls it before it writes anything (on the save's thread for an async save), so a
+        checkpoint commits only once the points logged before it are on disk, with or
+        without ``Run``.
         Like :meth:`sync` it raises an error not yet reported (a failed write, or a tensor
         refused when read: a guarded NaN loss, so no checkpoint of a diverged run is
         saved), but it leaves the error for the training thread's next call to raise too.
@@ -922,15 +936,18 @@ class SummaryWriter(Closing):
         if self._closed:
             return
         self._closed = True
+        self._durable.cancel()
         _OPEN_WRITERS.pop(self, None)
         self._wake.set()
         self._thread.join()
         self._drain()
-        for backend in self._backends:
-            try:
-                backend.close()
-            except OSError as err:
-                self._record_error(err, backend.path)
+        with self._io_lock:  # a sync on a save's thread, under way, ends before this
+            self._files_closed = True
+            for backend in self._backends:
+                try:
+                    backend.close()
+                except OSError as err:
+                    self._record_error(err, backend.path)
         self._raise_error()
 
     # --- the background thread ------------------------------------------------------
@@ -945,6 +962,8 @@ class SummaryWriter(Closing):
         """Writes the queue; a failure loses the batch in hand, is recorded for the
         training thread, and does not stop later drains."""
         with self._io_lock:
+            if self._files_closed:  # a save's sync that lost the race with close()
+                return
             queue = self._queue
             popleft = queue.popleft
             backend: Backend | None = None
