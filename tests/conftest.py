@@ -14,6 +14,7 @@ collect_ignore = [
     "checkpoint/dist_worker.py",
     "distributed/spawn.py",
     "distributed/workers.py",
+    "integrations/tf_resume_loop.py",
     "integrations/torch_resume_loop.py",
     "integrations/torch_standalone_loop.py",
     "integrations/keras_deferred_check.py",

@@ -2,7 +2,9 @@
 
 Also here under TF's names: ``log_every_n`` and ``log_first_n`` (``tf.compat.v1.logging``),
 and ``Checkpoint`` and ``CheckpointManager`` (``tf.train``), built on globalstep's
-crash-safe checkpoint storage (imported on first use, as they sit a layer above).
+crash-safe checkpoint storage, and ``summary`` (``tf.summary``'s ``create_file_writer`` and
+``scalar``, see :mod:`globalstep.compat._tf_summary`), built on its restart-clean writer
+(both imported on first use, as they sit a layer above).
 
 Migrating is renaming an import: ``tf.compat.v1.train.exponential_decay(lr, global_step,
 ...)`` becomes ``globalstep.compat.tf.exponential_decay(lr, global_step, ...)``. As in TF 2's
@@ -86,17 +88,23 @@ __all__ = [
     "piecewise_constant",
     "polynomial_decay",
     "reset_default_graph",
+    "summary",  # noqa: F822 (module __getattr__)
 ]
 
 _CHECKPOINT_NAMES = ("Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "latest_checkpoint")
 
 
 def __getattr__(name: str) -> Any:
-    """Imports TF's checkpoint classes on first use (they belong to the checkpoint layer)."""
+    """Imports TF's checkpoint classes and ``summary`` on first use (they belong to the
+    checkpoint and summary layers)."""
     if name in _CHECKPOINT_NAMES:
         from globalstep.compat import _tf_checkpoint
 
         return getattr(_tf_checkpoint, name)
+    if name == "summary":
+        from globalstep.compat import _tf_summary
+
+        return _tf_summary
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -18,6 +18,11 @@ their adapters are in :mod:`globalstep.integrations.keras`.
 
 Loading never executes code: the values are arrays in a safetensors file, the keys JSON.
 
+For custom training loops: :func:`follow` keeps a clock at ``optimizer.iterations`` (the
+step advanced by ``apply_gradients`` itself), and :class:`ResumableTFDataset` is a shuffled
+``tf.data`` pipeline whose position is checkpoint state, so a resumed loop continues at
+the batch it reached, mid-epoch.
+
 Example:
     >>> import tensorflow as tf, tempfile
     >>> from globalstep.checkpoint import CheckpointManager
@@ -41,8 +46,17 @@ import tensorflow as tf
 
 from globalstep.checkpoint import adapters
 from globalstep.errors import ConfigError
+from globalstep.integrations._tf_data import ResumableTFDataset
 
-__all__ = ["module_variables", "variable_array"]
+__all__ = ["ResumableTFDataset", "follow", "module_variables", "variable_array"]
+
+
+def follow(optimizer: Any, clock: Any) -> Any:
+    """:func:`globalstep.integrations.keras.follow` (TensorFlow's optimizers are Keras'):
+    the clock ticks with ``optimizer.iterations``; call the result after each update."""
+    from globalstep.integrations import keras as integration
+
+    return integration.follow(optimizer, clock)
 
 
 def variable_array(variable: Any) -> np.ndarray[Any, Any]:

@@ -1,0 +1,175 @@
+"""follow(): a clock kept at optimizer.iterations in custom training loops.
+
+In-process checks run on the TensorFlow backend (eager and tf.function GradientTape
+loops); keras_follow_check.py runs the eager loops on every Keras backend, one subprocess
+each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from globalstep import Clock, ConfigError, StepError
+
+keras = pytest.importorskip("keras")
+gk = pytest.importorskip("globalstep.integrations.keras")
+
+SCRIPT = Path(__file__).with_name("keras_follow_check.py")
+
+
+def _tf():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the tf.function loop needs the TensorFlow backend")
+    return pytest.importorskip("tensorflow")
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(4, "relu"), keras.layers.Dense(1)]
+    )
+
+
+def _tape_loop(tf, optimizer, batches, *, compiled, poison=()):
+    """A GradientTape loop; batches listed in ``poison`` get an infinite loss."""
+    model = _model()
+    clock = Clock()
+    optimizer.build(model.trainable_variables)
+    follower = gk.follow(optimizer, clock)
+    x = tf.constant(np.random.default_rng(0).normal(size=(8, 3)).astype("float32"))
+
+    def step(scale):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x) ** 2) * scale
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+
+    if compiled:
+        step = tf.function(step)
+    steps = []
+    for i in range(batches):
+        step(tf.constant(np.inf if i in poison else 1.0, tf.float32))
+        follower()
+        steps.append((clock.step, int(optimizer.iterations.numpy())))
+    return steps
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
+def test_clock_follows_iterations_in_a_gradient_tape_loop(compiled):
+    """One tick per apply_gradients, eager and in tf.function: step k after update k."""
+    tf = _tf()
+    steps = _tape_loop(tf, keras.optimizers.Adam(1e-3), 5, compiled=compiled)
+    assert steps == [(k, k) for k in range(1, 6)]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
+def test_an_update_the_loss_scale_optimizer_skips_does_not_tick(compiled):
+    """Non-finite gradients: LossScaleOptimizer skips the update and the clock stays."""
+    tf = _tf()
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+    steps = _tape_loop(tf, opt, 6, compiled=compiled, poison={1, 3, 4})
+    assert [s for s, _ in steps] == [1, 1, 2, 2, 2, 3]
+    assert all(s == i for s, i in steps)
+
+
+def test_one_tick_per_gradient_accumulation_steps():
+    """With gradient_accumulation_steps=3, seven micro-batches are two updates."""
+    tf = _tf()
+    opt = keras.optimizers.SGD(0.01, gradient_accumulation_steps=3)
+    steps = _tape_loop(tf, opt, 7, compiled=True)
+    assert [s for s, _ in steps] == [0, 0, 1, 1, 1, 2, 2]
+    assert all(s == i for s, i in steps)
+
+
+def test_refuses_inside_tf_function():
+    """Called inside the traced step, it raises instead of ticking once at tracing."""
+    tf = _tf()
+    w = keras.Variable(np.zeros(2, "float32"))
+    opt = keras.optimizers.SGD(0.1)
+    opt.build([w])
+    follower = gk.follow(opt, Clock())
+
+    @tf.function
+    def step():
+        opt.apply([tf.ones(2)], [w])
+        follower()
+
+    with pytest.raises(Exception, match="must be called outside a traced function"):
+        step()  # autograph wraps the ConfigError in its StagingError, message kept
+    with pytest.raises(ConfigError, match="must be called outside a traced function"):
+        tf.function(step.python_function, autograph=False)()
+    with pytest.raises(ConfigError, match="`iterations` must be a concrete integer"):
+        tf.function(lambda: follower(opt.iterations.value + 0), autograph=False)()
+
+
+def test_explicit_iterations_and_a_counter_that_went_back():
+    """A value passed in is followed; a count lower than the clock's is an error."""
+    w = keras.Variable(np.zeros(2, "float32"))
+    opt = keras.optimizers.SGD(0.1)
+    opt.build([w])
+    clock = Clock()
+    follower = gk.follow(opt, clock)
+    assert follower(np.int32(4)) == 4  # a value the loop holds
+    assert clock.step == 4
+    with pytest.raises(StepError, match=r"optimizer\.iterations is 2 but the clock"):
+        follower(2)
+    for bad in (True, 1.5, np.zeros(2, "int32")):
+        with pytest.raises(ConfigError, match="`iterations` must be"):
+            follower(bad)
+
+
+def test_follow_checks_its_arguments():
+    """A non-optimizer, a non-clock and a clock at another step are refused."""
+    w = keras.Variable(np.zeros(2, "float32"))
+    opt = keras.optimizers.SGD(0.1)
+    opt.build([w])
+    with pytest.raises(ConfigError, match="`optimizer` must be a Keras optimizer"):
+        gk.follow(object(), Clock())
+    with pytest.raises(ConfigError, match="`clock` must be a globalstep Clock"):
+        gk.follow(opt, 0)
+    clock = Clock()
+    clock.tick(3)
+    with pytest.raises(StepError, match=r"is at step 3 but optimizer\.iterations is 0"):
+        gk.follow(opt, clock)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_every_keras_backend(backend):
+    """Plain, LossScaleOptimizer and accumulating loops on each backend keep step == iterations."""
+    pytest.importorskip(backend)
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["backend"] == backend
+    assert report["plain"] == [[k, k, k] for k in range(1, 6)]
+    assert [s for s, _, _ in report["loss_scale"]] == [1, 1, 2, 2, 2, 3]
+    assert [s for s, _, _ in report["accumulate"]] == [0, 0, 1, 1, 1, 2, 2]
+    for name in ("loss_scale", "accumulate"):
+        assert all(s == i == r for s, i, r in report[name]), name
+
+
+def test_stateless_reads_the_iteration_entry():
+    """stateless() reads the counter from returned optimizer variables, accumulation minded."""
+    w = keras.Variable(np.zeros(2, "float32"))
+    opt = keras.optimizers.SGD(0.1, gradient_accumulation_steps=2)
+    opt.build([w])
+    clock = Clock()
+    follower = gk.follow(opt, clock)
+    for _ in range(5):
+        opt.apply([keras.ops.ones(2)], [w])  # stateless_apply is JAX's: its values, by hand
+    state = [v.value.numpy() for v in opt.variables]
+    assert follower.stateless(state) == 2
+    assert clock.step == 2
+    with pytest.raises(ConfigError, match="`optimizer_variables` must hold one value per"):
+        follower.stateless(state[:-1])
