@@ -216,8 +216,9 @@ def test_run_syncs_its_writer_once_per_save(tmp_path, monkeypatch):
 
     monkeypatch.setattr(SummaryWriter, "sync_points", counting)
     with globalstep.Run(tmp_path / "run", save_every=2, progress=False) as run:
-        run.restore({"w": np.zeros(2)})
+        state = run.restore({"w": np.zeros(2)})
         for _ in range(4):
+            state["w"] += 1.0  # an update, in place (an unchanged tree is refused)
             run.update(loss=1.0)
     assert len(calls) == 2  # steps 2 and 4; the final save is at step 4 already
     assert _on_disk(tmp_path / "run" / "logs", "loss") == [1, 2, 3, 4]
