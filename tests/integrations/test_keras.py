@@ -197,15 +197,18 @@ def test_plain_fit_refuses_to_restart_a_restored_epoch():
 
 
 @pytest.mark.parametrize(("workers", "processes"), [(2, False), (1, True)])
-def test_plain_fit_refuses_workers_on_resumable_data(workers, processes):
+def test_plain_fit_refuses_workers_on_resumable_data(workers, processes, monkeypatch):
     """With Keras' workers (threads or processes) plain model.fit raises ConfigError
-    naming workers and gk.fit."""
+    naming workers and gk.fit, before Keras starts a worker process."""
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or -1)
     x, y = _data()
     data = gk.ResumableDataset(x, y, batch_size=5)
     data.workers, data.use_multiprocessing = workers, processes
     match = r"`workers` must be 1 without use_multiprocessing .*keras\.fit\(model, data"
     with pytest.raises(ConfigError, match=match):
         _model().fit(data, epochs=1, verbose=0, callbacks=[_StepBound()])
+    assert forks == []  # a pool left running past the error would fork in later tests
 
 
 def test_plain_fit_refuses_steps_per_epoch_on_resumable_data():

@@ -664,8 +664,28 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
 
     @property
     def num_batches(self) -> int | None:
-        """The batches of one epoch; None (endless, one stream) inside :func:`fit`."""
-        return None if self._streaming else self.steps_per_epoch
+        """The batches of one epoch; None (endless, one stream) inside :func:`fit`.
+
+        Raises:
+            ConfigError: under plain ``model.fit``, Keras would read the data with workers
+                (asked here, the first thing Keras reads: before it starts their pool).
+        """
+        if self._streaming:
+            return None
+        self._refuse_workers()
+        return self.steps_per_epoch
+
+    def _refuse_workers(self) -> None:
+        if self.workers > 1 or (self.workers > 0 and self.use_multiprocessing):
+            raise ConfigError(
+                "workers",
+                "must be 1 without use_multiprocessing for plain model.fit() on a "
+                "ResumableDataset (Keras' workers read batches ahead across its epochs, "
+                "before the data knows which epoch is next)",
+                (self.workers, self.use_multiprocessing),
+                hint="Use globalstep.integrations.keras.fit(model, data, epochs=...), "
+                "which reads the data as one stream, or workers=1.",
+            )
 
     def __len__(self) -> int:
         """The batches of one epoch, ``steps_per_epoch``."""
@@ -678,16 +698,7 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
             ConfigError: under plain ``model.fit``, Keras reads the data with workers.
         """
         if not self._streaming:
-            if self.workers > 1 or (self.workers > 0 and self.use_multiprocessing):
-                raise ConfigError(
-                    "workers",
-                    "must be 1 without use_multiprocessing for plain model.fit() on a "
-                    "ResumableDataset (Keras' workers read batches ahead across its epochs, "
-                    "before the data knows which epoch is next)",
-                    (self.workers, self.use_multiprocessing),
-                    hint="Use globalstep.integrations.keras.fit(model, data, epochs=...), "
-                    "which reads the data as one stream, or workers=1.",
-                )
+            self._refuse_workers()
             with self._lock:
                 self._epoch = self._next_epoch
                 self._served = 0
