@@ -362,6 +362,7 @@ CHECKS = {
     "Run: the parts wired for a loop that survives crashes": _saved(
         "runs/exp1/checkpoints", [600, 700, 800, 900, 1000]
     ),
+    "TensorFlow 2": _saved("tf-ckpts", [40, 60, 80]),
     "PyTorch": _saved("torch-ckpts", [20, 30]),
     "JAX and optax": _saved("jax-ckpts", [25, 50, 75, 100]),
     "Keras 3": _saved("keras-ckpts", [10, 20, 30, 40]),
@@ -371,6 +372,7 @@ QUICK_STARTS = (
     "Five lines in your own loop",
     "Checkpoints",
     "Run: the parts wired for a loop that survives crashes",
+    "TensorFlow 2",
     "PyTorch",
     "JAX and optax",
     "Keras 3",
