@@ -120,16 +120,23 @@ def _initial(value: Any) -> Any:
     return tf.convert_to_tensor(value, name="initial_learning_rate")
 
 
+def _decay_terms(s: Any, step: Any) -> tuple[Any, Any, Any]:
+    """The initial rate, the decay rate and ``step / decay_steps`` (floored for a
+    staircase), cast as TensorFlow's exponential and inverse-time decays cast them."""
+    initial_learning_rate = _initial(s.initial_learning_rate)
+    dtype = initial_learning_rate.dtype
+    decay_steps = tf.cast(s.decay_steps, dtype)
+    decay_rate = tf.cast(s.decay_rate, dtype)
+    p = tf.cast(step, dtype) / decay_steps
+    if s.staircase:
+        p = tf.floor(p)
+    return initial_learning_rate, decay_rate, p
+
+
 def _exponential(s: Any) -> Callable[[Any], Any]:
     def rate(step: Any) -> Any:
         with tf.name_scope(s.name or "ExponentialDecay") as name:
-            initial_learning_rate = _initial(s.initial_learning_rate)
-            dtype = initial_learning_rate.dtype
-            decay_steps = tf.cast(s.decay_steps, dtype)
-            decay_rate = tf.cast(s.decay_rate, dtype)
-            p = tf.cast(step, dtype) / decay_steps
-            if s.staircase:
-                p = tf.floor(p)
+            initial_learning_rate, decay_rate, p = _decay_terms(s, step)
             return tf.multiply(initial_learning_rate, tf.pow(decay_rate, p), name=name)
 
     return rate
@@ -138,14 +145,8 @@ def _exponential(s: Any) -> Callable[[Any], Any]:
 def _inverse_time(s: Any) -> Callable[[Any], Any]:
     def rate(step: Any) -> Any:
         with tf.name_scope(s.name or "InverseTimeDecay") as name:
-            initial_learning_rate = _initial(s.initial_learning_rate)
-            dtype = initial_learning_rate.dtype
-            decay_steps = tf.cast(s.decay_steps, dtype)
-            decay_rate = tf.cast(s.decay_rate, dtype)
-            p = tf.cast(step, dtype) / decay_steps
-            if s.staircase:
-                p = tf.floor(p)
-            const = tf.cast(tf.constant(1), dtype)
+            initial_learning_rate, decay_rate, p = _decay_terms(s, step)
+            const = tf.cast(tf.constant(1), initial_learning_rate.dtype)
             denom = tf.add(const, tf.multiply(decay_rate, p))
             return tf.divide(initial_learning_rate, denom, name=name)
 
