@@ -11,13 +11,10 @@ batches.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from keras_subprocess import run_on_backend
 
 pytest.importorskip("keras")
 
@@ -27,18 +24,8 @@ SCRIPT = Path(__file__).with_name("keras_backend_check.py")
 @pytest.fixture(scope="module", params=["tensorflow", "jax", "torch"])
 def report(request, tmp_path_factory):
     """The check script's results on one backend."""
-    pytest.importorskip({"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[request.param])
-    env = {**os.environ, "KERAS_BACKEND": request.param, "TF_CPP_MIN_LOG_LEVEL": "3"}
     directory = tmp_path_factory.mktemp(request.param)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(directory)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_on_backend(SCRIPT, request.param, str(directory))
     assert result["backend"] == request.param
     return result
 

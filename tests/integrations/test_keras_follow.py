@@ -7,14 +7,11 @@ each.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from keras_subprocess import run_on_backend
 
 from globalstep import Clock, ConfigError, StepError
 
@@ -144,13 +141,7 @@ def test_follow_checks_its_arguments():
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_every_keras_backend(backend):
     """Plain, LossScaleOptimizer and accumulating loops on each backend keep step == iterations."""
-    pytest.importorskip(backend)
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_on_backend(SCRIPT, backend)
     assert report["backend"] == backend
     assert report["plain"] == [[k, k, k] for k in range(1, 6)]
     assert [s for s, _, _ in report["loss_scale"]] == [1, 1, 2, 2, 2, 3]

@@ -14,13 +14,11 @@ read them.
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from keras_subprocess import run_on_backend
 
 from globalstep import Clock, ExponentialDecay, Run, SummaryWriter
 from globalstep.summary.logs import run_logs
@@ -111,17 +109,7 @@ def _jax(directory: Path) -> None:
 
 
 def _keras(backend: str, directory: Path) -> dict[str, Path]:
-    pytest.importorskip("keras")
-    pytest.importorskip(backend)
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(directory)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_on_backend(SCRIPT, backend, str(directory))
     return {f"keras callback ({backend})": directory / "keras"}
 
 
