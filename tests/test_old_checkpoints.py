@@ -56,10 +56,11 @@ def assert_tree_equal(actual: Any, expected: Any) -> None:
             assert_tree_equal(actual[key], expected[key])
     elif isinstance(expected, list):
         assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=True):
             assert_tree_equal(a, e)
     elif isinstance(expected, np.ndarray):
-        assert actual.dtype == expected.dtype and actual.shape == expected.shape
+        assert actual.dtype == expected.dtype
+        assert actual.shape == expected.shape
         assert actual.tobytes() == expected.tobytes()
     else:
         assert actual == expected
@@ -80,7 +81,8 @@ def test_numpy_manager_directory_restores_every_kept_step(tmp_path: pathlib.Path
     clock = globalstep.Clock(steps_per_epoch=10)
     with globalstep.CheckpointManager(directory, max_to_keep=3) as manager:
         manager.restore({"clock": clock, "model": template()})
-        assert clock.step == 40 and clock.epoch == expected["epoch"]
+        assert clock.step == 40
+        assert clock.epoch == expected["epoch"]
         clock.tick()
         manager.save(clock, {"clock": clock, "model": template()})  # and goes on saving
         assert manager.steps() == [30, 40, 41]
@@ -122,7 +124,8 @@ def test_run_directory_resumes_at_its_last_step(tmp_path: pathlib.Path) -> None:
         progress=False,
     ) as run:
         run.restore({"weights": weights})
-        assert run.step == expected["step"] and run.done
+        assert run.step == expected["step"]
+        assert run.done
     assert weights.tolist() == expected["weights"]
     log = read_run(tmp_path / "run" / "logs")
     assert [p.step for p in log.scalars["loss"]] == list(range(1, 31))
