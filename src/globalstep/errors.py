@@ -1,4 +1,4 @@
-"""Every error globalstep raises.
+"""Every error globalstep raises, and every warning it gives: the whole tree in one place.
 
 Each exception derives from :class:`GlobalStepError` and from the built-in exception that
 matches what went wrong, so ``except ValueError`` keeps working for callers who do not know
@@ -9,22 +9,34 @@ The tree::
 
     GlobalStepError
     ├── ConfigError (ValueError)                  bad parameter: .parameter, .value, .rule
-    │   └── DurationError                         malformed duration string: .text
+    │   ├── DurationError                         malformed duration string: .text
+    │   ├── ConfigTypeError (TypeError)           where torch raises TypeError
+    │   └── ConfigZeroDivisionError (ZeroDivisionError)  where torch divides by zero
     ├── StepError (ValueError)                    bad step or tick: .step
-    │   └── StepMismatchError                     ranks at different steps: .steps, .ranks
+    │   ├── StepMismatchError                     ranks at different steps: .steps, .ranks
+    │   └── StepZeroDivisionError (ZeroDivisionError)    a step torch divides by zero at
+    ├── EmptyBoundariesError (IndexError)         Keras' PiecewiseConstantDecay with no boundaries
     ├── ConversionError (ValueError)              a duration that cannot become steps: .missing
     ├── MissingDependencyError (ImportError)      an optional extra is not installed: .extra
     ├── CheckpointError (OSError)                 saving or restoring failed: .path
     │   ├── CheckpointNotFoundError (FileNotFoundError)
     │   ├── CheckpointExistsError (FileExistsError)
     │   ├── CorruptCheckpointError                bad checksum, truncated file, garbage JSON
-    │   └── LockError                             another writer holds the directory: .holder
+    │   ├── LockError                             another writer holds the directory: .holder
+    │   └── DistributedCheckpointError            a rank failed or did not answer: .ranks
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
     └── DivergenceError (ArithmeticError)         bad updates past the rollback limit: .steps
+
+The warnings (each a ``UserWarning``, exported also by the module that gives it):
+``CheckpointWarning`` (an entry retention skipped or could not delete), ``StepOrderWarning``
+(a curve folding back), ``FrozenStepWarning`` (a step that does not move),
+``UncountedEpochWarning``, ``ConfigDriftWarning`` (a resume with another configuration),
+``CompatDifferenceWarning``, ``KerasDifferenceWarning`` and ``OptaxScheduleWarning`` (where
+a compat schedule deliberately differs from its peer).
 
 Example:
     >>> from globalstep.errors import ConfigError
@@ -225,3 +237,82 @@ class DivergenceError(GlobalStepError, ArithmeticError):
     def __init__(self, message: str, steps: list[int]) -> None:
         self.steps = steps
         super().__init__(message)
+
+
+# Errors raised by one part (their own modules export them under the same names).
+
+
+class StepZeroDivisionError(StepError, ZeroDivisionError):
+    """A step at which torch's scheduler divides by zero with these parameters."""
+
+
+class ConfigZeroDivisionError(ConfigError, ZeroDivisionError):
+    """A parameter torch divides by zero at construction, refused here with what to change."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A parameter of a kind torch refuses with ``TypeError`` (a lambda that is not callable)."""
+
+
+class EmptyBoundariesError(GlobalStepError, IndexError):
+    """``PiecewiseConstantDecay`` called with no boundaries (Keras raises IndexError)."""
+
+
+class DistributedCheckpointError(CheckpointError):
+    """A distributed save failed on a rank, or a rank did not answer in time.
+
+    Attributes:
+        ranks: the ranks that failed or did not answer.
+        timeout_seconds: the timeout that applied.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: Any = None,
+        ranks: list[int] | None = None,
+        timeout_seconds: float | None = None,
+    ) -> None:
+        self.ranks = list(ranks or [])
+        self.timeout_seconds = timeout_seconds
+        super().__init__(message, path)
+
+
+# Warnings (each module that warns exports its own under the same name).
+
+
+class KerasDifferenceWarning(UserWarning):
+    """A schedule was built with arguments where compat deliberately differs from Keras."""
+
+
+class FrozenStepWarning(UserWarning):
+    """The step has not advanced over many reads while training goes on."""
+
+
+class StepOrderWarning(UserWarning):
+    """A step lower than one already written, without a restart mark: the curve folds back."""
+
+
+class OptaxScheduleWarning(UserWarning):
+    """A schedule built as optax builds it, where optax silently changes what was asked
+    (a constant schedule for ``transition_steps <= 0``, boundaries ignored)."""
+
+
+class CompatDifferenceWarning(UserWarning):
+    """A compat schedule deliberately differs from its peer here (the docstring says how):
+    warned at construction, so that a migration never changes numbers silently."""
+
+
+class ConfigDriftWarning(UserWarning):
+    """A run resumed with a configuration other than its checkpoint's."""
+
+
+class UncountedEpochWarning(UserWarning):
+    """An epoch trigger checked on a clock that cannot count epochs by itself."""
+
+
+class CheckpointWarning(UserWarning):
+    """An entry of the checkpoint directory was skipped or could not be deleted.
+
+    The save that met it succeeded; the entry is named once, and retried at later saves.
+    """

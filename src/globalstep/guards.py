@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import warnings
 
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, FrozenStepWarning
 
 __all__ = ["DEFAULT_STALE_THRESHOLD", "FrozenStepWarning", "StaleStepDetector"]
 
@@ -29,10 +29,6 @@ DEFAULT_STALE_THRESHOLD = 1000
 """Reads at one unchanged step after which a caller warns."""
 
 _TICK_FIX = "Call clock.tick() once per optimizer update (or pass global_step= to minimize())."
-
-
-class FrozenStepWarning(UserWarning):
-    """The step has not advanced over many reads while training goes on."""
 
 
 class StaleStepDetector:

@@ -96,7 +96,7 @@ from globalstep._tracing import opaque
 from globalstep._unchanged import Unchanged
 from globalstep.checkpoint import CheckpointManager
 from globalstep.clock import MAX_STEP, Clock
-from globalstep.errors import ConfigError, DivergenceError
+from globalstep.errors import ConfigDriftWarning, ConfigError, DivergenceError
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK, memo_of
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter, available_formats
@@ -106,10 +106,6 @@ from globalstep.units import Duration, DurationLike, Unit
 __all__ = ["ConfigDriftWarning", "GeneratorState", "Ranks", "Rollback", "Run"]
 
 _EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
-
-
-class ConfigDriftWarning(UserWarning):
-    """A run resumed with a configuration other than its checkpoint's."""
 
 
 @dataclass(frozen=True)

@@ -33,14 +33,10 @@ from fractions import Fraction
 from typing import Any
 
 from globalstep.clock import Clock, Progress
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, UncountedEpochWarning
 from globalstep.units import Duration, DurationLike, Unit
 
 __all__ = ["Trigger", "UncountedEpochWarning", "all_of", "any_of", "at", "every", "once"]
-
-
-class UncountedEpochWarning(UserWarning):
-    """An epoch trigger checked on a clock that cannot count epochs by itself."""
 
 
 def _snapshot(source: Progress | Clock) -> Progress:

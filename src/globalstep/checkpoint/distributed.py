@@ -49,7 +49,11 @@ from typing import Any
 import xxhash
 
 from globalstep.checkpoint.storage import Storage, wrap_os_errors
-from globalstep.errors import CheckpointError, ConfigError, CorruptCheckpointError
+from globalstep.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    DistributedCheckpointError,
+)
 
 __all__ = [
     "SHARDED_DIR",
@@ -69,26 +73,6 @@ _MAX_PAUSE = 0.01
 """The longest pause, in seconds, between two looks at the Store for the other ranks."""
 _RELEASE_SECONDS = 10.0
 """The longest rank 0 waits, in seconds, for the other ranks to be done with a save's keys."""
-
-
-class DistributedCheckpointError(CheckpointError):
-    """A distributed save failed on a rank, or a rank did not answer in time.
-
-    Attributes:
-        ranks: the ranks that failed or did not answer.
-        timeout_seconds: the timeout that applied.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        path: Any = None,
-        ranks: list[int] | None = None,
-        timeout_seconds: float | None = None,
-    ) -> None:
-        self.ranks = list(ranks or [])
-        self.timeout_seconds = timeout_seconds
-        super().__init__(message, path)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ from globalstep.errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,
+    CheckpointWarning,
     ConfigError,
     CorruptCheckpointError,
     StepError,
@@ -103,13 +104,6 @@ SUMMARY_INDEX = ".summaries.jsonl"
 """The writer's index of checkpoint summaries, a hint for ``globalstep ckpt ls``."""
 _READ_ATTEMPTS = 20
 """How often a reader moves on to the newest checkpoint when the one it chose is pruned."""
-
-
-class CheckpointWarning(UserWarning):
-    """An entry of the checkpoint directory was skipped or could not be deleted.
-
-    The save that met it succeeded; the entry is named once, and retried at later saves.
-    """
 
 
 class _VanishedError(Exception):

@@ -47,7 +47,7 @@ import numpy as np
 
 from globalstep.clock import MAX_STEP
 from globalstep.compat._libm32 import KERNELS, powf_sure, sure, vectorised, vectorised_pow
-from globalstep.errors import ConfigError, StepError
+from globalstep.errors import CompatDifferenceWarning, ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
     MEMO_CALLS,
@@ -67,11 +67,6 @@ __all__ = [
     "check_positive_steps",
     "step_array",
 ]
-
-
-class CompatDifferenceWarning(UserWarning):
-    """A compat schedule deliberately differs from its peer here (the docstring says how):
-    warned at construction, so that a migration never changes numbers silently."""
 
 
 def _libm(fn: Callable[..., float], ufunc: np.ufunc) -> Callable[..., float]:

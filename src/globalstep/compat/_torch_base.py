@@ -51,7 +51,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
-from globalstep.errors import ConfigError, StepError
+from globalstep.errors import (
+    ConfigError,
+    ConfigTypeError,
+    ConfigZeroDivisionError,
+    StepZeroDivisionError,
+)
 from globalstep.schedules._base import Schedule, Steps, Values, _length_duration, check_step
 from globalstep.units import Duration, Unit
 
@@ -101,18 +106,6 @@ _REGISTRY: dict[str, type[Any]] = {}
 def registry() -> dict[str, type[Any]]:
     """Every compat torch class by its name (what ``to_config()`` records)."""
     return _REGISTRY
-
-
-class ConfigTypeError(ConfigError, TypeError):
-    """A parameter of a kind torch refuses with ``TypeError`` (a lambda that is not callable)."""
-
-
-class ConfigZeroDivisionError(ConfigError, ZeroDivisionError):
-    """A parameter torch divides by zero at construction, refused here with what to change."""
-
-
-class StepZeroDivisionError(StepError, ZeroDivisionError):
-    """A step at which torch's scheduler divides by zero with these parameters."""
 
 
 def check_real(parameter: str, value: Any, *, finite: bool = True) -> None:

@@ -62,7 +62,12 @@ from typing import Any
 import numpy as np
 
 from globalstep.compat._common import PeerSchedule, check_positive_steps
-from globalstep.errors import ConfigError, GlobalStepError, StepError
+from globalstep.errors import (
+    ConfigError,
+    EmptyBoundariesError,
+    KerasDifferenceWarning,
+    StepError,
+)
 from globalstep.schedules._base import Steps, Values, check_flag, check_number
 
 __all__ = [
@@ -77,14 +82,6 @@ __all__ = [
 
 _INT32 = np.iinfo(np.int32)
 _INT64 = np.iinfo(np.int64)
-
-
-class KerasDifferenceWarning(UserWarning):
-    """A schedule was built with arguments where compat deliberately differs from Keras."""
-
-
-class EmptyBoundariesError(GlobalStepError, IndexError):
-    """``PiecewiseConstantDecay`` called with no boundaries (Keras raises IndexError)."""
 
 
 def keras_array(value: Any, parameter: str = "step") -> Any:

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from globalstep.compat._common import FORMULA_BLOCK, F32Ops, Formula, PeerSchedule
-from globalstep.errors import ConfigError, MissingDependencyError, StepError
+from globalstep.errors import ConfigError, MissingDependencyError, OptaxScheduleWarning, StepError
 from globalstep.schedules._base import Steps, Values, check_flag, check_number
 
 __all__ = [
@@ -87,11 +87,6 @@ _F32 = F32Ops(np.float32)
 _Fn = Callable[[Steps], Values]
 # Builds the jax.numpy form of a schedule, given the jax.numpy module.
 _JaxMaker = Callable[[Any], Callable[[Any], Any]]
-
-
-class OptaxScheduleWarning(UserWarning):
-    """A schedule built as optax builds it, where optax silently changes what was asked
-    (a constant schedule for ``transition_steps <= 0``, boundaries ignored)."""
 
 
 def _warn(message: str) -> None:

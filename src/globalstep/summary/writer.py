@@ -79,6 +79,7 @@ from globalstep.errors import (
     ConfigError,
     MissingDependencyError,
     NonFiniteError,
+    StepOrderWarning,
     SummaryWriteError,
 )
 from globalstep.guards import DEFAULT_STALE_THRESHOLD, StaleStepDetector
@@ -189,10 +190,6 @@ def available_formats() -> tuple[str, ...]:
     if all(importlib.util.find_spec(name) is not None for name in needed):
         return FORMATS
     return ("jsonl",)
-
-
-class StepOrderWarning(UserWarning):
-    """A step lower than one already written, without a restart mark: the curve folds back."""
 
 
 def _close_open_writers() -> None:
