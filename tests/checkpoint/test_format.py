@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-import globalstep.checkpoint.storage as storage_module
+import globalstep.storage as storage_module
+import globalstep.storage.local as local_storage
 from globalstep import (
     CheckpointError,
     CheckpointExistsError,
@@ -306,7 +307,7 @@ def test_injected_enospc_keeps_earlier_checkpoints(tmp_path, monkeypatch, functi
     with CheckpointManager(tmp_path, max_to_keep=2) as manager:
         manager.save(1, make_state(1))
         manager.save(2, make_state(2))
-        monkeypatch.setattr(storage_module, "os", FailingOs(function))
+        monkeypatch.setattr(local_storage, "os", FailingOs(function))
         with pytest.raises(CheckpointError, match=r"saving step-000000000003 failed .*No space"):
             manager.save(3, make_state(3))
         monkeypatch.undo()
@@ -321,7 +322,7 @@ def test_injected_enospc_on_force_keeps_the_old_checkpoint(tmp_path, monkeypatch
     """A failed forced replacement leaves the replaced checkpoint as it was."""
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, make_state(1))
-        monkeypatch.setattr(storage_module, "os", FailingOs("write"))
+        monkeypatch.setattr(local_storage, "os", FailingOs("write"))
         with pytest.raises(CheckpointError, match="No space"):
             manager.save(1, make_state(2), force=True)
         monkeypatch.undo()
@@ -655,7 +656,7 @@ class CountingOs:
 def test_many_small_arrays_go_out_in_few_writes(tmp_path, monkeypatch):
     """2,000 small arrays go out 64 to a vectored write, not one call each."""
     counting = CountingOs()
-    monkeypatch.setattr(storage_module, "os", counting)
+    monkeypatch.setattr(local_storage, "os", counting)
     state = {f"a{i:04d}": np.full(3, i, np.float32) for i in range(2000)}
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
@@ -678,7 +679,7 @@ class ShortWritevOs:
 def test_short_vectored_writes_resume(tmp_path, monkeypatch, tiny_batches):
     """writev that writes only part of the buffers is resumed where it stopped."""
     state = mixed_state()
-    monkeypatch.setattr(storage_module, "os", ShortWritevOs())
+    monkeypatch.setattr(local_storage, "os", ShortWritevOs())
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
         monkeypatch.undo()
@@ -691,7 +692,7 @@ def test_injected_enospc_in_a_vectored_write_keeps_earlier_checkpoints(tmp_path,
     state = {f"a{i}": np.full(3, i, np.float32) for i in range(10)}
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
-        monkeypatch.setattr(storage_module, "os", FailingOs("writev"))
+        monkeypatch.setattr(local_storage, "os", FailingOs("writev"))
         with pytest.raises(CheckpointError, match=r"saving step-000000000002 failed .*No space"):
             manager.save(2, state)
         monkeypatch.undo()
@@ -741,14 +742,14 @@ def test_a_vectored_read_that_meets_the_end_early_is_truncation(tmp_path):
         os.close(fd)
 
 
-@pytest.mark.skipif(storage_module._SYNC_FILE_RANGE is None, reason="no sync_file_range")
+@pytest.mark.skipif(local_storage._SYNC_FILE_RANGE is None, reason="no sync_file_range")
 def test_writeback_starts_while_the_file_is_written(tmp_path, monkeypatch):
     """The kernel is asked to write back each piece as it is written, in order, no gap."""
     ranges = []
-    real = storage_module._SYNC_FILE_RANGE
-    monkeypatch.setattr(storage_module, "_WRITEBACK_BYTES", 1000)
+    real = local_storage._SYNC_FILE_RANGE
+    monkeypatch.setattr(local_storage, "_WRITEBACK_BYTES", 1000)
     monkeypatch.setattr(
-        storage_module,
+        local_storage,
         "_SYNC_FILE_RANGE",
         lambda fd, offset, n, flags: (
             ranges.append((offset, n, flags)) or real(fd, offset, n, flags)
@@ -759,7 +760,7 @@ def test_writeback_starts_while_the_file_is_written(tmp_path, monkeypatch):
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, {"w": np.arange(5000.0)})
     assert len(ranges) >= 9
-    assert all(flags == storage_module._SYNC_FILE_RANGE_WRITE for _, _, flags in ranges)
+    assert all(flags == local_storage._SYNC_FILE_RANGE_WRITE for _, _, flags in ranges)
     assert all(a + n == b for (a, n, _), (b, _, _) in itertools.pairwise(ranges))
     assert ranges[0][0] == 0
 

@@ -12,9 +12,9 @@ from ckpt_helpers import reseal
 import globalstep.checkpoint.manager as manager_module
 from globalstep import Clock
 from globalstep.checkpoint import CheckpointManager, CheckpointWarning
-from globalstep.checkpoint.storage import LocalStorage
 from globalstep.cli import main
 from globalstep.errors import CheckpointError, CorruptCheckpointError
+from globalstep.storage import LocalStorage
 
 
 def _name(step):

@@ -61,7 +61,7 @@ def test_reader_on_a_lost_array_file_is_corrupt(tmp_path, url):
 def test_reader_on_fsspec_reads_each_array_when_asked(monkeypatch):
     """On fsspec storage an array is read on indexing; an I/O error then names the file."""
     from globalstep import CheckpointError
-    from globalstep.checkpoint.storage import FsspecStorage
+    from globalstep.storage import FsspecStorage
 
     with CheckpointManager("memory://globalstep-lazy/read") as manager:
         manager.save(1, {"a": np.arange(3.0)})

@@ -740,7 +740,7 @@ def test_failed_open_releases_the_lock(ckpt_dir, monkeypatch):
 
 def test_memory_filesystem_failed_marker_leaves_no_checkpoint(monkeypatch):
     """On fsspec storage a marker write cut short leaves no committed-looking checkpoint."""
-    from globalstep.checkpoint import storage as storage_module
+    from globalstep.storage import remote as storage_module
 
     url = "memory://globalstep-tests/run-d"
     real_close = storage_module._SpooledUpload.close

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from globalstep.checkpoint import CheckpointManager, CheckpointWarning
-from globalstep.checkpoint.storage import DirectoryLock, open_storage
 from globalstep.errors import CheckpointNotFoundError, CorruptCheckpointError, LockError
+from globalstep.storage import DirectoryLock, open_storage
 
 
 def _name(step):

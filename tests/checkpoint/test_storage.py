@@ -5,7 +5,7 @@ import os
 import pytest
 
 from globalstep import CheckpointError, ConfigError, LockError
-from globalstep.checkpoint.storage import (
+from globalstep.storage import (
     DirectoryLock,
     FsspecStorage,
     LocalStorage,

@@ -31,9 +31,9 @@ from typing import Any
 
 from globalstep.checkpoint.manager import CheckpointManager, CheckpointWarning
 from globalstep.checkpoint.policy import KeepAny, KeepBest, KeepLatest, KeepPolicy
-from globalstep.checkpoint.storage import LOCK_FILE, FsspecStorage, open_storage
 from globalstep.checkpoint.tree import decode_dtype
 from globalstep.errors import CheckpointNotFoundError, ConfigError, CorruptCheckpointError
+from globalstep.storage import LOCK_FILE, FsspecStorage, open_storage
 
 __all__ = ["add_parser"]
 

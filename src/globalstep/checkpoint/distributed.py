@@ -48,12 +48,12 @@ from typing import Any
 
 import xxhash
 
-from globalstep.checkpoint.storage import Storage, wrap_os_errors
 from globalstep.errors import (
     ConfigError,
     CorruptCheckpointError,
     DistributedCheckpointError,
 )
+from globalstep.storage import Storage, wrap_os_errors
 
 __all__ = [
     "SHARDED_DIR",

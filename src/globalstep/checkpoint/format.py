@@ -25,7 +25,7 @@ files are written in place and the marker, written last, alone decides.
 
 Example:
     >>> import numpy as np
-    >>> from globalstep.checkpoint.storage import open_storage
+    >>> from globalstep.storage import open_storage
     >>> storage = open_storage("memory://doc-format")
     >>> commit(storage, "step-000000000007", {"w": np.arange(3.0)}, {"tree": None})
     >>> committed_names(storage)
@@ -50,7 +50,6 @@ from typing import Any, Protocol
 import numpy as np
 import xxhash
 
-from globalstep.checkpoint.storage import LocalStorage, Storage, wrap_os_errors
 from globalstep.checkpoint.tree import (
     CODE_ITEMSIZE,
     array_nodes,
@@ -59,6 +58,7 @@ from globalstep.checkpoint.tree import (
     safetensors_code,
 )
 from globalstep.errors import CheckpointExistsError, CorruptCheckpointError
+from globalstep.storage import LocalStorage, Storage, wrap_os_errors
 
 __all__ = [
     "ARRAYS_FILE",

@@ -19,9 +19,9 @@ import numpy as np
 
 from globalstep._closing import Closing
 from globalstep.checkpoint.format import ARRAYS_FILE, check_entry, read_exactly, read_header
-from globalstep.checkpoint.storage import LocalStorage, Storage, wrap_os_errors
 from globalstep.checkpoint.tree import array_nodes
 from globalstep.errors import ConfigError, CorruptCheckpointError
+from globalstep.storage import LocalStorage, Storage, wrap_os_errors
 
 __all__ = ["CheckpointReader"]
 

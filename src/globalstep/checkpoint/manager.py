@@ -68,7 +68,6 @@ from globalstep.checkpoint.policy import (
     retained,
     unkept_steps,
 )
-from globalstep.checkpoint.storage import DirectoryLock, Storage, open_storage, wrap_os_errors
 from globalstep.checkpoint.tree import (
     RestoreReport,
     array_nodes,
@@ -87,6 +86,7 @@ from globalstep.errors import (
     CorruptCheckpointError,
     StepError,
 )
+from globalstep.storage import DirectoryLock, Storage, open_storage, wrap_os_errors
 from globalstep.triggers import Trigger, every
 from globalstep.units import DurationLike
 
@@ -388,7 +388,7 @@ class CheckpointManager(Closing):
             its shards (see :mod:`globalstep.checkpoint.distributed`).
         storage_options: keyword arguments for the fsspec file system of a URL
             ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
-            S3-compatible store (see :class:`~globalstep.checkpoint.storage.FsspecStorage`
+            S3-compatible store (see :class:`~globalstep.storage.FsspecStorage`
             for listing consistency, retries and the writer's lock there).
 
     Raises:

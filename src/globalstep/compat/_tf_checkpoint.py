@@ -55,7 +55,6 @@ from globalstep.checkpoint.format import (
     remove_checkpoint,
 )
 from globalstep.checkpoint.manager import CheckpointWarning
-from globalstep.checkpoint.storage import Storage, open_storage
 from globalstep.checkpoint.tree import (
     RestoreReport,
     array_nodes,
@@ -73,6 +72,7 @@ from globalstep.errors import (
     CorruptCheckpointError,
     RestoreMismatchError,
 )
+from globalstep.storage import Storage, open_storage
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager"]
 

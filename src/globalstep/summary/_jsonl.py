@@ -13,7 +13,7 @@ as ``NaN``, ``Infinity`` and ``-Infinity``, which Python's ``json`` reads back.
 
 On an fsspec URL (``s3://bucket/run``) the file is an object, and object stores cannot
 append: the whole file is kept in memory and uploaded again at each flush that has new
-lines (with :class:`~globalstep.checkpoint.storage.FsspecStorage`'s retries), so a flush
+lines (with :class:`~globalstep.storage.FsspecStorage`'s retries), so a flush
 costs the size of the file so far. That suits metric logs of a few MiB; for longer runs
 raise ``flush_seconds``.
 """
@@ -48,7 +48,7 @@ class _ObjectLog:
     """``metrics.jsonl`` on an object store: kept in memory, uploaded whole at a flush."""
 
     def __init__(self, directory: str, storage_options: Mapping[str, Any] | None) -> None:
-        from globalstep.checkpoint.storage import FsspecStorage
+        from globalstep.storage import FsspecStorage
 
         self._storage = FsspecStorage(directory, storage_options)
         self.path = self._storage.join(JSONL_NAME)
@@ -78,7 +78,7 @@ class JsonlBackend:
     """Appends items to ``<directory>/metrics.jsonl``, a local path or an fsspec URL."""
 
     def __init__(self, directory: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        from globalstep.checkpoint.storage import is_remote
+        from globalstep.storage import is_remote
 
         self._tags: dict[str, str] = {}
         if is_remote(directory):

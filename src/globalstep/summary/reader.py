@@ -39,7 +39,7 @@ _STEP_OR_RESTART = re.compile(rb'^\{"(step|restart)": (\d+)', re.MULTILINE)
 
 def _is_remote(directory: str) -> bool:
     """Whether ``directory`` is an fsspec URL (see the checkpoint storage's)."""
-    from globalstep.checkpoint.storage import is_remote as remote
+    from globalstep.storage import is_remote as remote
 
     return remote(directory)
 
@@ -136,7 +136,7 @@ def _read_jsonl_lines(lines: Iterable[bytes], run: RunLog) -> None:
 
 def _remote_jsonl(url: str, storage_options: Mapping[str, Any] | None) -> bytes | None:
     """Returns the bytes of ``<url>/metrics.jsonl``, or None where there is none."""
-    from globalstep.checkpoint.storage import FsspecStorage
+    from globalstep.storage import FsspecStorage
 
     storage = FsspecStorage(url, storage_options)
     try:

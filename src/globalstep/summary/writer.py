@@ -396,7 +396,7 @@ class SummaryWriter(Closing):
         if not isinstance(logdir, str | os.PathLike):
             raise ConfigError("logdir", "must be a path", logdir)
         self.logdir = os.fspath(logdir)
-        from globalstep.checkpoint.storage import is_remote
+        from globalstep.storage import is_remote
 
         self._remote = is_remote(self.logdir)
         if storage_options is not None and not self._remote:
