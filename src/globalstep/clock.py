@@ -297,9 +297,15 @@ class Clock:
         self.tick_owner = None
 
     @opaque
-    def _advance(self) -> None:
-        """``tick()`` of one update, with nothing to check but a tracer: the per-update path
-        of the optimizer hooks and ``Run.update`` (one tuple read, one built, two stores)."""
+    def advance(self) -> int:
+        """``tick()`` of one update, with nothing to check but a tracer, returning the new
+        step: the per-update fast path of whoever owns the ticks (the optimizer hooks,
+        ``Run.update``; one tuple read, one built, two stores).
+
+        Raises:
+            TracingError: ``tf.function`` or ``jax.jit`` is tracing the call.
+            StepError: the step would pass :data:`MAX_STEP`.
+        """
         if traced_by() is not None:
             self._traced("clock.tick()")
         step, epoch, start, done, used, before, session = self._state
@@ -321,6 +327,7 @@ class Clock:
             session,
         )
         self._step = step
+        return step
 
     @opaque
     def tick(self, n: int = 1, *, samples: int | None = None, tokens: int | None = None) -> None:
@@ -343,7 +350,7 @@ class Clock:
             TracingError: ``tf.function`` or ``jax.jit`` is tracing the call.
         """
         if samples is None and tokens is None and type(n) is int and n == 1:
-            self._advance()
+            self.advance()
             return
         if traced_by() is not None:
             self._traced("clock.tick()")

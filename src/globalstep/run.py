@@ -773,7 +773,7 @@ class Run(Closing):
             if clock._step != self._ticked_to:
                 self._ticked_elsewhere()
             if applied:
-                clock._advance()
+                clock.advance()
         self._ticked_to = clock._step
         if self._per_rank:
             scalars = self._rank_update(scalars)

@@ -262,7 +262,7 @@ class Attachment:
     def _post_hook(self) -> Callable[[Any, Any, Any], None]:
         """The step post-hook: ticks the clock (and steps an adopted scheduler), unless
         the update was skipped."""
-        advance, scheduler = self.clock._advance, self.scheduler
+        advance, scheduler = self.clock.advance, self.scheduler
         class_found_inf = self._class_found_inf
         if scheduler is None and not (
             class_found_inf or getattr(self.optimizer, "_step_supports_amp_scaling", False)
