@@ -778,7 +778,7 @@ class Run(Closing):
         if self._per_rank:
             scalars = self._rank_update(scalars)
         if scalars:
-            (self._writer or self.writer)._queue_scalars(scalars, clock._step)  # a dict of its own
+            (self._writer or self.writer).enqueue_scalars(scalars, clock._step)  # a dict of its own
         if clock._step >= self._next_check:
             self._after_update(scalars)
         return True

@@ -453,7 +453,7 @@ class SummaryWriter(Closing):
         self._tensors = False  # whether a tensor (read in the background) was queued
         # whether a torch tensor on an accelerator was, when its tag was first checked
         self._on_device = False
-        # Tags that _queue_scalars() lets through on one check, with the type of value: a
+        # Tags that enqueue_scalars() lets through on one check, with the type of value: a
         # float (in range), or the type of the tag's first tensor, whose shape and dtype
         # were checked on the caller's thread (later ones are checked when read).
         self._fast_tags: dict[str, type] = {}
@@ -728,9 +728,9 @@ class SummaryWriter(Closing):
         """
         clock = self._clock
         if step is None and clock is not None and type(values) is dict and values:
-            # The per-update path (_queue_scalars checks that the writer is open); the
+            # The per-update path (enqueue_scalars checks that the writer is open); the
             # copy, because the caller may change the dict after the call.
-            self._queue_scalars(values.copy(), clock._step)
+            self.enqueue_scalars(values.copy(), clock._step)
             return
         if self._error is not None or self._closed:
             self._check_open()
@@ -745,11 +745,11 @@ class SummaryWriter(Closing):
         else:
             number = step if type(step) is int and 0 <= step <= MAX_STEP else _check_step(step)
         if values:
-            self._queue_scalars(values, number)
+            self.enqueue_scalars(values, number)
 
-    def _queue_scalars(self, values: dict[str, Any], step: int) -> None:
-        """:meth:`scalars` for a non-empty dict the writer may keep, at an int step in
-        [0, 2**63-1].
+    def enqueue_scalars(self, values: dict[str, Any], step: int) -> None:
+        """:meth:`scalars` for a non-empty dict the writer may keep (it is not copied), at an
+        int step in [0, 2**63-1]: the public fast path of a caller that owns the step.
 
         The per-update path (``Run.update`` hands its keywords here, unchecked): a dict of
         known tags whose values are floats that fit (finite, and in float32 where event
