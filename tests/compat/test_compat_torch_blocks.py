@@ -63,10 +63,10 @@ def _fresh(schedule: gt.TorchSchedule) -> gt.TorchSchedule:
 def _replayed(schedule: gt.TorchSchedule, n: int) -> np.ndarray:
     """torch's recursion (or closed form) one step at a time, as the scalar path computes it."""
     if not schedule._recursive:
-        return np.array([schedule._closed(k) for k in range(n)])
-    rates = [schedule._first(schedule._base_lr)]
+        return np.array([schedule.closed_form(k) for k in range(n)])
+    rates = [schedule.first_rate(schedule.initial_lr)]
     for k in range(1, n):
-        rates.append(schedule._next(rates[-1], k))
+        rates.append(schedule.next_rate(rates[-1], k))
     return np.array(rates)
 
 
@@ -86,13 +86,13 @@ def test_values_equal_the_step_by_step_recursion(schedule):
 
 @pytest.mark.parametrize("schedule", CASES[:4] + CASES[12:13], ids=_case_id)
 def test_the_table_is_built_as_a_running_product(schedule):
-    """A multiplicative recursion is built without calling the per-step ``_next``."""
+    """A multiplicative recursion is built without calling the per-step ``next_rate``."""
     fresh = _fresh(schedule)
 
     def refused(lr, k):
-        raise AssertionError(f"_next called at step {k}")
+        raise AssertionError(f"next_rate called at step {k}")
 
-    object.__setattr__(fresh, "_next", refused)  # an instance attribute: the method shadowed
+    object.__setattr__(fresh, "next_rate", refused)  # an instance attribute: the method shadowed
     assert fresh.values(np.arange(N)).shape == (N,)
 
 
@@ -100,13 +100,13 @@ def test_swalr_replays_only_its_anneal():
     """SWALR's table calls the per-step recursion through the anneal only, then holds."""
     fresh = gt.SWALR(base_lr=0.1, swa_lr=0.05, anneal_epochs=10)
     calls = []
-    step = fresh._next
+    step = fresh.next_rate
 
     def counted(lr, k):
         calls.append(k)
         return step(lr, k)
 
-    object.__setattr__(fresh, "_next", counted)
+    object.__setattr__(fresh, "next_rate", counted)
     assert fresh.values(np.arange(N))[-1] == 0.05
     assert max(calls) <= 11
 

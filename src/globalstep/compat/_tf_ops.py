@@ -109,156 +109,135 @@ def read_step(value: Any) -> Any:
 
 
 def rate_fn(schedule: Any) -> Callable[[Any], Any]:
-    """The function of a TF step that computes ``schedule``'s rate with TensorFlow's ops."""
-    for kind, build in _BUILDERS:
+    """The function of a TF step that computes ``schedule``'s rate with TensorFlow's ops,
+    in TensorFlow's name scope (the schedule's ``name``, else TensorFlow's default)."""
+    for kind, scope, formula in _FORMULAS:
         if type(schedule) is kind:
-            return build(schedule)
+            if kind is _tfs.LinearCosineDecay and schedule.initial_variance is not None:
+                scope = "Noisy" + scope
+            return _scoped(schedule, scope, formula)
     raise ConfigError("schedule", "has no TensorFlow form", schedule)  # no compat.tf decay
 
 
-def _initial(value: Any) -> Any:
-    return tf.convert_to_tensor(value, name="initial_learning_rate")
+def _scoped(s: Any, scope: str, formula: _Formula) -> Callable[[Any], Any]:
+    """``formula(s, step, name)`` at each call, inside ``tf.name_scope`` as TF's
+    ``__call__`` opens it (``name``: the scope's, for the op that returns the rate)."""
+
+    def rate(step: Any) -> Any:
+        with tf.name_scope(s.name or scope) as name:
+            return formula(s, step, name)
+
+    return rate
+
+
+def _terms(s: Any, *fields: str) -> tuple[Any, ...]:
+    """``initial_learning_rate`` as a tensor, then each of ``fields`` cast to its dtype, in
+    order, as TensorFlow's schedules convert and cast them."""
+    initial_learning_rate = tf.convert_to_tensor(
+        s.initial_learning_rate, name="initial_learning_rate"
+    )
+    dtype = initial_learning_rate.dtype
+    return (initial_learning_rate, *(tf.cast(getattr(s, f), dtype) for f in fields))
 
 
 def _decay_terms(s: Any, step: Any) -> tuple[Any, Any, Any]:
     """The initial rate, the decay rate and ``step / decay_steps`` (floored for a
     staircase), cast as TensorFlow's exponential and inverse-time decays cast them."""
-    initial_learning_rate = _initial(s.initial_learning_rate)
-    dtype = initial_learning_rate.dtype
-    decay_steps = tf.cast(s.decay_steps, dtype)
-    decay_rate = tf.cast(s.decay_rate, dtype)
-    p = tf.cast(step, dtype) / decay_steps
+    initial_learning_rate, decay_steps, decay_rate = _terms(s, "decay_steps", "decay_rate")
+    p = tf.cast(step, initial_learning_rate.dtype) / decay_steps
     if s.staircase:
         p = tf.floor(p)
     return initial_learning_rate, decay_rate, p
 
 
-def _exponential(s: Any) -> Callable[[Any], Any]:
-    def rate(step: Any) -> Any:
-        with tf.name_scope(s.name or "ExponentialDecay") as name:
-            initial_learning_rate, decay_rate, p = _decay_terms(s, step)
-            return tf.multiply(initial_learning_rate, tf.pow(decay_rate, p), name=name)
-
-    return rate
+def _exponential(s: Any, step: Any, name: str) -> Any:
+    initial_learning_rate, decay_rate, p = _decay_terms(s, step)
+    return tf.multiply(initial_learning_rate, tf.pow(decay_rate, p), name=name)
 
 
-def _inverse_time(s: Any) -> Callable[[Any], Any]:
-    def rate(step: Any) -> Any:
-        with tf.name_scope(s.name or "InverseTimeDecay") as name:
-            initial_learning_rate, decay_rate, p = _decay_terms(s, step)
-            const = tf.cast(tf.constant(1), initial_learning_rate.dtype)
-            denom = tf.add(const, tf.multiply(decay_rate, p))
-            return tf.divide(initial_learning_rate, denom, name=name)
-
-    return rate
+def _inverse_time(s: Any, step: Any, name: str) -> Any:
+    initial_learning_rate, decay_rate, p = _decay_terms(s, step)
+    const = tf.cast(tf.constant(1), initial_learning_rate.dtype)
+    denom = tf.add(const, tf.multiply(decay_rate, p))
+    return tf.divide(initial_learning_rate, denom, name=name)
 
 
-def _polynomial(s: Any) -> Callable[[Any], Any]:
-    def rate(step: Any) -> Any:
-        with tf.name_scope(s.name or "PolynomialDecay") as name:
-            initial_learning_rate = _initial(s.initial_learning_rate)
-            dtype = initial_learning_rate.dtype
-            end_learning_rate = tf.cast(s.end_learning_rate, dtype)
-            power = tf.cast(s.power, dtype)
-            global_step_recomp = tf.cast(step, dtype)
-            decay_steps_recomp = tf.cast(s.decay_steps, dtype)
-            if s.cycle:
-                multiplier = tf.where(
-                    tf.equal(global_step_recomp, 0),
-                    tf.constant(1.0, dtype),
-                    tf.math.ceil(global_step_recomp / s.decay_steps),
-                )
-                decay_steps_recomp = tf.multiply(decay_steps_recomp, multiplier)
-            else:
-                global_step_recomp = tf.minimum(global_step_recomp, decay_steps_recomp)
-            p = tf.divide(global_step_recomp, decay_steps_recomp)
-            return tf.add(
-                tf.multiply(initial_learning_rate - end_learning_rate, tf.pow(1 - p, power)),
-                end_learning_rate,
-                name=name,
-            )
-
-    return rate
+def _polynomial(s: Any, step: Any, name: str) -> Any:
+    initial_learning_rate, end_learning_rate, power = _terms(s, "end_learning_rate", "power")
+    dtype = initial_learning_rate.dtype
+    global_step_recomp = tf.cast(step, dtype)
+    decay_steps_recomp = tf.cast(s.decay_steps, dtype)
+    if s.cycle:
+        multiplier = tf.where(
+            tf.equal(global_step_recomp, 0),
+            tf.constant(1.0, dtype),
+            tf.math.ceil(global_step_recomp / s.decay_steps),
+        )
+        decay_steps_recomp = tf.multiply(decay_steps_recomp, multiplier)
+    else:
+        global_step_recomp = tf.minimum(global_step_recomp, decay_steps_recomp)
+    p = tf.divide(global_step_recomp, decay_steps_recomp)
+    return tf.add(
+        tf.multiply(initial_learning_rate - end_learning_rate, tf.pow(1 - p, power)),
+        end_learning_rate,
+        name=name,
+    )
 
 
-def _cosine(s: Any) -> Callable[[Any], Any]:
-    def rate(step: Any) -> Any:
-        with tf.name_scope(s.name or "CosineDecay"):
-            initial_learning_rate = _initial(s.initial_learning_rate)
-            dtype = initial_learning_rate.dtype
-            decay_steps = tf.cast(s.decay_steps, dtype)
-            global_step_recomp = tf.minimum(tf.cast(step, dtype), decay_steps)
-            completed_fraction = global_step_recomp / decay_steps
-            cosine_decayed = 0.5 * (1.0 + tf.cos(tf.constant(math.pi) * completed_fraction))
-            decayed = (1 - s.alpha) * cosine_decayed + s.alpha
-            return tf.multiply(initial_learning_rate, decayed)
-
-    return rate
+def _cosine(s: Any, step: Any, name: str) -> Any:
+    initial_learning_rate, decay_steps = _terms(s, "decay_steps")
+    global_step_recomp = tf.minimum(tf.cast(step, initial_learning_rate.dtype), decay_steps)
+    completed_fraction = global_step_recomp / decay_steps
+    cosine_decayed = 0.5 * (1.0 + tf.cos(tf.constant(math.pi) * completed_fraction))
+    decayed = (1 - s.alpha) * cosine_decayed + s.alpha
+    return tf.multiply(initial_learning_rate, decayed)  # TF names no op here
 
 
-def _cosine_restarts(s: Any) -> Callable[[Any], Any]:
-    def rate(step: Any) -> Any:
-        with tf.name_scope(s.name or "SGDRDecay") as name:
-            initial_learning_rate = _initial(s.initial_learning_rate)
-            dtype = initial_learning_rate.dtype
-            first_decay_steps = tf.cast(s.first_decay_steps, dtype)
-            alpha = tf.cast(s.alpha, dtype)
-            t_mul = tf.cast(s.t_mul, dtype)
-            m_mul = tf.cast(s.m_mul, dtype)
-            completed_fraction = tf.cast(step, dtype) / first_decay_steps
+def _cosine_restarts(s: Any, step: Any, name: str) -> Any:
+    initial_learning_rate, first_decay_steps, alpha, t_mul, m_mul = _terms(
+        s, "first_decay_steps", "alpha", "t_mul", "m_mul"
+    )
+    completed_fraction = tf.cast(step, initial_learning_rate.dtype) / first_decay_steps
 
-            def compute_step(fraction: Any, geometric: bool) -> tuple[Any, Any]:
-                if geometric:
-                    i_restart = tf.floor(
-                        tf.math.log(1.0 - fraction * (1.0 - t_mul)) / tf.math.log(t_mul)
-                    )
-                    sum_r = (1.0 - t_mul**i_restart) / (1.0 - t_mul)
-                    fraction = (fraction - sum_r) / t_mul**i_restart
-                else:
-                    i_restart = tf.floor(fraction)
-                    fraction -= i_restart
-                return i_restart, fraction
+    def compute_step(fraction: Any, geometric: bool) -> tuple[Any, Any]:
+        if geometric:
+            i_restart = tf.floor(tf.math.log(1.0 - fraction * (1.0 - t_mul)) / tf.math.log(t_mul))
+            sum_r = (1.0 - t_mul**i_restart) / (1.0 - t_mul)
+            fraction = (fraction - sum_r) / t_mul**i_restart
+        else:
+            i_restart = tf.floor(fraction)
+            fraction -= i_restart
+        return i_restart, fraction
 
-            i_restart, completed_fraction = tf.cond(
-                tf.equal(t_mul, 1.0),
-                lambda: compute_step(completed_fraction, geometric=False),
-                lambda: compute_step(completed_fraction, geometric=True),
-            )
-            m_fac = m_mul**i_restart
-            cosine_decayed = 0.5 * m_fac * (1.0 + tf.cos(tf.constant(math.pi) * completed_fraction))
-            decayed = (1 - alpha) * cosine_decayed + alpha
-            return tf.multiply(initial_learning_rate, decayed, name=name)
-
-    return rate
+    i_restart, completed_fraction = tf.cond(
+        tf.equal(t_mul, 1.0),
+        lambda: compute_step(completed_fraction, geometric=False),
+        lambda: compute_step(completed_fraction, geometric=True),
+    )
+    m_fac = m_mul**i_restart
+    cosine_decayed = 0.5 * m_fac * (1.0 + tf.cos(tf.constant(math.pi) * completed_fraction))
+    decayed = (1 - alpha) * cosine_decayed + alpha
+    return tf.multiply(initial_learning_rate, decayed, name=name)
 
 
-def _linear_cosine(s: Any) -> Callable[[Any], Any]:
-    noisy = s.initial_variance is not None
-
-    def rate(step: Any) -> Any:
-        scope = "NoisyLinearCosineDecay" if noisy else "LinearCosineDecay"
-        with tf.name_scope(s.name or scope) as name:
-            initial_learning_rate = _initial(s.initial_learning_rate)
-            dtype = initial_learning_rate.dtype
-            decay_steps = tf.cast(s.decay_steps, dtype)
-            num_periods = tf.cast(s.num_periods, dtype)
-            alpha = tf.cast(s.alpha, dtype)
-            beta = tf.cast(s.beta, dtype)
-            global_step_recomp = tf.minimum(tf.cast(step, dtype), decay_steps)
-            linear_decayed = (decay_steps - global_step_recomp) / decay_steps
-            if noisy:
-                initial_variance = tf.cast(s.initial_variance, dtype)
-                variance_decay = tf.cast(s.variance_decay, dtype)
-                variance = initial_variance / tf.pow(1.0 + global_step_recomp, variance_decay)
-                noise = _seeded_noise(s.seed or 0, step, dtype)
-                linear_decayed = linear_decayed + noise * tf.sqrt(variance)
-            completed_fraction = global_step_recomp / decay_steps
-            fraction = 2.0 * num_periods * completed_fraction
-            cosine_decayed = 0.5 * (1.0 + tf.cos(tf.constant(math.pi) * fraction))
-            linear_cosine_decayed = (alpha + linear_decayed) * cosine_decayed + beta
-            return tf.multiply(initial_learning_rate, linear_cosine_decayed, name=name)
-
-    return rate
+def _linear_cosine(s: Any, step: Any, name: str) -> Any:
+    initial_learning_rate, decay_steps, num_periods, alpha, beta = _terms(
+        s, "decay_steps", "num_periods", "alpha", "beta"
+    )
+    dtype = initial_learning_rate.dtype
+    global_step_recomp = tf.minimum(tf.cast(step, dtype), decay_steps)
+    linear_decayed = (decay_steps - global_step_recomp) / decay_steps
+    if s.initial_variance is not None:
+        initial_variance = tf.cast(s.initial_variance, dtype)
+        variance_decay = tf.cast(s.variance_decay, dtype)
+        variance = initial_variance / tf.pow(1.0 + global_step_recomp, variance_decay)
+        noise = _seeded_noise(s.seed or 0, step, dtype)
+        linear_decayed = linear_decayed + noise * tf.sqrt(variance)
+    completed_fraction = global_step_recomp / decay_steps
+    fraction = 2.0 * num_periods * completed_fraction
+    cosine_decayed = 0.5 * (1.0 + tf.cos(tf.constant(math.pi) * fraction))
+    linear_cosine_decayed = (alpha + linear_decayed) * cosine_decayed + beta
+    return tf.multiply(initial_learning_rate, linear_cosine_decayed, name=name)
 
 
 def _seeded_noise(seed: int, step: Any, dtype: Any) -> Any:
@@ -276,27 +255,25 @@ def _seeded_noise(seed: int, step: Any, dtype: Any) -> Any:
     return tf.ensure_shape(tf.numpy_function(draw, [steps], dtype, stateful=False), ())
 
 
-def _piecewise(s: Any) -> Callable[[Any], Any]:
-    def rate(step: Any) -> Any:
-        with tf.name_scope(s.name or "PiecewiseConstant"):
-            values = [tf.convert_to_tensor(v) for v in s.values_]
-            x_recomp = tf.convert_to_tensor(step)
-            boundaries = [tf.cast(tf.convert_to_tensor(b), x_recomp.dtype) for b in s.boundaries]
-            # TF's tf.case over the intervals, with the boundaries strictly increasing (as
-            # the schedule checks): the interval that holds x is the count of boundaries
-            # below it, and no interval holds NaN (values[0], TF's default).
-            index = tf.add_n([tf.cast(x_recomp > b, tf.int32) for b in boundaries])
-            return tf.gather(tf.stack(values), index)
-
-    return rate
+def _piecewise(s: Any, step: Any, name: str) -> Any:
+    values = [tf.convert_to_tensor(v) for v in s.values_]
+    x_recomp = tf.convert_to_tensor(step)
+    boundaries = [tf.cast(tf.convert_to_tensor(b), x_recomp.dtype) for b in s.boundaries]
+    # TF's tf.case over the intervals, with the boundaries strictly increasing (as the
+    # schedule checks): the interval that holds x is the count of boundaries below it, and
+    # no interval holds NaN (values[0], TF's default).
+    index = tf.add_n([tf.cast(x_recomp > b, tf.int32) for b in boundaries])
+    return tf.gather(tf.stack(values), index)
 
 
-_BUILDERS: tuple[tuple[type[Any], Callable[[Any], Callable[[Any], Any]]], ...] = (
-    (_tfs.ExponentialDecay, _exponential),
-    (_tfs.InverseTimeDecay, _inverse_time),
-    (_tfs.PolynomialDecay, _polynomial),
-    (_tfs.CosineDecay, _cosine),
-    (_tfs.CosineDecayRestarts, _cosine_restarts),
-    (_tfs.LinearCosineDecay, _linear_cosine),
-    (_tfs.PiecewiseConstantDecay, _piecewise),
+_Formula = Callable[[Any, Any, str], Any]
+# (the schedule class, TensorFlow's default name scope, the formula in TensorFlow's ops)
+_FORMULAS: tuple[tuple[type[Any], str, _Formula], ...] = (
+    (_tfs.ExponentialDecay, "ExponentialDecay", _exponential),
+    (_tfs.InverseTimeDecay, "InverseTimeDecay", _inverse_time),
+    (_tfs.PolynomialDecay, "PolynomialDecay", _polynomial),
+    (_tfs.CosineDecay, "CosineDecay", _cosine),
+    (_tfs.CosineDecayRestarts, "SGDRDecay", _cosine_restarts),
+    (_tfs.LinearCosineDecay, "LinearCosineDecay", _linear_cosine),
+    (_tfs.PiecewiseConstantDecay, "PiecewiseConstant", _piecewise),
 )

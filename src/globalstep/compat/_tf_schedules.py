@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +31,14 @@ from globalstep.compat._common import (
     PeerSchedule,
     check_positive_steps,
     step_array,
+)
+from globalstep.compat._decays import (
+    CosineRestarts,
+    Exponential,
+    InverseTime,
+    Polynomial,
+    cosine_decayed,
+    half_cosine,
 )
 from globalstep.errors import ConfigError
 from globalstep.schedules._base import Steps, Values, check_number
@@ -98,12 +105,19 @@ def _truth(parameter: str, value: Any) -> bool:
 
 
 class _TFSchedule(PeerSchedule):
-    """TensorFlow's schedules: any real step, the learning rate's dtype."""
+    """TensorFlow's schedules: any real step, the learning rate's dtype; the hooks of
+    :class:`globalstep.compat._decays.Decay` as TensorFlow checks its arguments."""
 
     _any_step = True
 
+    def _check_initial(self, value: Any, *, cosine: bool) -> None:
+        check_rate(value, "initial_learning_rate", float64=not cosine)
 
-class ExponentialDecay(_TFSchedule):
+    def _flag(self, parameter: str, value: Any) -> bool:
+        return _truth(parameter, value)
+
+
+class ExponentialDecay(_TFSchedule, Exponential):
     """``initial_learning_rate * decay_rate ** (step / decay_steps)``, floored if staircase.
 
     Example:
@@ -111,38 +125,8 @@ class ExponentialDecay(_TFSchedule):
         0.5
     """
 
-    _fields = ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name")
 
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        decay_steps: float,
-        decay_rate: float,
-        staircase: bool = False,
-        name: str | None = None,
-    ) -> None:
-        check_rate(initial_learning_rate, "initial_learning_rate")
-        check_positive_steps("decay_steps", decay_steps)
-        check_number("decay_rate", decay_rate)
-        self._staircase = _truth("staircase", staircase)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = name
-        self._init(initial_learning_rate)
-
-    def _p(self, steps: Steps) -> Values:
-        o = self._ops
-        p = steps.astype(o.dtype) / o.c(self.decay_steps)
-        return np.floor(p) if self._staircase else p
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        return o.c(self.initial_learning_rate) * o.pow(o.c(self.decay_rate), self._p(steps))
-
-
-class InverseTimeDecay(ExponentialDecay):
+class InverseTimeDecay(ExponentialDecay, InverseTime):
     """``initial_learning_rate / (1 + decay_rate * step / decay_steps)``.
 
     Example:
@@ -150,13 +134,8 @@ class InverseTimeDecay(ExponentialDecay):
         0.5
     """
 
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        denominator = o.c(1) + o.c(self.decay_rate) * self._p(steps)
-        return o.c(self.initial_learning_rate) / denominator
 
-
-class PolynomialDecay(_TFSchedule):
+class PolynomialDecay(_TFSchedule, Polynomial):
     """``(initial - end) * (1 - min(step, decay_steps) / decay_steps) ** power + end``;
     with ``cycle`` the decay length is the first multiple of ``decay_steps`` past the step.
 
@@ -164,56 +143,6 @@ class PolynomialDecay(_TFSchedule):
         >>> PolynomialDecay(1.0, 10, end_learning_rate=0.0)(5)
         0.5
     """
-
-    _fields = (
-        "initial_learning_rate",
-        "decay_steps",
-        "end_learning_rate",
-        "power",
-        "cycle",
-        "name",
-    )
-
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        decay_steps: float,
-        end_learning_rate: float = 0.0001,
-        power: float = 1.0,
-        cycle: bool = False,
-        name: str | None = None,
-    ) -> None:
-        check_rate(initial_learning_rate, "initial_learning_rate")
-        check_positive_steps("decay_steps", decay_steps)
-        check_number("end_learning_rate", end_learning_rate)
-        check_number("power", power)
-        self._cycle = _truth("cycle", cycle)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.end_learning_rate = end_learning_rate
-        self.power = power
-        self.cycle = cycle
-        self.name = name
-        self._init(initial_learning_rate)
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        t = steps.astype(o.dtype)
-        d = o.c(self.decay_steps)
-        if self._cycle:
-            # TF divides by the Python number itself here, converted straight to the dtype.
-            multiplier = np.where(t == 0, o.exact(1.0), np.ceil(t / o.exact(self.decay_steps)))
-            d = d * multiplier
-        else:
-            t = np.minimum(t, d)
-        p = t / d
-        initial, end = o.c(self.initial_learning_rate), o.c(self.end_learning_rate)
-        return (initial - end) * o.pow(o.exact(1) - p, o.c(self.power)) + end
-
-
-def _cosine(ops: F32Ops, fraction: Values) -> Values:
-    """``0.5 * (1 + cos(pi * fraction))`` with TF's float32 ``pi``."""
-    return 0.5 * (ops.exact(1.0) + ops.cos(np.float32(math.pi) * fraction))
 
 
 class CosineDecay(_TFSchedule):
@@ -246,58 +175,16 @@ class CosineDecay(_TFSchedule):
         o = self._ops
         d = o.c(self.decay_steps)
         fraction = np.minimum(steps.astype(o.dtype), d) / d
-        decayed = o.exact(1 - self.alpha) * _cosine(o, fraction) + o.exact(self.alpha)
-        return o.c(self.initial_learning_rate) * decayed
+        return cosine_decayed(o, fraction, self.alpha, o.c(self.initial_learning_rate))
 
 
-class CosineDecayRestarts(_TFSchedule):
+class CosineDecayRestarts(_TFSchedule, CosineRestarts):
     """SGDR: cosine decays restarting, each period ``t_mul`` times longer, ``m_mul`` lower.
 
     Example:
         >>> CosineDecayRestarts(1.0, 10, t_mul=1.0)(10)
         1.0
     """
-
-    _fields = ("initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha", "name")
-
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        first_decay_steps: float,
-        t_mul: float = 2.0,
-        m_mul: float = 1.0,
-        alpha: float = 0.0,
-        name: str | None = None,
-    ) -> None:
-        check_rate(initial_learning_rate, "initial_learning_rate", float64=False)
-        check_positive_steps("first_decay_steps", first_decay_steps)
-        check_positive_steps("t_mul", t_mul)
-        check_number("m_mul", m_mul)
-        check_number("alpha", alpha)
-        self.initial_learning_rate = initial_learning_rate
-        self.first_decay_steps = first_decay_steps
-        self.t_mul = t_mul
-        self.m_mul = m_mul
-        self.alpha = alpha
-        self.name = name
-        self._init(initial_learning_rate)
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        one = o.exact(1.0)
-        alpha, t_mul, m_mul = o.c(self.alpha), o.c(self.t_mul), o.c(self.m_mul)
-        fraction = steps.astype(o.dtype) / o.c(self.first_decay_steps)
-        if t_mul == 1.0:
-            restart = np.floor(fraction)
-            fraction = fraction - restart
-        else:
-            restart = np.floor(o.log(one - fraction * (one - t_mul)) / o.log(t_mul))
-            sum_r = (one - o.pow(t_mul, restart)) / (one - t_mul)
-            fraction = (fraction - sum_r) / o.pow(t_mul, restart)
-        m_fac = o.pow(m_mul, restart)
-        cosine = 0.5 * m_fac * (one + o.cos(np.float32(math.pi) * fraction))
-        decayed = (o.exact(1) - alpha) * cosine + alpha
-        return o.c(self.initial_learning_rate) * decayed
 
 
 class LinearCosineDecay(_TFSchedule):
@@ -369,7 +256,7 @@ class LinearCosineDecay(_TFSchedule):
             noise = standard_normal(self.seed or 0, steps.astype(np.int64)).astype(o.dtype)
             linear = linear + noise * np.sqrt(variance)
         fraction = 2.0 * o.c(self.num_periods) * (t / d)
-        decayed = (o.c(self.alpha) + linear) * _cosine(o, fraction) + o.c(self.beta)
+        decayed = (o.c(self.alpha) + linear) * half_cosine(o, fraction) + o.c(self.beta)
         return o.c(self.initial_learning_rate) * decayed
 
 

@@ -5,23 +5,28 @@ rate and multiplies it by a factor (``get_lr``), so the rate after ``k`` steps c
 rounding of every step before it. Each scheduler here states the same recursion in three
 methods, copied operation for operation from ``torch.optim.lr_scheduler`` (PyTorch 2.x):
 
-``_first(lr)``
+``first_rate(lr)``
     the rate the constructor's initial step sets, from the optimizer's rate ``lr``;
-``_next(lr, k)``
+``next_rate(lr, k)``
     the rate ``step()`` number ``k`` sets from the current rate ``lr`` (``get_lr``);
-``_restart(lr)``
+``restart_rate(lr)``
     the rate ``SequentialLR`` sets when this scheduler takes over at its milestone.
+
+These, with ``closed_form(k)``, ``momentum_at(k)``, ``initial_lr``, ``absolute_rate`` and
+``base_is_rate``, are public so that the composers (``ChainedScheduler``,
+``SequentialLR``) replay their parts through them, calling them directly: training code
+reads ``scheduler(step)`` and ``values(steps)`` instead.
 
 The rates of steps ``0 .. 2**22 - 1`` are computed once, in order, and kept (8 bytes a step,
 allocated only as far as asked), so they equal a real scheduler's ``get_last_lr()[0]`` bit
 for bit. Where a step multiplies the rate by a factor (``StepLR``, ``MultiStepLR``,
 ``ConstantLR``, ``LinearLR``, ``ExponentialLR``, ``PolynomialLR``, and ``CosineAnnealingLR``
 with ``eta_min=0``), the factors of a block of steps are computed as arrays, with the
-operations ``_next`` performs, and the rates are their running product
+operations ``next_rate`` performs, and the rates are their running product
 (``np.multiply.accumulate``: one rounding a step, in order, exactly the recursion's);
 ``CosineAnnealingLR`` with ``eta_min != 0`` (subtract, multiply, add: three roundings a
 step) gets its factors as arrays and runs the recursion over them in a plain loop. The
-others replay ``_next`` step by step: ``MultiplicativeLR`` (a Python function of the
+others replay ``next_rate`` step by step: ``MultiplicativeLR`` (a Python function of the
 step), ``ChainedScheduler`` and ``SequentialLR``, and any scheduler given a NumPy scalar
 parameter (Python's arithmetic then follows NumPy's promotion rules). The closed forms of
 ``OneCycleLR`` and ``CosineAnnealingWarmRestarts`` are evaluated on arrays too
@@ -194,8 +199,11 @@ class TorchSchedule(Schedule):
     _sequences: ClassVar[frozenset[str]] = frozenset()  # lengths that are lists
     _floats: ClassVar[frozenset[str]] = frozenset()  # lengths torch also takes as floats
     _recursive: ClassVar[bool] = True  # False: torch computes it in closed form
-    _absolute: ClassVar[bool] = False  # True: it sets the rate outright (not a factor)
-    _rate_base: ClassVar[bool] = True  # its base_lr is the optimizer's rate
+    #: True where the scheduler sets the rate outright, not as a factor of ``initial_lr``
+    #: (a ``ChainedScheduler`` past its kept steps then takes its closed form as it is).
+    absolute_rate: ClassVar[bool] = False
+    #: True where ``base_lr`` is the optimizer's rate (``CyclicLR``'s is its cycle's floor).
+    base_is_rate: ClassVar[bool] = True
     _zero_hint: ClassVar[str] = ""  # what to change where torch divides by zero
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -267,31 +275,31 @@ class TorchSchedule(Schedule):
         else:
             pending[field] = d
 
-    # -- torch's recursion (subclasses) ------------------------------------------------
+    # -- torch's recursion (subclasses; public for the composers) -------------------------
     @property
-    def _base_lr(self) -> float:
-        """The optimizer's initial rate (``group["initial_lr"]``)."""
+    def initial_lr(self) -> float:
+        """The optimizer's initial rate (``group["initial_lr"]``), read-only."""
         rate: float = getattr(self, "base_lr")  # noqa: B009 (not every subclass has one)
         return float(rate)
 
-    def _first(self, lr: float) -> float:
+    def first_rate(self, lr: float) -> float:
         """The rate the constructor's initial step sets: ``lr`` unchanged for most, the closed
         form at 0 for the schedulers torch computes in closed form."""
-        return lr if self._recursive else self._closed(0)
+        return lr if self._recursive else self.closed_form(0)
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         """The rate ``step()`` number ``k`` >= 1 sets from the current rate ``lr``."""
-        return self._closed(k)
+        return self.closed_form(k)
 
-    def _restart(self, lr: float) -> float:
+    def restart_rate(self, lr: float) -> float:
         """The rate at this scheduler's milestone in a ``SequentialLR`` (``_update_lr(0)``)."""
-        return self._closed(0)
+        return self.closed_form(0)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         """Torch's closed form at scheduler step ``k`` (used past :data:`CACHE_STEPS`)."""
         raise NotImplementedError
 
-    def _momentum(self, k: int) -> float | None:
+    def momentum_at(self, k: int) -> float | None:
         """The momentum (or beta1) at scheduler step ``k``; None where torch writes none."""
         return None
 
@@ -308,7 +316,7 @@ class TorchSchedule(Schedule):
         """The rate after ``k`` scheduler steps."""
         if not self._recursive:
             try:
-                return self._closed(k)
+                return self.closed_form(k)
             except ZeroDivisionError:
                 raise self._zero(k) from None
         table: array.array[float] = self._table
@@ -318,13 +326,13 @@ class TorchSchedule(Schedule):
             self._extend(k)
             return table[k]
         try:
-            return self._closed(k)
+            return self.closed_form(k)
         except ZeroDivisionError:
             raise self._zero(k) from None
 
     def _factors(self, ks: Any) -> Any:
-        """The float64 factors ``f`` with ``_next(lr, k) == lr * f[i]`` exactly, for every
-        ``k = ks[i]`` (int64, >= 1), computed as ``_next`` computes them; None where the
+        """The float64 factors ``f`` with ``next_rate(lr, k) == lr * f[i]`` exactly, for every
+        ``k = ks[i]`` (int64, >= 1), computed as ``next_rate`` computes them; None where the
         scheduler's recursion is not such a product, or where a factor would raise (the
         step-by-step replay then raises at the right step). Subclasses."""
         return None
@@ -352,7 +360,7 @@ class TorchSchedule(Schedule):
             j = len(table)
             try:
                 if j == 0:
-                    lr = self._first(self._base_lr)
+                    lr = self.first_rate(self.initial_lr)
                     table.append(lr)
                     j = 1
                 if k - j >= _MIN_BLOCK:
@@ -361,7 +369,7 @@ class TorchSchedule(Schedule):
                         table.frombytes(np.ascontiguousarray(block, dtype=np.float64).tobytes())
                         return
                 lr = table[-1]
-                step = self._next
+                step = self.next_rate
                 while j <= k:
                     lr = step(lr, j)
                     table.append(lr)
@@ -372,17 +380,22 @@ class TorchSchedule(Schedule):
     def _ready(self) -> int:
         """Returns the interval in steps; raises ConversionError while a length is a duration."""
         if not self._done:
-            self._unresolved()
+            self.raise_unresolved()
         every: int = self._n["interval"]
         return every
 
-    def _unresolved(self) -> None:
-        """Raises the ConversionError of the first length still a duration (parts included)."""
+    def raise_unresolved(self) -> None:
+        """Raises the ConversionError of the first length still a duration (parts included);
+        returns where every length is in steps.
+
+        Raises:
+            ConversionError: a length (here or in a part) is a duration not yet resolved.
+        """
         if self._pending:
             self._len(next(iter(self._pending)))
         for part in self.parts():
             if isinstance(part, TorchSchedule):
-                part._unresolved()
+                part.raise_unresolved()
 
     def _compute(self, steps: Steps) -> Values:
         every = self._ready()
@@ -407,7 +420,7 @@ class TorchSchedule(Schedule):
         return [at(k) for k in steps.tolist()]  # a list: values() makes it an array
 
     def _closed_array(self, ks: Any) -> Any:
-        """:meth:`_closed` at every ``k`` of ``ks`` (int64, >= 0), vectorised and bit for bit
+        """:meth:`closed_form` at every ``k`` of ``ks`` (int64, >= 0), vectorised and bit for bit
         the same, as a float64 array; None where there is no such form or a step would
         raise (each step is then computed on its own, raising as torch does). Subclasses
         that torch computes in closed form."""
@@ -424,7 +437,7 @@ class TorchSchedule(Schedule):
             ConversionError: a length is a duration that was not resolved.
         """
         k = check_step(step)
-        return self._momentum(k // self._ready())
+        return self.momentum_at(k // self._ready())
 
     @property
     def has_momentum(self) -> bool:

@@ -55,7 +55,7 @@ def _check_parts(name: str, schedulers: Any, composite_ok: bool) -> tuple[TorchS
                 schedulers,
             )
     # Every base_lr is the optimizer's rate (CyclicLR's is its cycle's floor instead).
-    bases = {p.base_lr for p in parts if "base_lr" in p.__dataclass_fields__ and p._rate_base}
+    bases = {p.base_lr for p in parts if "base_lr" in p.__dataclass_fields__ and p.base_is_rate}
     if len(bases) > 1:
         raise ConfigError(
             "schedulers",
@@ -67,7 +67,7 @@ def _check_parts(name: str, schedulers: Any, composite_ok: bool) -> tuple[TorchS
 
 
 def _rate_based(part: TorchSchedule) -> bool:
-    return "base_lr" in part.__dataclass_fields__ and part._rate_base
+    return "base_lr" in part.__dataclass_fields__ and part.base_is_rate
 
 
 def _as_constructed(
@@ -83,7 +83,7 @@ def _as_constructed(
 
     Returns:
         (the parts with those values substituted, each part's first rate where it is not its
-        own ``_first`` (else None), the group's ``initial_lr`` after all constructions).
+        own ``first_rate`` (else None), the group's ``initial_lr`` after all constructions).
     """
     group: dict[str, Any] = {}
     for part in parts:
@@ -115,8 +115,8 @@ def _as_constructed(
                 first = initial + (part.max_lr - initial) * 0.0
         elif _rate_based(part):
             if initial is None:
-                initial = part._base_lr
-            elif part._base_lr != initial:
+                initial = part.initial_lr
+            elif part.initial_lr != initial:
                 rebased: dict[str, Any] = {"base_lr": initial}
                 part = dataclasses.replace(part, **rebased)
         out.append(part)
@@ -127,7 +127,7 @@ def _as_constructed(
 def _last_momentum(parts: Sequence[TorchSchedule], k: int) -> float | None:
     for part in reversed(parts):
         if part.has_momentum:
-            return part._momentum(k)
+            return part.momentum_at(k)
     return None
 
 
@@ -167,30 +167,34 @@ class ChainedScheduler(TorchSchedule):
         return tuple(self.schedulers)
 
     @property
-    def _base_lr(self) -> float:
+    def initial_lr(self) -> float:
         """The optimizer's rate: the parts' shared base_lr."""
         parts = self.schedulers
-        return next((p._base_lr for p in parts if _rate_based(p)), parts[0]._base_lr)
+        return next((p.initial_lr for p in parts if _rate_based(p)), parts[0].initial_lr)
 
-    def _first(self, lr: float) -> float:
+    def first_rate(self, lr: float) -> float:
         for part, first in zip(self._parts, self._firsts, strict=True):
-            lr = part._first(lr) if first is None else first
+            lr = part.first_rate(lr) if first is None else first
         return lr
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         for part in self._parts:
-            lr = part._next(lr, k)
+            lr = part.next_rate(lr, k)
         return lr
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         # Past the kept steps: the parts' closed forms, multiplied as factors of the base.
-        lr = self._base_lr
+        lr = self.initial_lr
         for part in self._parts:
-            base = part._base_lr
-            lr = part._closed(k) if part._absolute or base == 0 else (lr * (part._closed(k) / base))
+            base = part.initial_lr
+            lr = (
+                part.closed_form(k)
+                if part.absolute_rate or base == 0
+                else (lr * (part.closed_form(k) / base))
+            )
         return lr
 
-    def _momentum(self, k: int) -> float | None:
+    def momentum_at(self, k: int) -> float | None:
         return _last_momentum(self._parts, k)
 
     @property
@@ -248,43 +252,43 @@ class SequentialLR(TorchSchedule):
         object.__setattr__(self, "_ms", ms)
         parts, _, initial = _as_constructed(tuple(self.schedulers))
         object.__setattr__(self, "_parts", parts)
-        object.__setattr__(self, "_start", self._base_lr if initial is None else initial)
+        object.__setattr__(self, "_start", self.initial_lr if initial is None else initial)
 
     def parts(self) -> tuple[Schedule, ...]:
         """The schedulers, in order."""
         return tuple(self.schedulers)
 
     @property
-    def _base_lr(self) -> float:
-        return self.schedulers[0]._base_lr
+    def initial_lr(self) -> float:
+        return self.schedulers[0].initial_lr
 
-    def _first(self, lr: float) -> float:
+    def first_rate(self, lr: float) -> float:
         # torch resets the rate to group["initial_lr"], as the constructors left it.
-        return self._parts[bisect.bisect_right(self._ms, 0)]._first(self._start)
+        return self._parts[bisect.bisect_right(self._ms, 0)].first_rate(self._start)
 
     def _where(self, k: int) -> tuple[int, int]:
         """(the active part, its own step count) at step ``k``."""
         index = bisect.bisect_right(self._ms, k)
         return index, k - (self._ms[index - 1] if index else 0)
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         index, local = self._where(k)
         part = self._parts[index]
-        return part._restart(lr) if index and local == 0 else part._next(lr, local)
+        return part.restart_rate(lr) if index and local == 0 else part.next_rate(lr, local)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         index, local = self._where(k)
-        return self._parts[index]._closed(local)
+        return self._parts[index].closed_form(local)
 
-    def _momentum(self, k: int) -> float | None:
+    def momentum_at(self, k: int) -> float | None:
         index, local = self._where(k)
         parts = self._parts
         if parts[index].has_momentum:
-            return parts[index]._momentum(local)
+            return parts[index].momentum_at(local)
         for j in range(index - 1, -1, -1):  # the last part that wrote it, at its last step
             last = self._ms[j] - (self._ms[j - 1] if j else 0) - 1
             if parts[j].has_momentum and last >= 0:
-                return parts[j]._momentum(last)
+                return parts[j].momentum_at(last)
         # Only the constructors wrote it: the last one constructed wins.
         return _last_momentum(parts, 0)
 

@@ -78,7 +78,7 @@ class CosineAnnealingWarmRestarts(TorchSchedule):
     _lengths: ClassVar[dict[str, int]] = {"T_0": 1}
     _t0: ClassVar[int]  # per instance: T_0 in steps
     _recursive: ClassVar[bool] = False
-    _absolute: ClassVar[bool] = True
+    absolute_rate: ClassVar[bool] = True
 
     def _check(self) -> None:
         check_rate("base_lr", self.base_lr)
@@ -92,7 +92,7 @@ class CosineAnnealingWarmRestarts(TorchSchedule):
         eta = self.eta_min
         return eta + (self.base_lr - eta) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         start, length, mult = 0, self._t0, self.T_mult
         if mult == 1:
             return self._cosine(k % length, length)
@@ -203,7 +203,7 @@ class OneCycleLR(TorchSchedule):
 
     _lengths: ClassVar[dict[str, int]] = {"total_steps": 1}
     _recursive: ClassVar[bool] = False
-    _absolute: ClassVar[bool] = True
+    absolute_rate: ClassVar[bool] = True
     # Per instance: (end step, start rate, end rate, start momentum, end momentum) per phase.
     _phases: ClassVar[list[tuple[float, float, float, float, float]]]
     _total: ClassVar[int]
@@ -254,7 +254,7 @@ class OneCycleLR(TorchSchedule):
         return int(total)
 
     @property
-    def _base_lr(self) -> float:
+    def initial_lr(self) -> float:
         return self.max_lr / self.div_factor
 
     @property
@@ -301,7 +301,7 @@ class OneCycleLR(TorchSchedule):
             start = phase[0]
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         pct, phase = self._locate(k)
         result: float = self._anneal(phase[1], phase[2], pct)
         return result
@@ -331,7 +331,7 @@ class OneCycleLR(TorchSchedule):
                 start = end
         return out
 
-    def _momentum(self, k: int) -> float | None:
+    def momentum_at(self, k: int) -> float | None:
         if not self.cycle_momentum:
             return None
         try:
@@ -373,8 +373,8 @@ class CyclicLR(TorchSchedule):
     _lengths: ClassVar[dict[str, int]] = {"step_size_up": 1, "step_size_down": 0}
     _floats: ClassVar[frozenset[str]] = frozenset({"step_size_up", "step_size_down"})
     _recursive: ClassVar[bool] = False
-    _absolute: ClassVar[bool] = True
-    _rate_base: ClassVar[bool] = False
+    absolute_rate: ClassVar[bool] = True
+    base_is_rate: ClassVar[bool] = False
     _size: ClassVar[float]  # per instance: the cycle's length, its rising share, its scale
     _ratio: ClassVar[float]
     _scale: ClassVar[Any]  # a function of the cycle or of the step
@@ -427,12 +427,12 @@ class CyclicLR(TorchSchedule):
         factor = x / ratio if x <= ratio else (x - 1) / (ratio - 1)
         return factor, self._scale(cycle if self._by_cycle else k)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         factor, scale = self._factors(k)
         return self.base_lr + (self.max_lr - self.base_lr) * factor * scale
 
     def _closed_array(self, ks: Any) -> Any:
-        """:meth:`_closed` on an array: the ramp with ``_factors``' float64 operations, the
+        """:meth:`closed_form` on an array: the ramp with ``_factors``' float64 operations, the
         scale by the scalar function once per distinct cycle (or, by iteration,
         ``gamma ** k`` through the C library's pow, a custom ``scale_fn`` per step)."""
         base, top, size, ratio = self.base_lr, self.max_lr, self._size, self._ratio
@@ -469,7 +469,7 @@ class CyclicLR(TorchSchedule):
                 scale = np.asarray(scales, dtype=np.float64)
             return base + (top - base) * factor * scale
 
-    def _momentum(self, k: int) -> float | None:
+    def momentum_at(self, k: int) -> float | None:
         if not self.cycle_momentum:
             return None
         factor, scale = self._factors(k)
@@ -511,7 +511,7 @@ class SWALR(TorchSchedule):
             return (1 - math.cos(math.pi * t)) / 2
         return t
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         epochs, swa = self._epochs, self.swa_lr
         step = max(1, k) if epochs == 0 else k
         prev_alpha = self._alpha(max(0, min(1, (step - 1) / max(1, epochs))))
@@ -519,30 +519,30 @@ class SWALR(TorchSchedule):
         alpha = self._alpha(max(0, min(1, step / max(1, epochs))))
         return swa * alpha + prev * (1 - alpha)
 
-    def _first(self, lr: float) -> float:
-        return self._next(lr, 0)
+    def first_rate(self, lr: float) -> float:
+        return self.next_rate(lr, 0)
 
-    def _restart(self, lr: float) -> float:
-        return self._next(lr, 0)
+    def restart_rate(self, lr: float) -> float:
+        return self.next_rate(lr, 0)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         alpha = self._alpha(max(0, min(1, k / max(1, self._epochs))))
         return self.swa_lr * alpha + self.base_lr * (1 - alpha)
 
     def _block(self, lr: float, start: int, stop: int) -> Any:
         """The recursion's rates from ``start`` to ``stop - 1``: replayed through the anneal,
-        then constant. From step ``max(1, anneal_epochs) + 1`` on, ``_next`` reads the
+        then constant. From step ``max(1, anneal_epochs) + 1`` on, ``next_rate`` reads the
         previous rate as ``swa_lr`` (its ``prev_alpha`` is ``_alpha(1)``, which is 1) and
-        ignores ``lr``, so every later step sets one rate, computed once by ``_next``."""
+        ignores ``lr``, so every later step sets one rate, computed once by ``next_rate``."""
         if self._alpha(1) != 1:  # a C library whose cos(pi) is not -1: replay every step
             return None
         steady = max(1, self._epochs) + 1
         out = np.empty(stop - start, dtype=np.float64)
         k = start
         while k < min(stop, steady):
-            lr = self._next(lr, k)
+            lr = self.next_rate(lr, k)
             out[k - start] = lr
             k += 1
         if k < stop:
-            out[k - start :] = self._next(lr, steady)
+            out[k - start :] = self.next_rate(lr, steady)
         return out

@@ -9,7 +9,6 @@ uninterrupted one would. The rules are torch's, operation for operation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,13 +23,21 @@ from globalstep.compat._torch_base import (
 )
 from globalstep.errors import ConfigError
 from globalstep.schedules._base import Values, check_step, check_steps
+from globalstep.schedules.plateau import PlateauRule
 
 __all__ = ["ReduceLROnPlateau"]
 
 _STATE = ("lr", "best", "num_bad_epochs", "cooldown_counter", "last_epoch")
 
 
-class ReduceLROnPlateau:
+def _state(name: str, doc: str) -> Any:
+    """A read-write property showing the rule's state attribute ``name`` under torch's name."""
+    return property(
+        lambda self: getattr(self, name), lambda self, v: setattr(self, name, v), doc=doc
+    )
+
+
+class ReduceLROnPlateau(PlateauRule):
     """Multiplies the rate by ``factor`` once ``patience`` evaluations pass without improvement.
 
     Args:
@@ -89,12 +96,16 @@ class ReduceLROnPlateau:
         self.cooldown = cooldown
         self.min_lr = min_lr
         self.eps = eps
-        self._worse = math.inf if mode == "min" else -math.inf
-        self.lr: float = base_lr
-        self.best: float = self._worse
-        self.num_bad_epochs = 0
-        self.cooldown_counter = 0
-        self.last_epoch = 0
+        self._start(base_lr)
+
+    # torch compares a non-finite metric as it is (see PlateauRule).
+    _finite_metrics_only = False
+    lr = _state("_value", "The rate now.")
+    best = _state("_best", "The best metric so far (``inf`` or ``-inf`` before any).")
+    num_bad_epochs = _state("_bad", "Evaluations without improvement since the last one.")
+    cooldown_counter = _state("_cooldown_left", "Evaluations of cooldown left.")
+    last_epoch = _state("_updates", "Evaluations recorded.")
+    min_lr = _state("min_value", "The rate never goes below this.")
 
     def __repr__(self) -> str:
         return (
@@ -102,34 +113,9 @@ class ReduceLROnPlateau:
             f"factor={self.factor!r}, patience={self.patience!r}, lr={self.lr!r})"
         )
 
-    def _is_better(self, a: float, best: float) -> bool:
-        if self.mode == "min" and self.threshold_mode == "rel":
-            return a < best * (1.0 - self.threshold)
-        if self.mode == "min":
-            return a < best - self.threshold
-        if self.threshold_mode == "rel":
-            return a > best * (self.threshold + 1.0)
-        return a > best + self.threshold
-
     def step(self, metrics: Any) -> None:
         """Records one evaluation of the metric (``float(metrics)``, as torch reads it)."""
-        current = float(metrics)
-        self.last_epoch += 1
-        if self._is_better(current, self.best):
-            self.best = current
-            self.num_bad_epochs = 0
-        else:
-            self.num_bad_epochs += 1
-        if self.cooldown_counter > 0:
-            self.cooldown_counter -= 1
-            self.num_bad_epochs = 0
-        if self.num_bad_epochs > self.patience:
-            old = float(self.lr)
-            new = max(old * self.factor, self.min_lr)
-            if old - new > self.eps:
-                self.lr = new
-            self.cooldown_counter = self.cooldown
-            self.num_bad_epochs = 0
+        self._record(float(metrics))
 
     def get_last_lr(self) -> list[float]:
         """The rate now, in a list as torch's ``get_last_lr()`` returns it."""
@@ -138,11 +124,11 @@ class ReduceLROnPlateau:
     def __call__(self, step: int) -> float:
         """Returns the rate now (the step is checked, not used: the metrics drive it)."""
         check_step(step)
-        return self.lr
+        return self._value
 
     def values(self, steps: Any) -> Values:
         """Returns the rate now at every step of ``steps``."""
-        return np.full(check_steps(steps).shape, self.lr, dtype=np.float64)
+        return np.full(check_steps(steps).shape, self._value, dtype=np.float64)
 
     def momentum(self, step: int) -> float | None:
         """None: ReduceLROnPlateau writes no momentum."""

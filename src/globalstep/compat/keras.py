@@ -53,15 +53,21 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from globalstep.compat._common import PeerSchedule, check_positive_steps
+from globalstep.compat._decays import (
+    CosineRestarts,
+    Exponential,
+    InverseTime,
+    Polynomial,
+    cosine_decayed,
+)
 from globalstep.errors import (
     ConfigError,
     EmptyBoundariesError,
@@ -166,6 +172,19 @@ def _keras_face(cls: type) -> type:
     return face
 
 
+def is_compat_schedule(value: Any) -> bool:
+    """Whether ``value`` is a schedule of this module (with its Keras face or not)."""
+    return isinstance(value, _KerasSchedule)
+
+
+def keras_face_of(schedule: Any) -> Any:
+    """``schedule``, a schedule of this module, as a registered Keras
+    ``LearningRateSchedule``: itself where it was built after Keras was imported, else an
+    equal one built from its config (imports Keras)."""
+    face = _keras_face(type(schedule))
+    return schedule if type(schedule) is face else face.from_config(schedule.get_config())  # type: ignore[attr-defined]
+
+
 def register_with_keras() -> None:
     """Registers every schedule here with ``keras.saving`` (imports Keras).
 
@@ -185,6 +204,9 @@ class _KerasSchedule(PeerSchedule):
     _is_keras_face = False
     _keras_twin: Any = None
     _numpy_only = False  # True where the fast Formula path does not apply
+    # Constructors between the caller and the shared one (a Keras signature of its own):
+    # the int-rate warning points where it always has.
+    _own_signature: ClassVar[int] = 0
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if "keras" in sys.modules and not cls._is_keras_face:
@@ -238,62 +260,34 @@ class _KerasSchedule(PeerSchedule):
         """Builds the schedule from :meth:`get_config`'s output."""
         return cls(**config)
 
+    # The hooks of globalstep.compat._decays.Decay, as Keras takes its arguments.
+    def _check_initial(self, value: Any, *, cosine: bool) -> None:
+        parameter = "initial_learning_rate"
+        check_number(parameter, value)
+        if isinstance(value, int | np.integer):
+            warnings.warn(
+                f"`{parameter}` is an int ({value!r}); globalstep.compat.keras computes in "
+                "float32 where Keras would compute in int32 (casting the decay rate and alpha "
+                f"to int). Pass {parameter}={float(value)!r} to silence this.",
+                KerasDifferenceWarning,
+                stacklevel=4 + self._own_signature,
+            )
 
-def _check_rate(parameter: str, value: Any) -> None:
-    check_number(parameter, value)
-    if isinstance(value, int | np.integer):
-        warnings.warn(
-            f"`{parameter}` is an int ({value!r}); globalstep.compat.keras computes in "
-            "float32 where Keras would compute in int32 (casting the decay rate and alpha to "
-            f"int). Pass {parameter}={float(value)!r} to silence this.",
-            KerasDifferenceWarning,
-            stacklevel=4,
-        )
+    def _flag(self, parameter: str, value: Any) -> bool:
+        check_flag(parameter, value)
+        return bool(value)
 
-
-def _decay_p(self: Any, steps: Steps) -> Values:
-    o = self._ops
-    p = steps.astype(o.dtype) / o.c(self.decay_steps)
-    return np.floor(p) if self.staircase else p
-
-
-class _RateDecay(_KerasSchedule):
-    """Keras' decays of ``(initial_learning_rate, decay_steps, decay_rate, staircase)``."""
-
-    _fields = ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name")
-
-    def __init__(
-        self,
-        initial_learning_rate: float,
-        decay_steps: int,
-        decay_rate: float,
-        staircase: bool = False,
-        name: str | None = None,
-    ) -> None:
-        _check_rate("initial_learning_rate", initial_learning_rate)
-        check_positive_steps("decay_steps", decay_steps)
-        check_number("decay_rate", decay_rate)
-        check_flag("staircase", staircase)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = type(self).__name__ if name is None else name  # Keras' default name
-        self._init(initial_learning_rate)
+    def _named(self, name: str | None) -> str | None:
+        return type(self).__name__ if name is None else name  # Keras' default name
 
 
-class ExponentialDecay(_RateDecay):
+class ExponentialDecay(_KerasSchedule, Exponential):
     """``initial_learning_rate * decay_rate ** (step / decay_steps)``, as Keras computes it.
 
     Example:
         >>> ExponentialDecay(1.0, 10, 0.5, staircase=True)(10)
         0.5
     """
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        rate = o.pow(o.c(self.decay_rate), _decay_p(self, steps))
-        return o.c(self.initial_learning_rate) * rate
 
 
 class PiecewiseConstantDecay(_KerasSchedule):
@@ -386,7 +380,7 @@ class PiecewiseConstantDecay(_KerasSchedule):
         return result
 
 
-class PolynomialDecay(_KerasSchedule):
+class PolynomialDecay(_KerasSchedule, Polynomial):
     """``(initial - end) * (1 - step / decay_steps) ** power + end``, as Keras computes it.
 
     Example:
@@ -394,14 +388,7 @@ class PolynomialDecay(_KerasSchedule):
         0.5
     """
 
-    _fields = (
-        "initial_learning_rate",
-        "decay_steps",
-        "end_learning_rate",
-        "power",
-        "cycle",
-        "name",
-    )
+    _own_signature = 1
 
     def __init__(
         self,
@@ -412,54 +399,16 @@ class PolynomialDecay(_KerasSchedule):
         cycle: bool = False,
         name: str = "PolynomialDecay",
     ) -> None:
-        _check_rate("initial_learning_rate", initial_learning_rate)
-        check_positive_steps("decay_steps", decay_steps)
-        check_number("end_learning_rate", end_learning_rate)
-        check_number("power", power)
-        check_flag("cycle", cycle)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.end_learning_rate = end_learning_rate
-        self.power = power
-        self.cycle = cycle
-        self.name = name
-        self._init(initial_learning_rate)
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        t = steps.astype(o.dtype)
-        d = o.c(self.decay_steps)
-        if self.cycle:
-            # Keras divides by the Python number itself here (a float64 rate: the float64
-            # nearest it), where ``d`` is cast through float32 as ``ops.cast`` casts it.
-            multiplier = np.where(t == 0, o.c(1.0), np.ceil(t / o.exact(self.decay_steps)))
-            d = d * multiplier
-        else:
-            t = np.minimum(t, d)
-        p = t / d
-        initial, end = o.c(self.initial_learning_rate), o.c(self.end_learning_rate)
-        return (initial - end) * o.pow(1 - p, o.c(self.power)) + end
+        super().__init__(initial_learning_rate, decay_steps, end_learning_rate, power, cycle, name)
 
 
-class InverseTimeDecay(_RateDecay):
+class InverseTimeDecay(_KerasSchedule, InverseTime):
     """``initial_learning_rate / (1 + decay_rate * step / decay_steps)``, as Keras does it.
 
     Example:
         >>> InverseTimeDecay(1.0, 10, 1.0)(10)
         0.5
     """
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        denominator = o.c(1) + o.c(self.decay_rate) * _decay_p(self, steps)
-        return o.c(self.initial_learning_rate) / denominator
-
-
-def cosine_decayed(ops: Any, fraction: Values, alpha: float, lr: Any) -> Values:
-    """Keras' ``_decay_function``: ``lr * ((1 - alpha) * 0.5 * (1 + cos(pi f)) + alpha)``."""
-    cosine = 0.5 * (ops.c(1.0) + ops.cos(ops.exact(math.pi) * fraction))
-    decayed = ops.exact(1 - alpha) * cosine + ops.exact(alpha)
-    return lr * decayed
 
 
 class CosineDecay(_KerasSchedule):
@@ -489,7 +438,7 @@ class CosineDecay(_KerasSchedule):
         warmup_target: float | None = None,
         warmup_steps: int = 0,
     ) -> None:
-        _check_rate("initial_learning_rate", initial_learning_rate)
+        self._check_initial(initial_learning_rate, cosine=True)
         check_positive_steps("decay_steps", decay_steps)
         check_number("alpha", alpha)
         check_number("warmup_target", warmup_target, optional=True)
@@ -522,7 +471,7 @@ class CosineDecay(_KerasSchedule):
         return np.where(before, warm, decay)
 
 
-class CosineDecayRestarts(_KerasSchedule):
+class CosineDecayRestarts(_KerasSchedule, CosineRestarts):
     """SGDR, as Keras computes it (periods ``t_mul`` times longer, ``m_mul`` times lower).
 
     Example:
@@ -530,7 +479,7 @@ class CosineDecayRestarts(_KerasSchedule):
         1.0
     """
 
-    _fields = ("initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha", "name")
+    _own_signature = 1
 
     def __init__(
         self,
@@ -541,32 +490,4 @@ class CosineDecayRestarts(_KerasSchedule):
         alpha: float = 0.0,
         name: str = "SGDRDecay",
     ) -> None:
-        _check_rate("initial_learning_rate", initial_learning_rate)
-        check_positive_steps("first_decay_steps", first_decay_steps)
-        check_positive_steps("t_mul", t_mul)
-        check_number("m_mul", m_mul)
-        check_number("alpha", alpha)
-        self.initial_learning_rate = initial_learning_rate
-        self.first_decay_steps = first_decay_steps
-        self.t_mul = t_mul
-        self.m_mul = m_mul
-        self.alpha = alpha
-        self.name = name
-        self._init(initial_learning_rate)
-
-    def _formula(self, steps: Steps) -> Values:
-        o = self._ops
-        one = o.c(1.0)
-        alpha, t_mul, m_mul = o.c(self.alpha), o.c(self.t_mul), o.c(self.m_mul)
-        fraction = steps.astype(o.dtype) / o.c(self.first_decay_steps)
-        if t_mul == 1.0:
-            restart = np.floor(fraction)
-            fraction = fraction - restart
-        else:
-            restart = np.floor(o.log(one - fraction * (one - t_mul)) / o.log(t_mul))
-            sum_r = (one - o.pow(t_mul, restart)) / (one - t_mul)
-            fraction = (fraction - sum_r) / o.pow(t_mul, restart)
-        m_fac = o.pow(m_mul, restart)
-        cosine = 0.5 * m_fac * (one + o.cos(o.exact(math.pi) * fraction))
-        decayed = (one - alpha) * cosine + alpha
-        return o.c(self.initial_learning_rate) * decayed
+        super().__init__(initial_learning_rate, first_decay_steps, t_mul, m_mul, alpha, name)

@@ -147,13 +147,13 @@ class LambdaLR(TorchSchedule):
     lr_lambda: Callable[[int], float]
 
     _recursive: ClassVar[bool] = False
-    _absolute: ClassVar[bool] = True
+    absolute_rate: ClassVar[bool] = True
 
     def _check(self) -> None:
         check_rate("base_lr", self.base_lr)
         _check_lambda(type(self), self.lr_lambda)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         return self.base_lr * self.lr_lambda(k)
 
     def _closed_array(self, ks: Any) -> Any:
@@ -193,13 +193,13 @@ class MultiplicativeLR(TorchSchedule):
         check_rate("base_lr", self.base_lr)
         _check_lambda(type(self), self.lr_lambda)
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         return lr * self.lr_lambda(k)
 
-    def _restart(self, lr: float) -> float:
+    def restart_rate(self, lr: float) -> float:
         return lr * self.lr_lambda(0)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         lr = self._at(CACHE_STEPS - 1)
         for j in range(CACHE_STEPS, k + 1):
             lr = lr * self.lr_lambda(j)
@@ -229,7 +229,7 @@ class StepLR(TorchSchedule):
     def _prepare(self) -> None:
         object.__setattr__(self, "_size", self._n["step_size"])
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         return lr if k % self._size else lr * self.gamma
 
     def _factors(self, ks: Any) -> Any:
@@ -237,7 +237,7 @@ class StepLR(TorchSchedule):
             return None
         return np.where(ks % self._size == 0, float(self.gamma), 1.0)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         return self.base_lr * _power(self.gamma, k // self._size)
 
 
@@ -268,10 +268,10 @@ class MultiStepLR(TorchSchedule):
         object.__setattr__(self, "_counts", Counter(milestones))
         object.__setattr__(self, "_sorted", tuple(sorted(milestones)))
 
-    def _first(self, lr: float) -> float:
-        return self._next(lr, 0)
+    def first_rate(self, lr: float) -> float:
+        return self.next_rate(lr, 0)
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         count = self._counts.get(k)
         return lr if count is None else lr * self.gamma**count
 
@@ -288,7 +288,7 @@ class MultiStepLR(TorchSchedule):
             return None
         return factors
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         return self.base_lr * _power(self.gamma, bisect.bisect_right(self._sorted, k))
 
 
@@ -322,10 +322,10 @@ class ConstantLR(TorchSchedule):
     def _prepare(self) -> None:
         object.__setattr__(self, "_total", self._n["total_iters"])
 
-    def _first(self, lr: float) -> float:
+    def first_rate(self, lr: float) -> float:
         return lr * self.factor
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         return lr * (1.0 / self.factor) if k == self._total else lr
 
     def _factors(self, ks: Any) -> Any:
@@ -337,7 +337,7 @@ class ConstantLR(TorchSchedule):
             factors[self._total - start] = 1.0 / self.factor
         return factors
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         if self._total == 0:
             return float(self.base_lr * self.factor)
         return float(self.base_lr * (self.factor + (k >= self._total) * (1 - self.factor)))
@@ -376,10 +376,10 @@ class LinearLR(TorchSchedule):
     def _prepare(self) -> None:
         object.__setattr__(self, "_total", self._n["total_iters"])
 
-    def _first(self, lr: float) -> float:
+    def first_rate(self, lr: float) -> float:
         return lr * self.start_factor
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         if k > self._total:
             return lr
         s, e = self.start_factor, self.end_factor
@@ -397,7 +397,7 @@ class LinearLR(TorchSchedule):
                 return None
             return np.where(inside, 1.0 + d / under, 1.0)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         s, e, total = self.start_factor, self.end_factor, self._total
         return self.base_lr * (s + (e - s) * min(total, k) / total)
 
@@ -418,7 +418,7 @@ class ExponentialLR(TorchSchedule):
         check_rate("base_lr", self.base_lr)
         check_real("gamma", self.gamma)
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         return lr * self.gamma
 
     def _factors(self, ks: Any) -> Any:
@@ -426,7 +426,7 @@ class ExponentialLR(TorchSchedule):
             return None
         return np.full(ks.shape, float(self.gamma))
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         return self.base_lr * _power(self.gamma, k)
 
 
@@ -456,7 +456,7 @@ class PolynomialLR(TorchSchedule):
     def _prepare(self) -> None:
         object.__setattr__(self, "_total", self._n["total_iters"])
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         total = self._total
         if k > total:
             return lr
@@ -472,7 +472,7 @@ class PolynomialLR(TorchSchedule):
         ratio = (1.0 - k / total) / (1.0 - (k - 1.0) / total)
         return np.where(inside, libm64(np.power, ratio, np.full(ratio.shape, float(power))), 1.0)
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         total = self._total
         rate: float = self.base_lr * (1.0 - min(total, k) / total) ** self.power
         return rate
@@ -509,7 +509,7 @@ class CosineAnnealingLR(TorchSchedule):
     def _prepare(self) -> None:
         object.__setattr__(self, "_tmax", self._n["T_max"])
 
-    def _next(self, lr: float, k: int) -> float:
+    def next_rate(self, lr: float, k: int) -> float:
         t, eta = self._tmax, self.eta_min
         if (k - 1 - t) % (2 * t) == 0:
             return lr + (self.base_lr - eta) * (1 - math.cos(math.pi / t)) / 2
@@ -560,6 +560,6 @@ class CosineAnnealingLR(TorchSchedule):
             begin = edge + 1
         return out
 
-    def _closed(self, k: int) -> float:
+    def closed_form(self, k: int) -> float:
         eta = self.eta_min
         return eta + (self.base_lr - eta) * (1 + math.cos(math.pi * k / self._tmax)) / 2

@@ -233,7 +233,7 @@ def learning_rate_schedule(schedule: Any, *, gradient_accumulation_steps: int | 
     Raises:
         ConfigError: ``schedule`` is not a globalstep schedule.
     """
-    if isinstance(schedule, compat_keras._KerasSchedule):
+    if compat_keras.is_compat_schedule(schedule):
         if gradient_accumulation_steps is not None:
             raise ConfigError(
                 "gradient_accumulation_steps",
@@ -241,8 +241,7 @@ def learning_rate_schedule(schedule: Any, *, gradient_accumulation_steps: int | 
                 "optimizer's micro-steps exactly as Keras' own schedule does",
                 gradient_accumulation_steps,
             )
-        face = compat_keras._keras_face(type(schedule))
-        return schedule if type(schedule) is face else face.from_config(schedule.get_config())  # type: ignore[attr-defined]
+        return compat_keras.keras_face_of(schedule)
     return GlobalStepSchedule(schedule, gradient_accumulation_steps=gradient_accumulation_steps)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,7 +34,76 @@ __all__ = ["ReduceOnPlateau"]
 _STATE_KEYS = ("value", "best", "bad_updates", "cooldown_left", "updates")
 
 
-class ReduceOnPlateau:
+class PlateauRule:
+    """PyTorch's ``ReduceLROnPlateau`` rules, the one implementation that
+    :class:`ReduceOnPlateau` and :class:`globalstep.compat.torch.ReduceLROnPlateau` share.
+
+    A subclass checks its parameters, sets ``mode``, ``factor``, ``patience``,
+    ``threshold``, ``threshold_mode``, ``cooldown``, ``min_value`` and ``eps``, calls
+    :meth:`_start` with the initial value, and passes each metric to :meth:`_record`; the
+    state lives in ``_value``, ``_best``, ``_bad``, ``_cooldown_left`` and ``_updates``,
+    which the subclass shows under its own names.
+    """
+
+    #: Whether a NaN or infinite metric counts as no improvement. globalstep's
+    #: ReduceOnPlateau says so; torch compares it as it is (``-inf`` improves on any best in
+    #: ``"min"`` mode, NaN never improves), and so does its compat twin.
+    _finite_metrics_only: ClassVar[bool] = True
+
+    mode: str
+    factor: float
+    patience: int
+    threshold: float
+    threshold_mode: str
+    cooldown: int
+    min_value: float
+    eps: float
+    _value: float
+    _best: float
+
+    def _start(self, initial: float) -> None:
+        """Sets the state of a fresh rule: ``initial`` as the value, no best yet."""
+        self._worse = math.inf if self.mode == "min" else -math.inf
+        self._value = initial
+        self._best = self._worse
+        self._bad = 0
+        self._cooldown_left = 0
+        self._updates = 0
+
+    def _is_better(self, metric: float) -> bool:
+        """Whether ``metric`` improves on the best so far, by torch's ``is_better``."""
+        best = self._best
+        if self._finite_metrics_only and not math.isfinite(metric):
+            return False
+        if self.mode == "min" and self.threshold_mode == "rel":
+            return metric < best * (1.0 - self.threshold)
+        if self.mode == "min":
+            return metric < best - self.threshold
+        if self.threshold_mode == "rel":
+            return metric > best * (self.threshold + 1.0)
+        return metric > best + self.threshold
+
+    def _record(self, metric: float) -> None:
+        """One evaluation of ``metric`` (a float), as torch's ``step(metrics)``."""
+        self._updates += 1
+        if self._is_better(metric):
+            self._best = metric
+            self._bad = 0
+        else:
+            self._bad += 1
+        if self._cooldown_left > 0:
+            self._cooldown_left -= 1
+            self._bad = 0
+        if self._bad > self.patience:
+            old = float(self._value)
+            new = max(old * self.factor, self.min_value)
+            if old - new > self.eps:
+                self._value = new
+            self._cooldown_left = self.cooldown
+            self._bad = 0
+
+
+class ReduceOnPlateau(PlateauRule):
     """Multiplies the value by ``factor`` when ``metric`` stops improving.
 
     Args:
@@ -89,11 +158,7 @@ class ReduceOnPlateau:
         self.cooldown = cooldown
         self.min_value = float(min_value)
         self.eps = float(eps)
-        self._value = self.initial
-        self._best = math.inf if mode == "min" else -math.inf
-        self._bad = 0
-        self._cooldown_left = 0
-        self._updates = 0
+        self._start(self.initial)
 
     def __repr__(self) -> str:
         return (
@@ -106,16 +171,6 @@ class ReduceOnPlateau:
         """The value now."""
         return self._value
 
-    def _better(self, metric: float) -> bool:
-        if not math.isfinite(metric):
-            return False
-        sign = 1.0 if self.mode == "max" else -1.0
-        if self.threshold_mode == "rel":
-            bar = self._best * (1.0 + sign * self.threshold)
-        else:
-            bar = self._best + sign * self.threshold
-        return metric > bar if self.mode == "max" else metric < bar
-
     def update(self, metric: float) -> float:
         """Records one evaluation of the metric and returns the value to use from now on.
 
@@ -124,22 +179,7 @@ class ReduceOnPlateau:
         """
         if isinstance(metric, bool) or not isinstance(metric, int | float | np.number):
             raise ConfigError("metric", "must be a real number", metric)
-        metric = float(metric)
-        self._updates += 1
-        if self._better(metric):
-            self._best = metric
-            self._bad = 0
-        else:
-            self._bad += 1
-        if self._cooldown_left > 0:
-            self._cooldown_left -= 1
-            self._bad = 0
-        if self._bad > self.patience:
-            reduced = max(self._value * self.factor, self.min_value)
-            if self._value - reduced > self.eps:
-                self._value = reduced
-            self._cooldown_left = self.cooldown
-            self._bad = 0
+        self._record(float(metric))
         return self._value
 
     def __call__(self, step: int) -> float:
@@ -180,9 +220,7 @@ class ReduceOnPlateau:
         if best is not None:
             check_number("state['best']", best)
         self._value = float(state["value"])
-        self._best = (
-            float(best) if best is not None else (math.inf if self.mode == "min" else -math.inf)
-        )
+        self._best = float(best) if best is not None else self._worse
         self._bad = state["bad_updates"]
         self._cooldown_left = state["cooldown_left"]
         self._updates = state["updates"]
