@@ -26,6 +26,9 @@ from globalstep.summary._base import KIND, PAYLOAD, SCALAR, SCALARS, Item
 
 __all__ = [
     "FLOAT32_MAX",
+    "TOGETHER",
+    "TOGETHER_ON_CPU",
+    "Record",
     "TensorReader",
     "as_array",
     "as_float",
