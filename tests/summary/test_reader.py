@@ -157,3 +157,25 @@ def test_tensorflow_2_tensor_scalars_from_event_files(tmp_path):
     records.append(frame(empty.SerializeToString()))  # no number: nothing to read
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"".join(records))
     assert [(p.step, p.value) for p in read_run(tmp_path).scalars["loss"]] == [(0, 0.5), (1, 0.25)]
+
+
+def test_a_run_log_is_built_and_purged_through_its_public_methods():
+    """RunLog.add_* append to their own series; purge drops every point at its step and
+    above from each series and records the mark; max_step follows."""
+    from globalstep.summary.reader import Point, RunLog
+
+    run = RunLog(name=".", source="jsonl")
+    for step in (1, 2, 3):
+        run.add_scalar("loss", Point(step, 0.0, 1.0 / step))
+    run.add_histogram("w", Point(2, 0.0, {"num": 1}))
+    run.add_text("note", Point(3, 0.0, "three"))
+    assert [p.step for p in run.scalars["loss"]] == [1, 2, 3]
+    assert run.max_step == 3
+    run.purge(2)
+    assert [p.step for p in run.scalars["loss"]] == [1]
+    assert run.histograms == {"w": []}
+    assert run.texts == {"note": []}
+    assert run.restarts == [2]
+    assert run.max_step == 1
+    run.add_scalar("loss", Point(2, 0.0, 0.25))
+    assert [(p.step, p.value) for p in run.scalars["loss"]] == [(1, 1.0), (2, 0.25)]

@@ -251,7 +251,7 @@ def test_background_write_error_surfaces_on_next_call(tmp_path):
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=0.01)
     writer.scalar("x", 1.0, step=0)
     deadline = time.monotonic() + 120
-    while writer._error is None and time.monotonic() < deadline:
+    while writer._sink.error is None and time.monotonic() < deadline:
         time.sleep(0.01)
     with pytest.raises(SummaryWriteError, match="No space left on device") as info:
         writer.scalar("x", 2.0, step=1)
@@ -270,7 +270,7 @@ def test_write_error_keeps_what_was_flushed(tmp_path):
     def full(data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    for backend in writer._backends:
+    for backend in writer._sink.backends:
         backend._file.write = full
     writer.scalar("x", 100.0, step=100)
     with pytest.raises(SummaryWriteError, match="No space left"):
@@ -442,8 +442,8 @@ def test_scalars_check_each_tag_once(writer, monkeypatch):
     from globalstep.summary import writer as writer_module
 
     checked = []
-    real = writer_module._check_tag
-    monkeypatch.setattr(writer_module, "_check_tag", lambda t: checked.append(t) or real(t))
+    real = writer_module.check_tag
+    monkeypatch.setattr(writer_module, "check_tag", lambda t: checked.append(t) or real(t))
     for step in range(3):
         writer.scalars({"a": 1.0, "b": np.float32(2.0)}, step=step)
         writer.scalar("c", 3.0, step=step)
@@ -589,9 +589,9 @@ def test_histogram_and_text_wall_times(tmp_path):
 def test_queue_bound_writes_on_the_callers_thread(tmp_path, monkeypatch):
     """When the queue passes its bound, the caller writes it itself instead of growing it."""
     monkeypatch.setattr("globalstep.summary.writer._BATCH_ITEMS", 5)
-    monkeypatch.setattr("globalstep.summary.writer._MAX_QUEUED", 10)
+    monkeypatch.setattr("globalstep.summary._queue.MAX_QUEUED", 10)
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
-    real_wake = writer._wake
+    real_wake = writer._sink.wake
 
     class Deaf:
         """An event whose set() the sleeping background thread never hears."""
@@ -599,11 +599,11 @@ def test_queue_bound_writes_on_the_callers_thread(tmp_path, monkeypatch):
         def set(self):
             pass
 
-    writer._wake = Deaf()
+    writer._sink.wake = Deaf()
     for i in range(10):
         writer.scalar("x", float(i), step=i)
     written = len(read_run(tmp_path).scalars["x"])
-    writer._wake = real_wake
+    writer._sink.wake = real_wake
     writer.close()
     assert written == 10
 
@@ -897,7 +897,7 @@ def test_failed_write_counts_the_points_of_each_group(tmp_path):
     def full(data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    writer._backends[0]._file.write = full
+    writer._sink.backends[0]._file.write = full
     writer.scalars({"a": 1.0, "b": 2.0, "c": 3.0}, step=1)
     writer.scalar("a", 4.0, step=2)
     writer._drain()
@@ -993,26 +993,24 @@ def test_scalars_of_an_empty_mapping_writes_nothing(tmp_path):
 @pytest.fixture
 def together_on_cpu(monkeypatch):
     """Reads CPU tensors together too, as tensors on an accelerator are (no GPU here)."""
-    from globalstep.summary import writer as writer_module
+    from globalstep.summary import _values
 
-    monkeypatch.setattr(writer_module, "_TOGETHER_ON_CPU", True)
+    monkeypatch.setattr(_values, "TOGETHER_ON_CPU", True)
 
 
 def test_cpu_tensors_are_read_one_by_one(tmp_path, monkeypatch):
     """Tensors on the CPU are read with item() (a plain read there; a stack costs more),
     and the writer does not look for tensors to read together."""
     torch = pytest.importorskip("torch")
-    from globalstep.summary import writer as writer_module
+    from globalstep.summary import _values
 
     looked = []
-    monkeypatch.setattr(
-        writer_module, "_read_together", lambda items, limit: looked.append(1) or False
-    )
+    monkeypatch.setattr(_values, "read_together", lambda items, limit: looked.append(1) or False)
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
     for step in range(20):
         writer.scalars({"loss": torch.tensor(step / 8)}, step=step)
     writer.close()
-    assert not writer._on_device
+    assert not writer._sink.on_device
     assert looked == []
     assert [p.value for p in read_run(tmp_path).scalars["loss"]] == [s / 8 for s in range(20)]
 
@@ -1023,12 +1021,12 @@ def test_a_tensor_on_a_device_turns_reading_together_on(tmp_path):
     torch = pytest.importorskip("torch")
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
     writer.scalars({"cpu": torch.tensor(0.5)}, step=0)
-    assert not writer._on_device
+    assert not writer._sink.on_device
     writer.scalars({"meta": torch.tensor(0.5, device="meta")}, step=1)
-    assert writer._on_device
+    assert writer._sink.on_device
     single = SummaryWriter(tmp_path / "single", formats=("jsonl",), flush_seconds=3600)
     single.scalar("meta", torch.tensor(0.5, device="meta"), step=0)  # scalar() looks too
-    assert single._on_device
+    assert single._sink.on_device
     single._queue.clear()
     single.close()
     writer._queue.clear()  # a meta tensor has no value to write
@@ -1040,7 +1038,7 @@ def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, toget
     """Many 0-d tensors of one dtype are read in one stack, and the files hold what
     reading each with item() writes, in both formats (refusals included)."""
     torch = pytest.importorskip("torch")
-    from globalstep.summary import writer as writer_module
+    from globalstep.summary import _values
 
     generator = torch.Generator().manual_seed(0)
     values = torch.randn(40, generator=generator, dtype=torch.float64) * 1e3
@@ -1060,7 +1058,7 @@ def test_tensors_read_together_give_what_item_gives(tmp_path, monkeypatch, toget
     monkeypatch.setattr(torch, "stack", lambda ts: stacks.append(len(ts)) or real_stack(ts))
     together, together_events = write(tmp_path / "together")
     assert stacks == [41]
-    monkeypatch.setattr(writer_module, "_read_together", lambda items, limit: False)
+    monkeypatch.setattr(_values, "read_together", lambda items, limit: False)
     alone, alone_events = write(tmp_path / "alone")
     assert stacks == [41]
     for tag in ("x", "one"):
@@ -1094,7 +1092,7 @@ def test_tensors_not_read_together_fall_back_to_item(tmp_path, together_on_cpu):
     """Fewer tensors than a stack is worth, shapes other than 0-d, and a failed stack are
     read one by one: the same numbers."""
     torch = pytest.importorskip("torch")
-    from globalstep.summary import writer as writer_module
+    from globalstep.summary import _values
 
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
     for step in range(3):
@@ -1111,7 +1109,7 @@ def test_tensors_not_read_together_fall_back_to_item(tmp_path, together_on_cpu):
 
     torch.stack = failing_stack
     try:
-        assert writer_module._read_together(list(writer._queue), math.inf) is False
+        assert _values.read_together(list(writer._queue), math.inf) is False
         writer.close()
     finally:
         torch.stack = real_stack

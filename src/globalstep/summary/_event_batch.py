@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from globalstep.summary._base import MASK_DELTA, Item
+from globalstep.summary._base import MASK_DELTA, PAYLOAD, STEP, WALL_TIME, Item
 
 __all__ = ["MIN_GROUPS", "encode_groups"]
 
@@ -111,15 +111,15 @@ def encode_groups(
     a value past float32's range, go to ``encode_one`` one group at a time, in order.
     """
     count = len(run)
-    values = [value for item in run for value in item[4].values()]
+    values = [value for item in run for value in item[PAYLOAD].values()]
     try:
         value_bytes = struct.pack(f"<{len(values)}f", *values)
     except OverflowError:  # an infinity in the event: encode_one knows how
         for item in run:
             encode_one(item)
         return
-    wall_bytes = struct.pack(f"<{count}d", *[item[3] for item in run])
-    steps = np.array([item[2] for item in run], dtype=np.int64)
+    wall_bytes = struct.pack(f"<{count}d", *[item[WALL_TIME] for item in run])
+    steps = np.array([item[STEP] for item in run], dtype=np.int64)
     lengths = _varint_lengths(steps)
     has_time = np.frombuffer(wall_bytes, dtype="<u8") != 0  # +0.0 is left out
     layouts = lengths + 16 * has_time

@@ -27,7 +27,9 @@ from typing import Any
 from globalstep._optional import require
 from globalstep.summary._base import (
     HISTOGRAM,
+    KIND,
     MASK_DELTA,
+    PAYLOAD,
     RESTART,
     SCALAR,
     SCALARS,
@@ -184,7 +186,7 @@ class TensorBoardBackend:
         append = chunks.append
         if len(items) < MIN_GROUPS:
             for item in items:
-                if item[0] == SCALARS:
+                if item[KIND] == SCALARS:
                     self._encode_group(item, append)
                 else:
                     self._encode_other(item, append)
@@ -193,8 +195,8 @@ class TensorBoardBackend:
             run: list[Item] = []
             run_tags: tuple[str, ...] = ()
             for item in items:
-                if item[0] == SCALARS:
-                    tags = tuple(item[4])
+                if item[KIND] == SCALARS:
+                    tags = tuple(item[PAYLOAD])
                     if tags != run_tags:
                         if run:
                             self._encode_run(run, run_tags, append)

@@ -27,6 +27,7 @@ import io
 import math
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TextIO
 
 from globalstep.errors import ConfigError
@@ -110,6 +111,25 @@ def _write_csv(runs: list[RunLog], tag: str | None, out: TextIO) -> None:
             if tag is None or name == tag:
                 for p in run.scalars[name]:
                     writer.writerow([run.name, name, p.step, repr(p.wall_time), repr(p.value)])
+
+
+def _write_csv_file(runs: list[RunLog], tag: str | None, path: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        _write_csv(runs, tag, file)
+
+
+def _write_file(
+    option: str, path: str, write: Callable[[], None], out: Callable[[str], Any]
+) -> None:
+    """Runs ``write`` (which writes the file at ``path``) and says so; an OSError is
+    refused as a ConfigError naming ``option``."""
+    try:
+        write()
+    except OSError as err:
+        raise ConfigError(
+            option, "must be a file that can be written", path, hint=str(err)
+        ) from err
+    out(f"wrote {path}")
 
 
 def _label(run: RunLog, logdir: str, several: bool) -> str:
@@ -197,23 +217,10 @@ def run_logs(
             _write_csv(runs, tag, buffer)
             out(buffer.getvalue().rstrip("\n"))
         else:
-            try:
-                with open(csv_path, "w", newline="", encoding="utf-8") as file:
-                    _write_csv(runs, tag, file)
-            except OSError as err:
-                raise ConfigError(
-                    "--csv", "must be a file that can be written", csv_path, hint=str(err)
-                ) from err
-            out(f"wrote {csv_path}")
+            _write_file("--csv", csv_path, partial(_write_csv_file, runs, tag, csv_path), out)
         return 0
     if plot is not None and tag is not None:
-        try:
-            _plot_png(labelled, tag, plot, log_y=log_y)
-        except OSError as err:
-            raise ConfigError(
-                "--plot", "must be a file that can be written", plot, hint=str(err)
-            ) from err
-        out(f"wrote {plot}")
+        _write_file("--plot", plot, partial(_plot_png, labelled, tag, plot, log_y=log_y), out)
         return 0
     for label, run in labelled:
         out(f"run {run.name if len(logdirs) == 1 else label} ({run.source})")

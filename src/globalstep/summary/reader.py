@@ -81,10 +81,21 @@ class RunLog:
     def _series(self) -> list[dict[str, list[Point]]]:
         return [self.scalars, self.histograms, self.texts]
 
-    def _add(self, series: dict[str, list[Point]], tag: str, point: Point) -> None:
-        series.setdefault(tag, []).append(point)
+    def add_scalar(self, tag: str, point: Point) -> None:
+        """Appends ``point`` (its value a float) to the scalar series ``tag``."""
+        self.scalars.setdefault(tag, []).append(point)
 
-    def _purge(self, purge_step: int) -> None:
+    def add_histogram(self, tag: str, point: Point) -> None:
+        """Appends ``point`` (its value a dict of histogram fields) to the series ``tag``."""
+        self.histograms.setdefault(tag, []).append(point)
+
+    def add_text(self, tag: str, point: Point) -> None:
+        """Appends ``point`` (its value a str) to the text series ``tag``."""
+        self.texts.setdefault(tag, []).append(point)
+
+    def purge(self, purge_step: int) -> None:
+        """Applies a restart mark: drops every point at ``purge_step`` and above from every
+        series, and appends ``purge_step`` to :attr:`restarts`."""
         self.restarts.append(purge_step)
         for series in self._series():
             for tag, points in series.items():
@@ -147,15 +158,15 @@ def _remote_jsonl(url: str, storage_options: Mapping[str, Any] | None) -> bytes 
 
 def _add_record(run: RunLog, record: dict[str, Any]) -> None:
     if "restart" in record:
-        run._purge(int(record["restart"]))
+        run.purge(int(record["restart"]))
         return
     step, wall_time, tag = int(record["step"]), float(record["wall_time"]), str(record["tag"])
     if "value" in record:
-        run._add(run.scalars, tag, Point(step, wall_time, float(record["value"])))
+        run.add_scalar(tag, Point(step, wall_time, float(record["value"])))
     elif "histogram" in record:
-        run._add(run.histograms, tag, Point(step, wall_time, dict(record["histogram"])))
+        run.add_histogram(tag, Point(step, wall_time, dict(record["histogram"])))
     elif "text" in record:
-        run._add(run.texts, tag, Point(step, wall_time, str(record["text"])))
+        run.add_text(tag, Point(step, wall_time, str(record["text"])))
     else:
         raise KeyError("value")
 
@@ -176,7 +187,7 @@ def _read_event_file(path: str, run: RunLog) -> None:
         event = event_pb2.Event.FromString(data)
         if event.HasField("session_log") and event.session_log.status == start:
             if data != previous:  # our writer writes each mark twice (see _tensorboard)
-                run._purge(event.step)
+                run.purge(event.step)
             previous = data
             continue
         previous = b""
@@ -187,7 +198,7 @@ def _read_event_file(path: str, run: RunLog) -> None:
 def _add_value(run: RunLog, value: Any, step: int, wall_time: float) -> None:
     kind = value.WhichOneof("value")
     if kind == "simple_value":
-        run._add(run.scalars, value.tag, Point(step, wall_time, float(value.simple_value)))
+        run.add_scalar(value.tag, Point(step, wall_time, float(value.simple_value)))
     elif kind == "histo":
         h = value.histo
         fields = {
@@ -199,17 +210,17 @@ def _add_value(run: RunLog, value: Any, step: int, wall_time: float) -> None:
             "bucket_limit": list(h.bucket_limit),
             "bucket": list(h.bucket),
         }
-        run._add(run.histograms, value.tag, Point(step, wall_time, fields))
+        run.add_histogram(value.tag, Point(step, wall_time, fields))
     elif kind == "tensor":
         plugin = value.metadata.plugin_data.plugin_name
         tensor = value.tensor
         if plugin == "text" and tensor.string_val:
             text = tensor.string_val[0].decode("utf-8", "replace")
-            run._add(run.texts, value.tag, Point(step, wall_time, text))
+            run.add_text(value.tag, Point(step, wall_time, text))
         elif plugin == "scalars":
             number = (list(tensor.float_val) + list(tensor.double_val) or [None])[0]
             if number is not None:
-                run._add(run.scalars, value.tag, Point(step, wall_time, float(number)))
+                run.add_scalar(value.tag, Point(step, wall_time, float(number)))
 
 
 def read_run(

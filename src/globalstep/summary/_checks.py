@@ -1,0 +1,176 @@
+"""The writer's argument rules: tags, steps, formats and the constructor's options.
+
+Each rule refuses a value with a :class:`~globalstep.errors.ConfigError` that names the
+parameter, the rule and the value received, before the writer changes anything (the
+directory the options name is created last, once every other option has passed).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from globalstep.clock import MAX_STEP, Clock
+from globalstep.errors import ConfigError
+from globalstep.summary._values import short
+
+__all__ = [
+    "FORMATS",
+    "WriterOptions",
+    "check_formats",
+    "check_step",
+    "check_tag",
+    "checked_options",
+]
+
+FORMATS = ("tensorboard", "jsonl")
+"""The output formats a writer knows."""
+
+
+def check_tag(tag: Any) -> str:
+    """Returns ``tag`` where it is a valid tag: a str of printable characters, not blank,
+    without a backslash.
+
+    Raises:
+        ConfigError: ``tag`` breaks one of those rules.
+    """
+    if not isinstance(tag, str):
+        raise ConfigError("tag", "must be a str", tag)
+    if not tag.strip():
+        raise ConfigError("tag", "must not be empty or blank", tag)
+    if "\\" in tag:
+        raise ConfigError("tag", "must not contain a backslash", tag, hint="Use '/' to group tags.")
+    if not tag.isprintable():
+        raise ConfigError("tag", "must hold printable characters only (no newline)", tag)
+    return tag
+
+
+def check_step(step: Any, parameter: str = "step") -> int:
+    """Returns ``step`` as an int where it is one (or has ``__index__``) in [0, 2**63-1].
+
+    Raises:
+        ConfigError: ``step`` (named ``parameter``) is not such an int.
+    """
+    if isinstance(step, bool) or not isinstance(step, int):
+        index = getattr(step, "__index__", None)
+        if index is None or isinstance(step, bool):
+            raise ConfigError(parameter, "must be an int", step)
+        try:
+            step = index()
+        except (TypeError, ValueError) as err:
+            raise ConfigError(parameter, "must be an int", step) from err
+    if step < 0:
+        raise ConfigError(parameter, "must be >= 0", short(step))
+    if step > MAX_STEP:
+        raise ConfigError(
+            parameter, "must be <= 2**63-1 (TensorBoard stores steps as int64)", short(step)
+        )
+    return int(step)
+
+
+def check_formats(formats: Any) -> tuple[str, ...]:
+    """Returns ``formats`` as a tuple: a sequence naming each of :data:`FORMATS` at most
+    once, at least one.
+
+    Raises:
+        ConfigError: ``formats`` breaks that rule.
+    """
+    if isinstance(formats, str) or not isinstance(formats, Sequence):
+        raise ConfigError("formats", f"must be a sequence of names from {FORMATS}", formats)
+    chosen = tuple(formats)
+    if not chosen or len(set(chosen)) != len(chosen) or not set(chosen) <= set(FORMATS):
+        raise ConfigError(
+            "formats", f"must name each of {FORMATS} at most once, at least one", formats
+        )
+    return chosen
+
+
+class WriterOptions(NamedTuple):
+    """A writer's options, checked (see :class:`~globalstep.summary.writer.SummaryWriter`)."""
+
+    logdir: str
+    remote: bool  # whether logdir is an fsspec URL
+    formats: tuple[str, ...]
+    purge_step: int | None
+    guarded: frozenset[str]
+    flush_seconds: float
+    stale_threshold: int
+
+
+def checked_options(
+    logdir: Any,
+    *,
+    clock: Any,
+    formats: Any,
+    purge_step: Any,
+    guard_tags: Iterable[str],
+    on_nonfinite: Any,
+    flush_seconds: Any,
+    stale_threshold: Any,
+    storage_options: Mapping[str, Any] | None,
+) -> WriterOptions:
+    """Checks a writer's options in the order of its parameters, then creates ``logdir``
+    where it is a local directory, then checks ``stale_threshold``.
+
+    Raises:
+        ConfigError: an option breaks its rule, or ``logdir`` cannot be created.
+    """
+    if clock is not None and not isinstance(clock, Clock):
+        raise ConfigError("clock", "must be a globalstep Clock or None", clock)
+    formats = check_formats(formats)
+    if purge_step is not None:
+        purge_step = check_step(purge_step, "purge_step")
+    if isinstance(guard_tags, str):
+        raise ConfigError("guard_tags", "must be a collection of tags, not one str", guard_tags)
+    guarded = frozenset(check_tag(t) for t in guard_tags)
+    if on_nonfinite is not None and not callable(on_nonfinite):
+        raise ConfigError("on_nonfinite", "must be callable or None", on_nonfinite)
+    if (
+        isinstance(flush_seconds, bool)
+        or not isinstance(flush_seconds, int | float)
+        or not math.isfinite(flush_seconds)
+        or flush_seconds <= 0
+    ):
+        raise ConfigError("flush_seconds", "must be a finite number > 0", flush_seconds)
+    if not isinstance(logdir, str | os.PathLike):
+        raise ConfigError("logdir", "must be a path", logdir)
+    path = os.fspath(logdir)
+    remote = _checked_place(path, formats, storage_options)
+    if isinstance(stale_threshold, bool) or not isinstance(stale_threshold, int):
+        raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
+    if stale_threshold < 2:
+        raise ConfigError("stale_threshold", "must be an int >= 2", stale_threshold)
+    return WriterOptions(
+        path, remote, formats, purge_step, guarded, float(flush_seconds), stale_threshold
+    )
+
+
+def _checked_place(
+    logdir: str, formats: tuple[str, ...], storage_options: Mapping[str, Any] | None
+) -> bool:
+    """Checks where the files go and creates a local ``logdir``; returns whether it is an
+    fsspec URL."""
+    from globalstep.storage import is_remote
+
+    remote = is_remote(logdir)
+    if storage_options is not None and not remote:
+        raise ConfigError(
+            "storage_options", "applies to fsspec URL logdirs (s3://...) only", storage_options
+        )
+    if remote and formats != ("jsonl",):
+        raise ConfigError(
+            "formats",
+            "must be ('jsonl',) for an fsspec URL logdir (event files are written to "
+            "local directories only)",
+            formats,
+        )
+    try:
+        if not remote:
+            os.makedirs(logdir, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            "logdir", "must be a directory that can be created", logdir, hint=str(err)
+        ) from err
+    return remote
