@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from globalstep.errors import ConfigError
+from globalstep.integrations._resumable import batches_per_epoch, check_same_settings, count
 
 __all__ = ["ResumableDataset"]
 
@@ -63,23 +64,16 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
         drop_remainder: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError("batch_size", "must be an int >= 1", batch_size)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError("seed", "must be an int >= 0", seed)
+        self.batch_size = count("batch_size", batch_size, 1)
+        self.seed = count("seed", seed, 0)
         self.x, self.y = x, y
         lengths = {len(a) for a in keras.tree.flatten((x, y)) if a is not None}
         if len(lengths) != 1:
             raise ConfigError("x", "must hold arrays of one length (y's too)", sorted(lengths))
         self.rows = lengths.pop()
-        self.batch_size = batch_size
-        self.seed = seed
         self.shuffle = shuffle
         self.drop_remainder = drop_remainder
-        full, rest = divmod(self.rows, batch_size)
-        self.steps_per_epoch = full if drop_remainder or not rest else full + 1
-        if self.steps_per_epoch < 1:
-            raise ConfigError("batch_size", f"must be <= the {self.rows} rows", batch_size)
+        self.steps_per_epoch = batches_per_epoch(self.rows, batch_size, drop_remainder)
         self.position = 0  # batches consumed by training
         self._start = 0  # the position at which the running fit() began
         self._streaming = False  # inside globalstep's fit(): one stream from _start
@@ -249,13 +243,7 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
         Raises:
             ConfigError: the seed, batch size, rows or shuffle differ from the saved ones.
         """
-        for name in ("seed", "batch_size", "rows", "shuffle"):
-            if state[name] != getattr(self, name):
-                raise ConfigError(
-                    name,
-                    f"must equal the checkpoint's ({state[name]!r}) to resume the same order",
-                    getattr(self, name),
-                )
+        check_same_settings(self, state, ("seed", "batch_size", "rows", "shuffle"))
         self.position = int(state["position"])
         self._start = self.position
         self._next_epoch = self.position // self.steps_per_epoch
