@@ -88,6 +88,8 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         ConfigError: an argument of the wrong kind.
     """
 
+    __module__ = "globalstep.integrations.keras"  # its public home, as reprs and pickles name it
+
     def __init__(
         self,
         clock: Clock | None = None,

@@ -53,6 +53,8 @@ class ResumableDataset(keras.utils.PyDataset):  # type: ignore[misc]
         ConfigError: an argument breaks its rule.
     """
 
+    __module__ = "globalstep.integrations.keras"  # its public home, as reprs and pickles name it
+
     def __init__(
         self,
         x: Any,

@@ -37,6 +37,8 @@ _TRACED_HINT = (
 class Follower:
     """A clock kept equal to an optimizer's ``iterations`` (see :func:`follow`)."""
 
+    __module__ = "globalstep.integrations.keras"  # its public home, as reprs and pickles name it
+
     def __init__(self, optimizer: Any, clock: Clock) -> None:
         self.optimizer = optimizer
         self.clock = clock

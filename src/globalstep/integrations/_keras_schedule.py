@@ -100,6 +100,8 @@ class GlobalStepSchedule(keras.optimizers.schedules.LearningRateSchedule):  # ty
             an int >= 1.
     """
 
+    __module__ = "globalstep.integrations.keras"  # its public home, which keras.saving records
+
     def __init__(self, schedule: Any, gradient_accumulation_steps: int | None = None) -> None:
         if isinstance(schedule, Mapping):
             schedule = _schedule_from(schedule)
