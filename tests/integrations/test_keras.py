@@ -86,6 +86,14 @@ def test_at_iterations_reads_the_schedule_at_the_global_step():
     assert float(lr.at_iterations(8)) == float(lr.at(2)) == 0.25
 
 
+def test_keras_saving_records_the_public_module():
+    """A saved model's config names globalstep.integrations.keras, where the class lives."""
+    lr = gk.learning_rate_schedule(ExponentialDecay(0.1, 10, 0.5))
+    config = keras.saving.serialize_keras_object(lr)
+    assert config["module"] == "globalstep.integrations.keras"
+    assert config["registered_name"] == "globalstep>GlobalStepSchedule"
+
+
 def test_compat_keras_schedule_is_returned_as_itself():
     """A compat.keras schedule is already a Keras schedule and comes back unchanged."""
     lr = ck.ExponentialDecay(0.1, 10, 0.5)
