@@ -291,22 +291,16 @@ class _Demo:
             ConfigError: a parameter is out of range, or the directory is not usable.
             MissingDependencyError: ``framework="torch"`` without PyTorch installed.
         """
-        steps, warmup_steps, stop_at, bad_batch = (
-            self.steps,
-            self.warmup_steps,
-            self.stop_at,
-            self.bad_batch,
-        )
-        _check_int("steps", steps, 1)
+        _check_int("steps", self.steps, 1)
         _check_int("log_every", self.log_every, 1)
         _check_int("keep", self.keep, 1)
-        _check_int("warmup_steps", warmup_steps, 0)
-        if warmup_steps >= steps:
-            raise ConfigError("warmup_steps", f"must be < steps={steps}", warmup_steps)
-        if stop_at is not None:
-            _check_int("stop_at", stop_at, 1)
-        if bad_batch is not None:
-            _check_int("bad_batch", bad_batch, 0)
+        _check_int("warmup_steps", self.warmup_steps, 0)
+        if self.warmup_steps >= self.steps:
+            raise ConfigError("warmup_steps", f"must be < steps={self.steps}", self.warmup_steps)
+        if self.stop_at is not None:
+            _check_int("stop_at", self.stop_at, 1)
+        if self.bad_batch is not None:
+            _check_int("bad_batch", self.bad_batch, 0)
         numbers = (("learning_rate", self.learning_rate, 0.0), ("pace", self.pace_seconds, -1))
         for name, value, low in numbers:
             if isinstance(value, bool) or not (
