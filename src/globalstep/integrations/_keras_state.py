@@ -7,6 +7,7 @@ it registers the adapters ``keras.Model``, ``keras.Optimizer``, ``keras.Metric``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -26,6 +27,16 @@ from globalstep.integrations._keras_variables import (
 __all__ = ["model_state"]
 
 
+def _with_optimizer(model: Any, read: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """``read`` of the model and of its optimizer (None without one), the state synced."""
+    sync(model)
+    optimizer = optimizer_of(model)
+    return {
+        "variables": read(model, "model"),
+        "optimizer": None if optimizer is None else read(optimizer, "optimizer"),
+    }
+
+
 class _ModelAdapter(adapters.Adapter):
     """A Keras model: all of ``model.variables`` and its optimizer's (built first where
     the model is built; otherwise both take their values when they build)."""
@@ -36,20 +47,10 @@ class _ModelAdapter(adapters.Adapter):
         return isinstance(obj, keras.Model)
 
     def save(self, obj: Any) -> Any:
-        sync(obj)
-        optimizer = optimizer_of(obj)
-        return {
-            "variables": saved_arrays(obj, "model"),
-            "optimizer": None if optimizer is None else saved_arrays(optimizer, "optimizer"),
-        }
+        return _with_optimizer(obj, saved_arrays)
 
     def template(self, obj: Any) -> Any:
-        sync(obj)
-        optimizer = optimizer_of(obj)
-        return {
-            "variables": template_of(obj, "model"),
-            "optimizer": None if optimizer is None else template_of(optimizer, "optimizer"),
-        }
+        return _with_optimizer(obj, template_of)
 
     def apply(self, obj: Any, state: Any) -> None:
         sync(obj)
