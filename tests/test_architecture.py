@@ -40,6 +40,9 @@ FOREIGN_PRIVATE: dict[str, str] = {
     "_iterations": "a Keras optimizer's step variable before it is built",
     "_learning_rate": "a Keras optimizer's rate as given (a schedule object)",
     "_loss_tracker": "a Keras model's loss tracker, reset with the model's metrics",
+    "_flatten": "tf.Module._flatten: its variables with their attribute paths (the keys a "
+    "tf.Module's checkpoint entries have); tf.Module.variables is the same walk without "
+    "the paths, and no public API gives them",
 }
 
 

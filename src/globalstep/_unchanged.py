@@ -100,7 +100,12 @@ class Unchanged:
     def __init__(self, step: int, leaves: list[tuple[str, Any, Any]]) -> None:
         self.step = step
         self._leaves = leaves
-        self._digests: dict[int, str] = {}
+        # The NumPy arrays' digests, by position in ``leaves`` (their tokens are None).
+        self._digests: dict[int, str] = {
+            i: _digest(array)
+            for i, (_, array, _) in enumerate(leaves)
+            if isinstance(array, np.ndarray)
+        }
 
     @classmethod
     def take(cls, tree: Any, step: int) -> Unchanged | None:
@@ -112,11 +117,7 @@ class Unchanged:
             return None
         if not leaves:
             return None
-        seen = cls(step, leaves)
-        for i, (_, array, _) in enumerate(leaves):
-            if isinstance(array, np.ndarray):
-                seen._digests[i] = _digest(array)
-        return seen
+        return cls(step, leaves)
 
     @property
     def paths(self) -> list[str]:

@@ -248,85 +248,151 @@ def run_demo(
             configuration differs from the one the run in ``directory`` was started with.
         MissingDependencyError: ``framework="torch"`` without PyTorch installed.
     """
-    _check_int("steps", steps, 1)
-    _check_int("log_every", log_every, 1)
-    _check_int("keep", keep, 1)
-    _check_int("warmup_steps", warmup_steps, 0)
-    if warmup_steps >= steps:
-        raise ConfigError("warmup_steps", f"must be < steps={steps}", warmup_steps)
-    if stop_at is not None:
-        _check_int("stop_at", stop_at, 1)
-    if bad_batch is not None:
-        _check_int("bad_batch", bad_batch, 0)
-    for name, value, low in (("learning_rate", learning_rate, 0.0), ("pace", pace_seconds, -1)):
-        if isinstance(value, bool) or not (isinstance(value, int | float) and low < value < 1e9):
-            rule = "a finite number > 0" if low == 0 else "a finite number >= 0"
-            raise ConfigError(name, f"must be {rule}", value)
-    Duration.parse(save_every, "save_every")
-    framework = _framework(framework)
-    if framework == "torch":
-        require("torch", "torch", "globalstep demo --framework torch")
-    root = Path(directory)
-    if root.exists() and not root.is_dir():
-        raise ConfigError("--dir", "must be a directory (or a path to create one at)", str(root))
-    out = stream if stream is not None else sys.stdout
-
-    inputs, targets = _data(seed)
-    weights = _model(seed)
-    schedule = warmup(CosineDecay(learning_rate, steps - warmup_steps), warmup_steps)
-    clock = Clock(steps_per_epoch=BATCHES_PER_EPOCH, batch_size=BATCH)
-    result = DemoResult(final_step=0)
-    run = Run(
-        root,
-        total_steps=steps,
-        clock=clock,
-        schedules={"lr": schedule},
-        save_every=save_every,
-        config={
-            "seed": seed,
-            "bad_batch": bad_batch,
-            "model": f"mlp {INPUTS}-{HIDDEN}-{OUTPUTS}",
-            "framework": framework,
-        },
-        strict=True,
-        rollback=Rollback(tag="loss", spike_factor=20.0, median_of=50, skip_batches=5),
-        progress=progress,
+    demo = _Demo(
+        steps=steps,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
         log_every=log_every,
-        stream=out,
-        checkpoint_options={"max_to_keep": keep},
+        save_every=save_every,
+        keep=keep,
+        stop_at=stop_at,
+        seed=seed,
+        bad_batch=bad_batch,
+        pace_seconds=pace_seconds,
+        progress=progress,
+        framework=framework,
     )
-    model = _TorchModel(weights) if framework == "torch" else _NumpyModel(weights)
-    try:
-        with run:
-            out.write(f"globalstep demo: {model.name} MLP {INPUTS}-{HIDDEN}-{OUTPUTS}\n")
-            run.restore(model.state())
-            if run.step > 0:
-                result.resumed_from = run.step
-            while not run.done:
-                if stop_at is not None and run.step >= stop_at:
-                    out.write(f"stopped at step {run.step} (as if killed): run again to resume\n")
-                    raise _PreemptedError
-                position = run.next_batch()
-                rows = _batch_rows(seed, position)
-                x, y = inputs[rows], targets[rows]
-                if position == bad_batch:
-                    y = y * 1000.0  # the corrupt batch: its loss spikes
-                rate = run.value("lr")  # the rate update number run.step uses
-                loss = model.update(x, y, rate)
-                step = run.step
-                if run.update(loss=loss, lr=rate):
-                    result.losses[run.step] = loss
-                else:
-                    result.rollbacks.append(step)
-                if pace_seconds:
-                    time.sleep(pace_seconds)
-    except _PreemptedError:
-        pass
-    finally:
-        model.close()
-    result.final_step = clock.step
-    result.data_position = run.data_position
-    return result
+    root = demo.check(directory)
+    return demo.train(root, stream if stream is not None else sys.stdout)
+
+
+@dataclass
+class _Demo:
+    """:func:`run_demo`'s settings, checked by :meth:`check`, and the run they make."""
+
+    steps: int
+    learning_rate: float
+    warmup_steps: int
+    log_every: int
+    save_every: DurationLike
+    keep: int
+    stop_at: int | None
+    seed: int
+    bad_batch: int | None
+    pace_seconds: float
+    progress: bool
+    framework: str
+
+    def check(self, directory: str | os.PathLike[str]) -> Path:
+        """Checks the settings (``framework`` "auto" becomes the one chosen); returns the
+        run's directory.
+
+        Raises:
+            ConfigError: a parameter is out of range, or the directory is not usable.
+            MissingDependencyError: ``framework="torch"`` without PyTorch installed.
+        """
+        _check_int("steps", self.steps, 1)
+        _check_int("log_every", self.log_every, 1)
+        _check_int("keep", self.keep, 1)
+        _check_int("warmup_steps", self.warmup_steps, 0)
+        if self.warmup_steps >= self.steps:
+            raise ConfigError("warmup_steps", f"must be < steps={self.steps}", self.warmup_steps)
+        if self.stop_at is not None:
+            _check_int("stop_at", self.stop_at, 1)
+        if self.bad_batch is not None:
+            _check_int("bad_batch", self.bad_batch, 0)
+        numbers = (("learning_rate", self.learning_rate, 0.0), ("pace", self.pace_seconds, -1))
+        for name, value, low in numbers:
+            if isinstance(value, bool) or not (
+                isinstance(value, int | float) and low < value < 1e9
+            ):
+                rule = "a finite number > 0" if low == 0 else "a finite number >= 0"
+                raise ConfigError(name, f"must be {rule}", value)
+        Duration.parse(self.save_every, "save_every")
+        self.framework = _framework(self.framework)
+        if self.framework == "torch":
+            require("torch", "torch", "globalstep demo --framework torch")
+        root = Path(directory)
+        if root.exists() and not root.is_dir():
+            raise ConfigError(
+                "--dir", "must be a directory (or a path to create one at)", str(root)
+            )
+        return root
+
+    def train(self, root: Path, out: TextIO) -> DemoResult:
+        """Trains in ``root``, resuming from its newest checkpoint (see :func:`run_demo`)."""
+        inputs, targets = _data(self.seed)
+        weights = _model(self.seed)
+        clock = Clock(steps_per_epoch=BATCHES_PER_EPOCH, batch_size=BATCH)
+        result = DemoResult(final_step=0)
+        run = self._run(root, clock, out)
+        model = _TorchModel(weights) if self.framework == "torch" else _NumpyModel(weights)
+        try:
+            with run:
+                out.write(f"globalstep demo: {model.name} MLP {INPUTS}-{HIDDEN}-{OUTPUTS}\n")
+                run.restore(model.state())
+                if run.step > 0:
+                    result.resumed_from = run.step
+                self._loop(run, model, (inputs, targets), result, out)
+        except _PreemptedError:
+            pass
+        finally:
+            model.close()
+        result.final_step = clock.step
+        result.data_position = run.data_position
+        return result
+
+    def _run(self, root: Path, clock: Clock, out: TextIO) -> Run:
+        steps, warmup_steps = self.steps, self.warmup_steps
+        schedule = warmup(CosineDecay(self.learning_rate, steps - warmup_steps), warmup_steps)
+        return Run(
+            root,
+            total_steps=steps,
+            clock=clock,
+            schedules={"lr": schedule},
+            save_every=self.save_every,
+            config={
+                "seed": self.seed,
+                "bad_batch": self.bad_batch,
+                "model": f"mlp {INPUTS}-{HIDDEN}-{OUTPUTS}",
+                "framework": self.framework,
+            },
+            strict=True,
+            rollback=Rollback(tag="loss", spike_factor=20.0, median_of=50, skip_batches=5),
+            progress=self.progress,
+            log_every=self.log_every,
+            stream=out,
+            checkpoint_options={"max_to_keep": self.keep},
+        )
+
+    def _loop(
+        self, run: Run, model: Any, data: tuple[Any, Any], result: DemoResult, out: TextIO
+    ) -> None:
+        """The updates, until the run is done, each noted in ``result``.
+
+        Raises:
+            _PreemptedError: at ``stop_at``, as a killed job would stop.
+        """
+        inputs, targets = data
+        seed, bad_batch, stop_at, pace = self.seed, self.bad_batch, self.stop_at, self.pace_seconds
+        while not run.done:
+            if stop_at is not None and run.step >= stop_at:
+                out.write(f"stopped at step {run.step} (as if killed): run again to resume\n")
+                raise _PreemptedError
+            position = run.next_batch()
+            rows = _batch_rows(seed, position)
+            x, y = inputs[rows], targets[rows]
+            if position == bad_batch:
+                y = y * 1000.0  # the corrupt batch: its loss spikes
+            rate = run.value("lr")  # the rate update number run.step uses
+            loss = model.update(x, y, rate)
+            step = run.step
+            if run.update(loss=loss, lr=rate):
+                result.losses[run.step] = loss
+            else:
+                result.rollbacks.append(step)
+            if pace:
+                time.sleep(pace)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -171,10 +171,7 @@ class _BoundaryTrigger(Trigger):
         if self._by_step:
             kind = type(progress)
             # The per-update path: below the next boundary nothing can fire.
-            if kind is Clock:
-                if progress._step < self._next:  # type: ignore[union-attr]
-                    return False
-            elif kind is Progress and progress.step < self._next:
+            if (kind is Clock or kind is Progress) and progress.step < self._next:
                 return False
         boundary = self._boundary_at_or_below(self._count(progress))
         if boundary is None:

@@ -77,6 +77,23 @@ def test_accumulation_reads_the_schedule_at_the_update():
     assert [float(lr(np.int64(s))) for s in (3, 4, 7, 8)] == [1.0, 0.5, 0.5, 0.25]
 
 
+def test_at_iterations_reads_the_schedule_at_the_global_step():
+    """at_iterations() takes optimizer micro-steps: iterations // accumulation, its dtype."""
+    lr = gk.GlobalStepSchedule(ExponentialDecay(1.0, 1, 0.5), gradient_accumulation_steps=4)
+    values = lr.at_iterations(np.array([3, 4, 7, 8]))
+    assert values.dtype == lr.dtype
+    assert values.tolist() == [1.0, 0.5, 0.5, 0.25]
+    assert float(lr.at_iterations(8)) == float(lr.at(2)) == 0.25
+
+
+def test_keras_saving_records_the_public_module():
+    """A saved model's config names globalstep.integrations.keras, where the class lives."""
+    lr = gk.learning_rate_schedule(ExponentialDecay(0.1, 10, 0.5))
+    config = keras.saving.serialize_keras_object(lr)
+    assert config["module"] == "globalstep.integrations.keras"
+    assert config["registered_name"] == "globalstep>GlobalStepSchedule"
+
+
 def test_compat_keras_schedule_is_returned_as_itself():
     """A compat.keras schedule is already a Keras schedule and comes back unchanged."""
     lr = ck.ExponentialDecay(0.1, 10, 0.5)

@@ -76,6 +76,18 @@ def test_an_update_the_loss_scale_optimizer_skips_does_not_tick(compiled):
     assert all(s == i for s, i in steps)
 
 
+def test_read_gives_iterations_without_ticking():
+    """Follower.read() is optimizer.iterations now; only the call ticks the clock."""
+    w = keras.Variable(np.zeros(2, "float32"))
+    opt = keras.optimizers.SGD(0.1)
+    clock = Clock()
+    follower = gk.follow(opt, clock)
+    opt.apply([keras.ops.ones(2)], [w])
+    opt.apply([keras.ops.ones(2)], [w])
+    assert (follower.read(), clock.step) == (2, 0)
+    assert (follower(), clock.step) == (2, 2)
+
+
 def test_one_tick_per_gradient_accumulation_steps():
     """With gradient_accumulation_steps=3, seven micro-batches are two updates."""
     tf = _tf()

@@ -23,16 +23,11 @@ import numpy as np
 import tensorflow as tf
 
 from globalstep.errors import ConfigError
+from globalstep.integrations._resumable import batches_per_epoch, check_same_settings, count
 
 __all__ = ["ResumableTFDataset"]
 
 _SETTINGS = ("seed", "batch_size", "rows", "shuffle", "drop_remainder")
-
-
-def _count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(name, f"must be an int >= {minimum}", value)
-    return value
 
 
 class ResumableTFDataset:
@@ -76,8 +71,8 @@ class ResumableTFDataset:
         drop_remainder: bool = False,
         transform: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None,
     ) -> None:
-        self.batch_size = _count("batch_size", batch_size, 1)
-        self.seed = _count("seed", seed, 0)
+        self.batch_size = count("batch_size", batch_size, 1)
+        self.seed = count("seed", seed, 0)
         if not isinstance(shuffle, bool):
             raise ConfigError("shuffle", "must be a bool", shuffle)
         if not isinstance(drop_remainder, bool):
@@ -93,10 +88,7 @@ class ResumableTFDataset:
         if len(lengths) != 1 or any(t.shape.rank == 0 for t in tf.nest.flatten(self._data)):
             raise ConfigError("x", "must hold arrays of one length (y's too)", sorted(lengths))
         self.rows = lengths.pop()
-        full, rest = divmod(self.rows, self.batch_size)
-        self.steps_per_epoch = full if drop_remainder or not rest else full + 1
-        if self.steps_per_epoch < 1:
-            raise ConfigError("batch_size", f"must be <= the {self.rows} rows", batch_size)
+        self.steps_per_epoch = batches_per_epoch(self.rows, self.batch_size, drop_remainder)
         self.position = 0  # batches handed to the loop
         self._fingerprint: int | None = None
 
@@ -124,7 +116,7 @@ class ResumableTFDataset:
 
     def order(self, epoch: int) -> np.ndarray[Any, Any]:
         """The row order of ``epoch`` (a function of the seed and the epoch alone)."""
-        return np.asarray(self._order(_count("epoch", epoch, 0)).numpy())
+        return np.asarray(self._order(count("epoch", epoch, 0)).numpy())
 
     def _batches(self, indices: Any) -> tf.data.Dataset:
         data = self._data
@@ -142,7 +134,7 @@ class ResumableTFDataset:
             ConfigError: ``epochs`` is not None or an int >= 1.
         """
         if epochs is not None:
-            _count("epochs", epochs, 1)
+            count("epochs", epochs, 1)
         first, k = divmod(self.position, self.steps_per_epoch)
         start = k * self.batch_size
         dataset = self._batches(self._order(first)[start:])
@@ -187,13 +179,7 @@ class ResumableTFDataset:
                 the saved ones, or this TensorFlow orders the rows otherwise than the one
                 that saved.
         """
-        for name in _SETTINGS:
-            if state[name] != getattr(self, name):
-                raise ConfigError(
-                    name,
-                    f"must equal the checkpoint's ({state[name]!r}) to resume the same order",
-                    getattr(self, name),
-                )
+        check_same_settings(self, state, _SETTINGS)
         if int(state["order_crc32"]) != self._order_fingerprint():
             raise ConfigError(
                 "state['order_crc32']",
@@ -202,4 +188,4 @@ class ResumableTFDataset:
                 state["order_crc32"],
                 hint="Resume with the TensorFlow version that wrote the checkpoint.",
             )
-        self.position = _count("state['position']", int(state["position"]), 0)
+        self.position = count("state['position']", int(state["position"]), 0)

@@ -203,7 +203,7 @@ class Attachment:
             index, table, _ = lr[0]
 
             def one_rate(optimizer: Any, args: Any, kwargs: Any) -> None:
-                step = clock._step
+                step = clock.step
                 group = optimizer.param_groups[index]
                 try:
                     value = memo[step >> MEMO_BITS][step & MEMO_MASK]
@@ -218,7 +218,7 @@ class Attachment:
             return one_rate
 
         def rates(optimizer: Any, args: Any, kwargs: Any) -> None:
-            step = clock._step
+            step = clock.step
             groups = optimizer.param_groups
             for i, table, memo in lr:
                 group = groups[i]
@@ -405,6 +405,18 @@ def attach(
         >>> clock.step
         1
     """
+    _check_free(optimizer, clock)
+    if scheduler is not None:
+        _check_scheduler(scheduler, optimizer, schedule, multipliers, momentum)
+    schedules = _group_schedules(optimizer, clock, schedule, multipliers)
+    if momentum is None and schedule is not None and not isinstance(schedule, Sequence):
+        momentum = _momentum_of(schedules[0] if multipliers is None else schedule)
+    moments = _group_momenta(optimizer, clock, momentum)
+    return _hook(optimizer, clock, schedules, moments, scheduler)
+
+
+def _check_free(optimizer: Any, clock: Clock) -> None:
+    """Raises unless ``optimizer`` is a torch optimizer and both are free to attach."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ConfigError("optimizer", "must be a torch.optim.Optimizer", optimizer)
     if not isinstance(clock, Clock):
@@ -425,40 +437,53 @@ def attach(
                 hint="Give each optimizer its own Clock (e.g. Clock('generator'), "
                 "Clock('critic')).",
             )
+
+
+def _check_scheduler(
+    scheduler: Any, optimizer: Any, schedule: Any, multipliers: Any, momentum: Any
+) -> None:
+    """Raises unless an adopted ``scheduler`` comes alone, built on ``optimizer``."""
+    if schedule is not None or multipliers is not None or momentum is not None:
+        raise ConfigError(
+            "scheduler",
+            "must come alone: the adopted scheduler sets the rates itself",
+            type(scheduler).__name__,
+            hint="Pass either scheduler= or schedule=, not both.",
+        )
+    if (
+        not callable(getattr(scheduler, "step", None))
+        or getattr(scheduler, "optimizer", None) is not optimizer
+    ):
+        raise ConfigError(
+            "scheduler",
+            "must be a torch LRScheduler built on this optimizer",
+            type(scheduler).__name__,
+        )
+
+
+def _group_schedules(optimizer: Any, clock: Clock, schedule: Any, multipliers: Any) -> list[Any]:
+    """The rate schedule of each param group (None: left alone), ``multipliers`` applied."""
     n = len(optimizer.param_groups)
-    if scheduler is not None:
-        if schedule is not None or multipliers is not None or momentum is not None:
-            raise ConfigError(
-                "scheduler",
-                "must come alone: the adopted scheduler sets the rates itself",
-                type(scheduler).__name__,
-                hint="Pass either scheduler= or schedule=, not both.",
-            )
-        if (
-            not callable(getattr(scheduler, "step", None))
-            or getattr(scheduler, "optimizer", None) is not optimizer
-        ):
-            raise ConfigError(
-                "scheduler",
-                "must be a torch LRScheduler built on this optimizer",
-                type(scheduler).__name__,
-            )
     schedules = [_check_schedule("schedule", s, clock) for s in _per_group("schedule", schedule, n)]
-    if multipliers is not None:
-        if schedule is None or isinstance(schedule, Sequence):
-            raise ConfigError(
-                "multipliers",
-                "needs one shared schedule",
-                multipliers,
-                hint="Pass schedule=<one schedule>, or a schedule per group without multipliers.",
-            )
-        factors = _per_group("multipliers", multipliers, n)
-        for f in factors:
-            if isinstance(f, bool) or not isinstance(f, int | float) or not math.isfinite(f):
-                raise ConfigError("multipliers", "must be finite numbers", multipliers)
-        schedules = [_Scaled(schedules[0], float(f)) for f in factors]
-    if momentum is None and schedule is not None and not isinstance(schedule, Sequence):
-        momentum = _momentum_of(schedules[0] if multipliers is None else schedule)
+    if multipliers is None:
+        return schedules
+    if schedule is None or isinstance(schedule, Sequence):
+        raise ConfigError(
+            "multipliers",
+            "needs one shared schedule",
+            multipliers,
+            hint="Pass schedule=<one schedule>, or a schedule per group without multipliers.",
+        )
+    factors = _per_group("multipliers", multipliers, n)
+    for f in factors:
+        if isinstance(f, bool) or not isinstance(f, int | float) or not math.isfinite(f):
+            raise ConfigError("multipliers", "must be finite numbers", multipliers)
+    return [_Scaled(schedules[0], float(f)) for f in factors]
+
+
+def _group_momenta(optimizer: Any, clock: Clock, momentum: Any) -> list[Any]:
+    """The momentum schedule of each param group (None: left alone)."""
+    n = len(optimizer.param_groups)
     moments = [_check_schedule("momentum", m, clock) for m in _per_group("momentum", momentum, n)]
     for group, m in zip(optimizer.param_groups, moments, strict=True):
         if m is not None and "momentum" not in group and "betas" not in group:
@@ -467,6 +492,13 @@ def attach(
                 "needs param groups with 'momentum' or 'betas'",
                 type(optimizer).__name__,
             )
+    return moments
+
+
+def _hook(
+    optimizer: Any, clock: Clock, schedules: list[Any], moments: list[Any], scheduler: Any
+) -> Attachment:
+    """Claims the clock's ticks for ``optimizer`` and puts the hooks on it."""
     # The clock's one tick per update is this optimizer's: a Run.update beside it leaves
     # the tick to it (see Clock.claim_ticks).
     owner = f"torch optimizer {type(optimizer).__name__} at {id(optimizer):#x}, via attach()"
