@@ -172,19 +172,6 @@ def _keras_face(cls: type) -> type:
     return face
 
 
-def is_compat_schedule(value: Any) -> bool:
-    """Whether ``value`` is a schedule of this module (with its Keras face or not)."""
-    return isinstance(value, _KerasSchedule)
-
-
-def keras_face_of(schedule: Any) -> Any:
-    """``schedule``, a schedule of this module, as a registered Keras
-    ``LearningRateSchedule``: itself where it was built after Keras was imported, else an
-    equal one built from its config (imports Keras)."""
-    face = _keras_face(type(schedule))
-    return schedule if type(schedule) is face else face.from_config(schedule.get_config())  # type: ignore[attr-defined]
-
-
 def register_with_keras() -> None:
     """Registers every schedule here with ``keras.saving`` (imports Keras).
 
