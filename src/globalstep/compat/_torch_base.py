@@ -384,7 +384,7 @@ class TorchSchedule(Schedule):
             if isinstance(part, TorchSchedule):
                 part._unresolved()
 
-    def _compute(self, steps: Steps) -> Values:
+    def compute(self, steps: Steps) -> Values:
         every = self._ready()
         if every != 1:
             steps = steps // every
