@@ -6,6 +6,7 @@ Each multiplies ``initial`` by a function of :math:`p = \\max(s - b, 0) / d` (fl
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -140,12 +141,21 @@ class _RateDecay(_Decay):
         p = f"(s / {self.decay_steps})"
         return {**super()._format_fields(), "p": f"floor{p}" if self.staircase else p}
 
+    def compute(self, steps: Steps) -> Values:
+        return self._decayed(self._c(self.initial), self._c(self.rate) * self._exponent(steps))
+
+    @abstractmethod
+    def _decayed(self, initial: Values, rp: Values) -> Values:
+        """The value from ``initial`` and :math:`r p` (the rate times the exponent)."""
+
 
 @dataclass(frozen=True)
 class NaturalExpDecay(_RateDecay):
     """Decays as :math:`e^{-r p}`, :math:`p = s / d`: :math:`v(s) = v_0 e^{-r p}`.
 
-    Arguments as :class:`_RateDecay`. Never rises for ``initial >= 0``.
+    The rate is in nepers per ``decay_steps``: ``rate=1`` divides the value by :math:`e`
+    every ``decay_steps`` (``ExponentialDecay`` with ``rate=exp(-rate)``, computed
+    through ``exp``). The fields are :class:`_RateDecay`'s; never rises for ``initial >= 0``.
 
     Example:
         >>> NaturalExpDecay(1.0, 10, 0.5)(0)
@@ -155,25 +165,26 @@ class NaturalExpDecay(_RateDecay):
     name: ClassVar[str] = "natural_exp_decay"
     formula: ClassVar[str] = "v(s) = {initial} * exp(-{rate} * {p})"
 
-    def compute(self, steps: Steps) -> Values:
-        p = self._exponent(steps)
-        return self._c(self.initial) * self._f(np.exp, -self._c(self.rate) * p)
+    def _decayed(self, initial: Values, rp: Values) -> Values:
+        return initial * self._f(np.exp, -rp)
 
 
 @dataclass(frozen=True)
 class InverseTimeDecay(_RateDecay):
     """Decays as :math:`1 / (1 + r p)`, :math:`p = s / d`: :math:`v(s) = v_0 / (1 + r p)`.
 
-    Arguments as :class:`_RateDecay`. Never rises for ``initial >= 0``.
+    A hyperbola, not an exponential: the value halves by step ``decay_steps / rate`` and
+    falls as :math:`1/s` from then on. Takes the fields of :class:`_RateDecay`; for
+    ``initial >= 0`` it never rises.
 
     Example:
-        >>> InverseTimeDecay(1.0, 10, 1.0)(10)
-        0.5
+        >>> lr = InverseTimeDecay(1.0, 10, 1.0)
+        >>> lr(10), lr(30)
+        (0.5, 0.25)
     """
 
     name: ClassVar[str] = "inverse_time_decay"
     formula: ClassVar[str] = "v(s) = {initial} / (1 + {rate} * {p})"
 
-    def compute(self, steps: Steps) -> Values:
-        p = self._exponent(steps)
-        return self._c(self.initial) / (self._c(1.0) + self._c(self.rate) * p)
+    def _decayed(self, initial: Values, rp: Values) -> Values:
+        return initial / (self._c(1.0) + rp)
