@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -153,10 +153,11 @@ class _LinearCosine(Schedule):
     """What the linear cosine decays share: their checks and the formula, with or without
     the noise added to the line."""
 
-    initial: float
-    num_periods: float
-    alpha: float
-    beta: float
+    if TYPE_CHECKING:  # the subclasses' fields (no annotations of a base at run time)
+        initial: float
+        num_periods: float
+        alpha: float
+        beta: float
 
     def _check_linear_cosine(self) -> None:
         for name in ("initial", "num_periods", "alpha", "beta"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -31,9 +31,10 @@ class _Decay(Schedule):
     """What the decays by a ``rate`` per ``decay_steps`` share: their checks and the
     exponent :math:`p` of the rate."""
 
-    initial: float
-    rate: float
-    staircase: bool
+    if TYPE_CHECKING:  # the subclasses' fields (no annotations of a base at run time)
+        initial: float
+        rate: float
+        staircase: bool
 
     def _check_decay(self, *, zero_ok: bool) -> None:
         """Checks ``initial``, ``rate`` (> 0, or >= 0 where ``zero_ok``) and ``staircase``,

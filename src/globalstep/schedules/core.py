@@ -18,7 +18,10 @@ Example:
 
 from __future__ import annotations
 
+from typing import ClassVar as ClassVar
+
 from globalstep.schedules import _cosine, _decay, _polynomial, _warmup_decay
+from globalstep.schedules._base import Length as Length
 from globalstep.schedules._cosine import CosineDecay as CosineDecay
 from globalstep.schedules._cosine import CosineDecayRestarts as CosineDecayRestarts
 from globalstep.schedules._cosine import LinearCosineDecay as LinearCosineDecay
@@ -42,8 +45,10 @@ __all__ = sorted(
     if name != "standard_normal"  # a helper of the compat layers, not a schedule
 )
 
-# This module is the schedules' public home, as before they were split into families:
-# their __module__ says so (pickles, reprs, the command line's grouping of core schedules).
+# This module is the schedules' public home, as before they were split into families, and
+# their __module__ says so: the type names that checkpoints record (``jax.pytree``'s
+# dataclasses, the tree's report), pickles, the command line's grouping of core schedules;
+# typing.get_type_hints resolves their annotations here, hence ClassVar and Length above.
 for _name in __all__:
     globals()[_name].__module__ = __name__
 del _name
