@@ -360,6 +360,25 @@ class Schedule(ABC):
             return start + (end - start) * ((1 - self._f(np.cos, np.pi * pct)) / 2)
         return start + (end - start) * pct
 
+    def _setup_pieces(
+        self, parameter: str, kind: str, check: Any, boundaries: Any, dtype_of: Any = None
+    ) -> None:
+        """Checks the pieces of a piecewise schedule, the field ``parameter`` (a non-empty
+        tuple of ``kind``, each checked by ``check(parameter, piece)``), and the
+        ``boundaries`` between them (one fewer, rising), with the dtype and lengths between:
+        the dtype is ``dtype_of(first piece)`` where given, else float64."""
+        pieces = getattr(self, parameter)
+        if not isinstance(pieces, tuple) or not pieces:
+            raise ConfigError(parameter, f"must be a non-empty tuple of {kind}", pieces)
+        for piece in pieces:
+            check(parameter, piece)
+        check_boundaries("boundaries", boundaries, len(pieces) - 1, parameter)
+        if dtype_of is None:
+            self._setup()
+        else:
+            self._setup(dtype_of(pieces[0]))
+        self._check_increasing("boundaries")
+
     def _check_increasing(self, parameter: str) -> None:
         """Raises ConfigError unless the steps of the length ``parameter`` (a tuple) rise
         strictly; a tuple still in durations is checked once resolved."""

@@ -11,13 +11,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from globalstep.errors import ConfigError
 from globalstep.schedules._base import (
     Length,
     Schedule,
     Steps,
     Values,
-    check_boundaries,
     check_flag,
     check_number,
     check_range,
@@ -130,13 +128,7 @@ class PiecewiseConstant(Schedule):
     formula: ClassVar[str] = "v(s) = {levels}[i] where {boundaries}[i-1] <= s < {boundaries}[i]"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.levels, tuple) or not self.levels:
-            raise ConfigError("levels", "must be a non-empty tuple of numbers", self.levels)
-        for v in self.levels:
-            check_number("levels", v)
-        check_boundaries("boundaries", self.boundaries, len(self.levels) - 1, "levels")
-        self._setup()
-        self._check_increasing("boundaries")
+        self._setup_pieces("levels", "numbers", check_number, self.boundaries)
 
     def compute(self, steps: Steps) -> Values:
         index = np.searchsorted(np.asarray(self._len("boundaries"), np.int64), steps, "right")

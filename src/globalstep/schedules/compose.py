@@ -24,7 +24,6 @@ from globalstep.schedules._base import (
     Schedule,
     Steps,
     Values,
-    check_boundaries,
     check_choice,
     check_number,
     check_range,
@@ -140,13 +139,13 @@ class Join(Schedule):
     formula: ClassVar[str] = "{inner}"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.schedules, tuple) or not self.schedules:
-            raise ConfigError("schedules", "must be a non-empty tuple of schedules", self.schedules)
-        for part in self.schedules:
-            _check_schedule("schedules", part)
-        check_boundaries("boundaries", self.boundaries, len(self.schedules) - 1, "schedules")
-        self._setup(self.schedules[0].numpy_dtype.name)
-        self._check_increasing("boundaries")
+        self._setup_pieces(
+            "schedules",
+            "schedules",
+            _check_schedule,
+            self.boundaries,
+            lambda first: first.numpy_dtype.name,
+        )
 
     def parts(self) -> tuple[Schedule, ...]:
         return self.schedules
