@@ -314,3 +314,25 @@ def test_join_with_optax_boundaries_warns(optax, n, boundaries, match):
         ours = co.join_schedules(parts[:n], boundaries)
     theirs = optax.join_schedules(theirs_parts[:n], boundaries)
     assert [ours(c) for c in range(15)] == [np.asarray(theirs(c)).item() for c in range(15)]
+
+
+def test_numpy_fn_and_jax_maker_are_the_forms_a_join_runs():
+    """A schedule's public parts: its NumPy formula (before flush-to-zero) and the maker of
+    its jax.numpy form, which join_schedules and the warm-ups combine."""
+    lr = co.exponential_decay(0.1, 10, 0.5, transition_begin=3)
+    counts = np.arange(0, 200, dtype=np.int64)
+    assert np.asarray(lr.numpy_fn(counts)).tobytes() == lr.values(counts).tobytes()
+    joined = co.join_schedules([co.constant_schedule(1.0), lr], [5])
+    assert joined.numpy_fn(counts)[7] == lr.numpy_fn(counts)[2]
+    jnp = pytest.importorskip("jax.numpy")
+    form = lr.jax_maker(jnp)
+    assert np.asarray(form(jnp.int32(17))).tobytes() == np.asarray(lr(jnp.int32(17))).tobytes()
+
+
+def test_schedules_keep_their_public_module():
+    """The Keras integration records a compat schedule's module in the model's config and
+    imports it back: ``globalstep.compat.optax``, wherever the class's code lives."""
+    assert type(co.linear_schedule(1.0, 0.0, 10)).__module__ == "globalstep.compat.optax"
+    assert co.OptaxSchedule.from_config(co.sgdr_schedule([KW]).get_config()) == co.sgdr_schedule(
+        [KW]
+    )

@@ -31,6 +31,7 @@ from globalstep.schedules import (
     WarmupStableDecay,
     from_config,
     registered,
+    warmup,
 )
 
 from .strategies import SCHEDULES, steps
@@ -575,3 +576,40 @@ def test_schedule_called_with_a_clock_reads_its_step():
     clock = Clock()
     clock.tick(37)
     assert lr(clock) == lr(clock.progress()) == lr(37)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Halving(Schedule):
+    """A schedule written outside the catalogue: it implements the public hook, compute."""
+
+    initial: float
+
+    def __post_init__(self) -> None:
+        self._setup()
+
+    def compute(self, steps):
+        return self.initial * 0.5 ** steps.astype(np.float64)
+
+
+def test_a_subclass_implements_compute_and_gets_the_call_and_values():
+    lr = _Halving(8.0)
+    assert lr(3) == 1.0
+    assert lr.values([0, 1, 2]).tolist() == [8.0, 4.0, 2.0]
+    assert warmup(lr, 2)(3) == 4.0
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_compute_is_values_on_checked_steps(name):
+    schedule = CORE[name](**VALID[name])
+    steps = np.arange(0, 3000, 7, dtype=np.int64)
+    with np.errstate(all="ignore"):  # as values() runs it
+        out = np.asarray(schedule.compute(steps), dtype=schedule.numpy_dtype)
+    assert out.tobytes() == schedule.values(steps).tobytes()
+
+
+def test_core_schedules_keep_their_public_module():
+    """The type name a checkpoint records for a schedule (a dataclass in a saved tree) is
+    ``globalstep.schedules.core.<class>``, wherever the code of the class lives."""
+    from globalstep.schedules import core
+
+    assert {getattr(core, n).__module__ for n in core.__all__} == {"globalstep.schedules.core"}

@@ -405,7 +405,7 @@ class Formula(Schedule):
     def __post_init__(self) -> None:
         self._setup()
 
-    def _compute(self, steps: Steps) -> Values:
+    def compute(self, steps: Steps) -> Values:
         return self.fn(steps)
 
 

@@ -397,7 +397,7 @@ class TorchSchedule(Schedule):
             if isinstance(part, TorchSchedule):
                 part.raise_unresolved()
 
-    def _compute(self, steps: Steps) -> Values:
+    def compute(self, steps: Steps) -> Values:
         every = self._ready()
         if every != 1:
             steps = steps // every

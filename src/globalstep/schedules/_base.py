@@ -1,7 +1,7 @@
 """The schedule protocol: a frozen dataclass that is a pure function of the step.
 
 Every schedule has ``__call__(step) -> float`` and a vectorised ``values(steps)`` that give
-the same numbers bit for bit (both run the one ``_compute`` on int64 arrays), a JSON-ready
+the same numbers bit for bit (both run the one ``compute`` on int64 arrays), a JSON-ready
 ``to_config()`` / :func:`from_config`, ``describe()`` (its formula with the parameters filled
 in), and a ``dtype``: ``"float64"`` by default, ``"float32"`` to compute as frameworks do.
 A step is the number of optimizer updates applied (see :mod:`globalstep.clock`).
@@ -14,6 +14,7 @@ Lengths (``decay_steps``, ``warmup_steps``, ...) are an int of steps or a durati
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -44,6 +45,8 @@ Steps = NDArray[np.int64]
 # that mixes dtype-typed scalars and arrays.
 Values: TypeAlias = Any
 S = TypeVar("S", bound="Schedule")
+Length = int | str
+"""A length field: an int of steps, or a duration such as ``"3ep"``."""
 
 
 def fields_of(obj: Any) -> tuple[Field[Any], ...]:
@@ -77,6 +80,25 @@ def check_flag(parameter: str, value: Any) -> None:
     """Raises ConfigError unless ``value`` is a bool."""
     if not isinstance(value, bool):
         raise ConfigError(parameter, "must be a bool", value)
+
+
+def check_boundaries(parameter: str, boundaries: Any, count: int, count_name: str) -> None:
+    """Raises ConfigError unless ``boundaries`` is a tuple of ``count`` items (one fewer
+    than the ``count_name`` it separates)."""
+    if not isinstance(boundaries, tuple):
+        raise ConfigError(parameter, "must be a tuple of steps", boundaries)
+    if len(boundaries) != count:
+        raise ConfigError(
+            parameter,
+            f"must hold exactly {count} boundaries (one fewer than {count_name})",
+            boundaries,
+        )
+
+
+def dtype_field(default: str | None) -> Any:
+    """The keyword-only ``dtype`` field a schedule ends with: ``"float64"`` for a core
+    schedule, None for a composite (which takes its first part's)."""
+    return dataclasses.field(default=default, kw_only=True)
 
 
 def _length_duration(parameter: str, value: Any, minimum: int) -> Duration:
@@ -235,7 +257,7 @@ class Schedule(ABC):
     """A pure function of the step; subclasses are frozen dataclasses.
 
     Subclasses set ``name`` (the config and command-line name), declare their lengths in
-    ``lengths`` (``{field: minimum}``), and implement ``_compute`` on an int64 array.
+    ``lengths`` (``{field: minimum}``), and implement :meth:`compute` on an int64 array.
     """
 
     name: ClassVar[str] = ""
@@ -328,10 +350,53 @@ class Schedule(ABC):
         """``steps`` as floats of the schedule's dtype."""
         return steps.astype(self._dt)
 
+    def _half_cosine(self, fraction: Values) -> Values:
+        """``0.5 * (1 + cos(pi * fraction))``, in the schedule's dtype."""
+        return 0.5 * (self._c(1.0) + self._f(np.cos, np.pi * fraction))
+
+    def _ramp(self, shape: str, start: Any, end: Any, pct: Values) -> Values:
+        """From ``start`` (exactly, at pct 0) to ``end`` along a half cosine or a line."""
+        if shape == "cosine":
+            return start + (end - start) * ((1 - self._f(np.cos, np.pi * pct)) / 2)
+        return start + (end - start) * pct
+
+    def _setup_pieces(
+        self, parameter: str, kind: str, check: Any, boundaries: Any, dtype_of: Any = None
+    ) -> None:
+        """Checks the pieces of a piecewise schedule, the field ``parameter`` (a non-empty
+        tuple of ``kind``, each checked by ``check(parameter, piece)``), and the
+        ``boundaries`` between them (one fewer, rising), with the dtype and lengths between:
+        the dtype is ``dtype_of(first piece)`` where given, else float64."""
+        pieces = getattr(self, parameter)
+        if not isinstance(pieces, tuple) or not pieces:
+            raise ConfigError(parameter, f"must be a non-empty tuple of {kind}", pieces)
+        for piece in pieces:
+            check(parameter, piece)
+        check_boundaries("boundaries", boundaries, len(pieces) - 1, parameter)
+        if dtype_of is None:
+            self._setup()
+        else:
+            self._setup(dtype_of(pieces[0]))
+        self._check_increasing("boundaries")
+
+    def _check_increasing(self, parameter: str) -> None:
+        """Raises ConfigError unless the steps of the length ``parameter`` (a tuple) rise
+        strictly; a tuple still in durations is checked once resolved."""
+        resolved = self._n.get(parameter)
+        if resolved is not None and any(b <= a for a, b in itertools.pairwise(resolved)):
+            raise ConfigError(parameter, "must be strictly increasing", getattr(self, parameter))
+
     # -- evaluation --------------------------------------------------------------------
     @abstractmethod
-    def _compute(self, steps: Steps) -> Values:
-        """Returns the values at ``steps`` (int64, >= 0, validated)."""
+    def compute(self, steps: Steps) -> Values:
+        """Returns the values at ``steps``, a 1-D int64 array already checked (>= 0).
+
+        The one formula of a schedule, which a subclass implements: :meth:`values` and the
+        scalar call check the steps and run it under ``np.errstate`` (IEEE results, no
+        warnings), and a composite runs its parts' ``compute`` on the steps it has checked
+        itself (a part's value at a relative step), so the checks are made once. It returns
+        values of :attr:`numpy_dtype` or any array that casts to it.
+        """
 
     def __call__(self, step: int | Clock | Progress) -> float:
         """Returns the value at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
@@ -375,7 +440,7 @@ class Schedule(ABC):
             raise traced_step_error(step, "a traced value", StepError)
         array = np.array([check_step(step)], dtype=np.int64)
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            return float(self._compute(array)[0])
+            return float(self.compute(array)[0])
 
     def values(self, steps: Any) -> Values:
         """Returns the values at every step of ``steps`` (ints >= 0), bit for bit ``self(s)``.
@@ -391,7 +456,7 @@ class Schedule(ABC):
         array = check_steps(steps)
         flat = array.reshape(-1)
         with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-            out = self._compute(flat)
+            out = self.compute(flat)
         return np.asarray(out, dtype=self._dt).reshape(array.shape)
 
     # -- description and serialisation ----------------------------------------------------

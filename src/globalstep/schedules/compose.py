@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,18 +27,13 @@ from globalstep.schedules._base import (
     check_choice,
     check_number,
     check_range,
+    dtype_field,
 )
-from globalstep.schedules.core import _anneal, _check_boundaries, _check_increasing
 
 __all__ = ["Clip", "Join", "Scale", "Warmup", "clip", "join", "scale", "warmup"]
 
 
-def _dtype() -> Any:
-    """The ``dtype`` field of a composite: None takes its (first) part's."""
-    return field(default=None, kw_only=True)
-
-
-class _Wraps:
+class _Wraps(Schedule):
     """parts() and describe() for a composite that wraps one ``schedule``."""
 
     schedule: Schedule
@@ -47,7 +42,7 @@ class _Wraps:
         return (self.schedule,)
 
     def _format_fields(self) -> dict[str, Any]:
-        return {**Schedule._format_fields(self), "inner": self.schedule.describe()}  # type: ignore[arg-type]
+        return {**super()._format_fields(), "inner": self.schedule.describe()}
 
 
 def _check_schedule(parameter: str, value: Any) -> None:
@@ -56,7 +51,7 @@ def _check_schedule(parameter: str, value: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Warmup(_Wraps, Schedule):
+class Warmup(_Wraps):
     """Ramps from ``start_value`` to ``schedule(0)`` over ``steps``, then runs ``schedule``.
 
     .. math::
@@ -77,7 +72,7 @@ class Warmup(_Wraps, Schedule):
     steps: int | str
     start_value: float = 0.0
     shape: str = "linear"
-    dtype: str | None = _dtype()
+    dtype: str | None = dtype_field(None)
 
     name: ClassVar[str] = "warmup"
     lengths: ClassVar[dict[str, int]] = {"steps": 1}
@@ -87,7 +82,7 @@ class Warmup(_Wraps, Schedule):
         _check_schedule("schedule", self.schedule)
         check_number("start_value", self.start_value)
         check_choice("shape", self.shape, ("linear", "cosine", "exponential"))
-        self._setup(self.schedule._dt.name)
+        self._setup(self.schedule.numpy_dtype.name)
         if self.shape == "exponential":
             check_range(
                 "start_value",
@@ -101,21 +96,21 @@ class Warmup(_Wraps, Schedule):
                     "schedule", target, "must start > 0 for an exponential warm-up", target > 0
                 )
 
-    def _compute(self, steps: Steps) -> Values:
+    def compute(self, steps: Steps) -> Values:
         w = self._len("steps")
         out = np.empty(steps.shape, dtype=self._dt)
         ramp = steps < w
         if ramp.any():  # the ramp's target, g(0), only where a step needs it
-            target = self._c(self.schedule._compute(np.zeros(1, np.int64))[0])
+            target = self._c(self.schedule.compute(np.zeros(1, np.int64))[0])
             start = self._c(self.start_value)
             pct = self._t(steps[ramp]) / self._c(w)
             if self.shape == "exponential":
                 out[ramp] = start * self._f(np.power, target / start, pct)
             else:
-                out[ramp] = _anneal(self, self.shape, start, target, pct)
+                out[ramp] = self._ramp(self.shape, start, target, pct)
         if not ramp.all():
             after = ~ramp
-            out[after] = self.schedule._compute(steps[after] - w)
+            out[after] = self.schedule.compute(steps[after] - w)
         return out
 
     def end_step(self) -> int | None:
@@ -137,20 +132,20 @@ class Join(Schedule):
 
     schedules: tuple[Schedule, ...]
     boundaries: tuple[int | str, ...]
-    dtype: str | None = _dtype()
+    dtype: str | None = dtype_field(None)
 
     name: ClassVar[str] = "join"
     lengths: ClassVar[dict[str, int]] = {"boundaries": 1}
     formula: ClassVar[str] = "{inner}"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.schedules, tuple) or not self.schedules:
-            raise ConfigError("schedules", "must be a non-empty tuple of schedules", self.schedules)
-        for part in self.schedules:
-            _check_schedule("schedules", part)
-        _check_boundaries("boundaries", self.boundaries, len(self.schedules) - 1, "schedules")
-        self._setup(self.schedules[0]._dt.name)
-        _check_increasing("boundaries", self)
+        self._setup_pieces(
+            "schedules",
+            "schedules",
+            _check_schedule,
+            self.boundaries,
+            lambda first: first.numpy_dtype.name,
+        )
 
     def parts(self) -> tuple[Schedule, ...]:
         return self.schedules
@@ -162,13 +157,13 @@ class Join(Schedule):
         )
         return {**super()._format_fields(), "inner": text}
 
-    def _compute(self, steps: Steps) -> Values:
+    def compute(self, steps: Steps) -> Values:
         starts = np.asarray((0, *self._len("boundaries")), np.int64)
         index = np.searchsorted(starts, steps, "right") - 1
         out = np.empty(steps.shape, dtype=self._dt)
         for i in np.unique(index):
             mask = index == i
-            out[mask] = self.schedules[i]._compute(steps[mask] - starts[i])
+            out[mask] = self.schedules[i].compute(steps[mask] - starts[i])
         return out
 
     def end_step(self) -> int | None:
@@ -178,12 +173,12 @@ class Join(Schedule):
 
 
 @dataclass(frozen=True)
-class Scale(_Wraps, Schedule):
+class Scale(_Wraps):
     """Multiplies a schedule by ``factor``: :math:`v(s) = k \\, g(s)`."""
 
     schedule: Schedule
     factor: float
-    dtype: str | None = _dtype()
+    dtype: str | None = dtype_field(None)
 
     name: ClassVar[str] = "scale"
     formula: ClassVar[str] = "{factor} * [{inner}]"
@@ -191,23 +186,23 @@ class Scale(_Wraps, Schedule):
     def __post_init__(self) -> None:
         _check_schedule("schedule", self.schedule)
         check_number("factor", self.factor)
-        self._setup(self.schedule._dt.name)
+        self._setup(self.schedule.numpy_dtype.name)
 
-    def _compute(self, steps: Steps) -> Values:
-        return self._c(self.factor) * self.schedule._compute(steps).astype(self._dt)
+    def compute(self, steps: Steps) -> Values:
+        return self._c(self.factor) * self.schedule.compute(steps).astype(self._dt)
 
     def end_step(self) -> int | None:
         return self.schedule.end_step()
 
 
 @dataclass(frozen=True)
-class Clip(_Wraps, Schedule):
+class Clip(_Wraps):
     """Keeps a schedule within ``[low, high]``: :math:`v(s) = \\min(\\max(g(s), l), h)`."""
 
     schedule: Schedule
     low: float | None = None
     high: float | None = None
-    dtype: str | None = _dtype()
+    dtype: str | None = dtype_field(None)
 
     name: ClassVar[str] = "clip"
     formula: ClassVar[str] = "clip([{inner}], {low}, {high})"
@@ -220,10 +215,10 @@ class Clip(_Wraps, Schedule):
             raise ConfigError("high", "must be given when low is None", self.high)
         if self.low is not None and self.high is not None:
             check_range("high", self.high, f"must be >= low ({self.low})", self.high >= self.low)
-        self._setup(self.schedule._dt.name)
+        self._setup(self.schedule.numpy_dtype.name)
 
-    def _compute(self, steps: Steps) -> Values:
-        out = self.schedule._compute(steps).astype(self._dt)
+    def compute(self, steps: Steps) -> Values:
+        out = self.schedule.compute(steps).astype(self._dt)
         if self.low is not None:
             out = np.maximum(out, self._c(self.low))
         if self.high is not None:
