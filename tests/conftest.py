@@ -1,7 +1,9 @@
 """Fixtures shared by the test packages.
 
-The only conftest.py: test directories have no ``__init__.py``, so a second conftest.py
-would clash with this one as a module named ``conftest`` under ``--doctest-modules``.
+The only conftest.py under tests/: test directories have no ``__init__.py``, so a second
+one here would clash with this one as a module named ``conftest`` under
+``--doctest-modules``. The repository root's conftest.py holds the collection rules for
+tests/ and src/ alike (a module that needs a missing extra skips).
 """
 
 import logging

@@ -342,6 +342,17 @@ def shell_commands(block: Block) -> list[tuple[str, list[str]]]:
     return commands
 
 
+@contextlib.contextmanager
+def inside(directory: Path):
+    """The working directory for a while (``contextlib.chdir`` is Python 3.11's)."""
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def run_command(command: str) -> tuple[int, list[str]]:
     """Runs a ``globalstep`` command line through the CLI; (status, lines printed)."""
     argv = shlex.split(command)
@@ -411,7 +422,7 @@ def run_readme(directory: Path, request: pytest.FixtureRequest) -> list[str]:
             failed.append(str(error) if block.name in str(error) else f"{block.name}: {error!r}")
     if failed:
         pytest.fail("\n\n".join(failed), pytrace=False)
-    with contextlib.chdir(directory):
+    with inside(directory):
         for block in blocks:
             if block.kind not in ("sh", "console"):
                 continue
