@@ -68,6 +68,7 @@ from globalstep.checkpoint.policy import (
     retained,
     unkept_steps,
 )
+from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.checkpoint.tree import (
     RestoreReport,
     array_nodes,
@@ -87,7 +88,7 @@ from globalstep.errors import (
     StepError,
 )
 from globalstep.storage import DirectoryLock, Storage, open_storage, wrap_os_errors
-from globalstep.triggers import Trigger, every
+from globalstep.triggers import Trigger
 from globalstep.units import DurationLike
 
 __all__ = [
@@ -428,10 +429,7 @@ class CheckpointManager(Closing):
             if keep_best is not None:
                 policies.append(keep_best)
             self.policy = KeepAny(tuple(policies))
-        if save_every is None or isinstance(save_every, Trigger):
-            self._trigger = save_every
-        else:
-            self._trigger = every(save_every)
+        self._trigger = SaveTrigger.of(save_every)
         self._storage = open_storage(directory, storage_options)
         self.directory = self._storage.url if hasattr(self._storage, "url") else self._storage.root
         self._coordinator: Any = None
@@ -975,7 +973,7 @@ class CheckpointManager(Closing):
             raise ConfigError("save_every", "must be set to use maybe_save", None)
         if not isinstance(clock, Clock):
             raise ConfigError("clock", "must be a globalstep Clock", clock)
-        if not self._trigger.should_fire(clock):
+        if not self._trigger.due(clock):
             return False
         self.save(clock, state, metrics=metrics)
         return True
@@ -1235,9 +1233,7 @@ class CheckpointManager(Closing):
             return
         try:
             saved = self.metadata().get("manager", {})
-            state = saved.get("save_trigger") if isinstance(saved, dict) else None
-            if state is not None:
-                self._trigger.load_state_dict(state)
+            self._trigger.resume(saved.get("save_trigger") if isinstance(saved, dict) else None)
         except (CorruptCheckpointError, CheckpointNotFoundError, ConfigError):
             # Another trigger, or a damaged newest checkpoint that restore will report:
             # the trigger then starts afresh.
