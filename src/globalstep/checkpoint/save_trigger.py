@@ -8,14 +8,12 @@ hot loop need not ask it at every update.
 
 Example:
     >>> from globalstep import Clock
-    >>> clock, trigger = Clock(), SaveTrigger(100)
-    >>> saved = []
-    >>> for _ in range(300):
-    ...     clock.tick()
-    ...     if clock.step >= trigger.next_due(clock.step - 1) and trigger.due(clock):
-    ...         saved.append(clock.step)
-    >>> saved, trigger.next_due(300)
-    ([100, 200, 300], 400)
+    >>> trigger, clock = SaveTrigger(100), Clock()
+    >>> clock.tick(250)
+    >>> trigger.due(clock), trigger.due(clock), trigger.next_due(clock.step)
+    (True, False, 300)
+    >>> SaveTrigger("1ep").grid is None  # not whole steps: ask at every update
+    True
 """
 
 from __future__ import annotations
