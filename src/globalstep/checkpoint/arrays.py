@@ -41,13 +41,8 @@ from globalstep.checkpoint.fastio import (
     read_ahead,
     read_exactly,
 )
-from globalstep.checkpoint.tree import (
-    CODE_ITEMSIZE,
-    array_nodes,
-    decode_dtype,
-    is_shape,
-    safetensors_code,
-)
+from globalstep.checkpoint.flatten import array_nodes
+from globalstep.checkpoint.leaves import CODE_ITEMSIZE, decode_dtype, is_shape, safetensors_code
 from globalstep.errors import CorruptCheckpointError
 from globalstep.storage import Storage, wrap_os_errors
 
