@@ -23,7 +23,7 @@ from globalstep import (
     RestoreMismatchError,
     every,
 )
-from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest
+from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest, fastio
 from globalstep.checkpoint import format as fmt
 
 
@@ -165,7 +165,7 @@ def test_the_arrays_are_read_ahead_from_before_state_json_is_read(ckpt_dir, monk
 def test_a_bad_state_json_stops_the_read_ahead(ckpt_dir, monkeypatch):
     """A state.json that fails its checksum raises, and the reader started before it was
     read is stopped, not left running."""
-    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(fastio, "_AHEAD_MIN_BYTES", 0)
     with CheckpointManager(ckpt_dir) as manager:
         manager.save(1, {"w": np.arange(4.0)})
     state_json = ckpt_dir / "step-000000000001" / "state.json"
