@@ -625,7 +625,7 @@ def test_async_error_surfaces_on_wait(ckpt_dir, monkeypatch):
         def fail(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr("globalstep.checkpoint._saver.commit", fail)
+        monkeypatch.setattr("globalstep.checkpoint.commit.RenameCommit.commit", fail)
         manager.save(1, {"w": np.ones(3)})
         with pytest.raises(CheckpointError, match=r"background save failed: .*No space left"):
             manager.wait()
@@ -639,7 +639,7 @@ def test_async_error_surfaces_on_next_save_and_close(ckpt_dir, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("globalstep.checkpoint._saver.commit", fail)
+    monkeypatch.setattr("globalstep.checkpoint.commit.RenameCommit.commit", fail)
     manager.save(1, {"w": np.ones(3)})
     with pytest.raises(CheckpointError, match="background save failed"):
         manager.save(2, {"w": np.ones(3)})

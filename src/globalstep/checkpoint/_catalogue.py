@@ -18,7 +18,7 @@ from typing import Any
 from globalstep.checkpoint._index import StepIndex, step_name
 from globalstep.checkpoint._metadata import info_of, metrics_from_json, number, sharded_bytes
 from globalstep.checkpoint._reading import Reading, VanishedError
-from globalstep.checkpoint.format import ARRAYS_FILE, COMMIT_FILE, STATE_FILE
+from globalstep.checkpoint.document import ARRAYS_FILE, COMMIT_FILE, STATE_FILE
 from globalstep.checkpoint.policy import CheckpointInfo, KeepPolicy, retained
 from globalstep.clock import Progress
 from globalstep.errors import ConfigError, CorruptCheckpointError

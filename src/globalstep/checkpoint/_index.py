@@ -12,10 +12,11 @@ import threading
 import time
 from typing import Any
 
-from globalstep.checkpoint.format import _STALE_PREFIXES, COMMIT_FILE
+from globalstep.checkpoint.commit import CommitProtocol
+from globalstep.checkpoint.document import COMMIT_FILE
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError
-from globalstep.storage import Storage, wrap_os_errors
+from globalstep.storage import wrap_os_errors
 
 __all__ = ["StepIndex", "step_name", "step_of"]
 
@@ -64,8 +65,9 @@ class StepIndex:
     checks the disk again, so the index is only ever a hint.
     """
 
-    def __init__(self, storage: Storage, *, writer: bool) -> None:
-        self._storage = storage
+    def __init__(self, protocol: CommitProtocol, *, writer: bool) -> None:
+        self._protocol = protocol
+        self._storage = protocol.storage
         self._writer = writer
         self._guard = threading.RLock()
         self._stamp: Any = None
@@ -96,15 +98,15 @@ class StepIndex:
                     if name.startswith("step-") and digits.isdigit() and digits.isascii():
                         if step_name(int(digits)) == name:
                             steps.append(int(digits))
-                    elif name.startswith(_STALE_PREFIXES):
+                    elif self._protocol.is_temporary(name):
                         stale.append(name)
                 steps.sort()
                 self._steps = steps
                 self.stale = stale
-                if self._storage.atomic_rename:
-                    self._committed.intersection_update(steps)
-                else:  # markers come and go in place: look again every time
+                if self._protocol.in_place:  # markers come and go in place: look again
                     self._committed.clear()
+                else:
+                    self._committed.intersection_update(steps)
                 self._stamp = None if stamp is None else stamp[0]
                 self._racy = not quiet
             return self._steps
@@ -120,7 +122,7 @@ class StepIndex:
         with self._guard:
             if step in self._committed:
                 return True
-        found = self._storage.exists(self._storage.join(step_name(step), COMMIT_FILE))
+        found = self._protocol.is_committed(step_name(step))
         if found:
             with self._guard:
                 self._committed.add(step)

@@ -13,15 +13,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from globalstep.checkpoint._index import StepIndex, step_name, step_of
-from globalstep.checkpoint.format import load_state, read_ahead, read_arrays
+from globalstep.checkpoint.arrays import read_arrays
+from globalstep.checkpoint.build import RestoreReport, unflatten
+from globalstep.checkpoint.document import load_state
+from globalstep.checkpoint.fastio import read_ahead
+from globalstep.checkpoint.fit import fit_template
+from globalstep.checkpoint.flatten import array_nodes
 from globalstep.checkpoint.lazy import CheckpointReader
-from globalstep.checkpoint.tree import (
-    RestoreReport,
-    array_nodes,
-    fit_template,
-    template_sharded,
-    unflatten,
-)
+from globalstep.checkpoint.templates import template_sharded
 from globalstep.errors import (
     CheckpointError,
     CheckpointExistsError,

@@ -13,7 +13,7 @@ import warnings
 from globalstep.checkpoint._index import StepIndex, step_name
 from globalstep.checkpoint._metadata import info_of
 from globalstep.checkpoint._reading import Reading
-from globalstep.checkpoint.format import _STALE_PREFIXES, remove_checkpoint
+from globalstep.checkpoint.commit import CommitProtocol
 from globalstep.checkpoint.policy import CheckpointInfo, KeepPolicy, retained, unkept_steps
 from globalstep.errors import CheckpointError, CheckpointWarning
 
@@ -42,8 +42,11 @@ class Retention:
         warn_once: the manager's once-per-key warnings.
     """
 
-    def __init__(self, reading: Reading, policy: KeepPolicy, warn_once: WarnOnce) -> None:
+    def __init__(
+        self, reading: Reading, protocol: CommitProtocol, policy: KeepPolicy, warn_once: WarnOnce
+    ) -> None:
         self.policy = policy
+        self._protocol = protocol
         self._reading = reading
         self._storage = reading.storage
         self._index: StepIndex = reading.index
@@ -112,12 +115,12 @@ class Retention:
 
     def delete(self, step: int) -> None:
         """Deletes ``step``'s committed checkpoint so that no reader ever sees half of it
-        (:func:`~globalstep.checkpoint.format.remove_checkpoint`), and forgets it.
+        (the commit protocol's ``remove``, which fsyncs the parent), and forgets it.
 
         Raises:
             CheckpointError: it could not be deleted (it may still be committed).
         """
-        remove_checkpoint(self._storage, step_name(step))
+        self._protocol.remove(step_name(step))
         self._index.changed(removed=step)
         self._infos.pop(step, None)
 
@@ -134,7 +137,7 @@ class Retention:
         self._infos[step] = info_of(step, document)
         # The listing this save took (the writer alone changes the directory): no new one.
         self.apply(self.policy, dry_run=False, relist=False)
-        if self._sweep_due or self._index.stale or not self._storage.atomic_rename:
+        if self._sweep_due or self._index.stale or self._protocol.in_place:
             self.sweep()
 
     def failed(self) -> None:
@@ -149,7 +152,7 @@ class Retention:
         # looked up by retention are not asked for again.
         candidates = self._index.listed()
         names = list(self._index.stale)
-        if not storage.atomic_rename:  # written in place: a step without its marker is stale
+        if self._protocol.in_place:  # written in place: a step without its marker is stale
             names += [step_name(s) for s in candidates if not self._index.committed(s)]
         left = []
         for name in names:
@@ -168,7 +171,7 @@ class Retention:
                 )
         if names:
             self._index.changed()
-        self._index.stale = [n for n in left if n.startswith(_STALE_PREFIXES)]
+        self._index.stale = [n for n in left if self._protocol.is_temporary(n)]
 
     def _skip_entry(self, name: str) -> bool:
         """Whether retention or the sweep must leave ``name`` alone (a link: never ours)."""

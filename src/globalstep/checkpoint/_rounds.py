@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from globalstep.checkpoint.format import CommitHooks
+from globalstep.checkpoint.commit import CommitHooks
 from globalstep.errors import ConfigError
 from globalstep.storage import Storage
 

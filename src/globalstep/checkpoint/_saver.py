@@ -19,9 +19,8 @@ from globalstep.checkpoint._index import StepIndex, step_name
 from globalstep.checkpoint._retention import Retention
 from globalstep.checkpoint._rounds import Round
 from globalstep.checkpoint._timeline import Timeline
-from globalstep.checkpoint.format import commit
+from globalstep.checkpoint.commit import CommitProtocol
 from globalstep.errors import CheckpointError
-from globalstep.storage import Storage
 
 __all__ = ["AsyncSaver", "Committer", "SaveJob", "SyncSaver"]
 
@@ -57,16 +56,20 @@ class Committer:
     """Commits a :class:`SaveJob` into the writer's directory (on any thread).
 
     Args:
-        storage: the directory's storage.
+        protocol: the directory's commit protocol.
         index: its step index, told of each change.
         catalogue: its summary index, told of each new checkpoint.
         retention: applied after each commit.
     """
 
     def __init__(
-        self, storage: Storage, index: StepIndex, catalogue: Catalogue, retention: Retention
+        self,
+        protocol: CommitProtocol,
+        index: StepIndex,
+        catalogue: Catalogue,
+        retention: Retention,
     ) -> None:
-        self._storage = storage
+        self._protocol = protocol
         self._index = index
         self._catalogue = catalogue
         self._retention = retention
@@ -88,8 +91,7 @@ class Committer:
         Timeline.drop(job.step, job.abandoned, self._retention)
         step = job.step
         try:
-            commit(
-                self._storage,
+            self._protocol.commit(
                 step_name(step),
                 job.arrays,
                 job.document,

@@ -42,6 +42,9 @@ from globalstep.checkpoint._retention import Retention, WarnOnce
 from globalstep.checkpoint._rounds import Round, Rounds
 from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSaver
 from globalstep.checkpoint._timeline import Timeline
+from globalstep.checkpoint.build import RestoreReport
+from globalstep.checkpoint.commit import protocol_for
+from globalstep.checkpoint.flatten import Flattened, flatten
 from globalstep.checkpoint.lazy import CheckpointReader
 from globalstep.checkpoint.policy import (
     KeepBest,
@@ -50,7 +53,6 @@ from globalstep.checkpoint.policy import (
     policy_from_options,
 )
 from globalstep.checkpoint.save_trigger import SaveTrigger
-from globalstep.checkpoint.tree import Flattened, RestoreReport, flatten
 from globalstep.clock import Clock
 from globalstep.errors import (
     CheckpointError,
@@ -155,16 +157,17 @@ class CheckpointManager(Closing):
         self._participant = self._rounds.participant
         self._read_only = read_only
         self._closed = False
-        self._index = StepIndex(self._storage, writer=not read_only)
+        protocol = protocol_for(self._storage)
+        self._index = StepIndex(protocol, writer=not read_only)
         self._reading = Reading(
             self._storage, self._index, self.directory, rebuild=self._rounds.distributed
         )
         warn_once = WarnOnce()
         self._catalogue = Catalogue(self._reading, warn_once)
-        self._retention = Retention(self._reading, policy, warn_once)
+        self._retention = Retention(self._reading, protocol, policy, warn_once)
         self._timeline = Timeline()
         self._saver = AsyncSaver(self.directory) if async_save else SyncSaver()
-        self._commit = Committer(self._storage, self._index, self._catalogue, self._retention)
+        self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
         self._lock: DirectoryLock | None = None
         if not read_only and not self._participant:
             self._lock = DirectoryLock(self._storage)
