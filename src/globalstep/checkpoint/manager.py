@@ -1,9 +1,16 @@
 """CheckpointManager: saves and restores state trees keyed by the step, and keeps a few.
 
-The manager wires three small parts: a trigger decides when to save (``save_every``), a
-retention policy decides what to keep (:mod:`globalstep.checkpoint.policy`), and the format
-module commits the bytes crash-safely (:mod:`globalstep.checkpoint.format`). One process
-writes a directory at a time; ``read_only=True`` inspects without the lock.
+The manager holds and calls its parts, one job each: the save trigger decides when to
+save (``save_every``, :mod:`~globalstep.checkpoint.save_trigger`); the step index lists the
+directory only when it changed (``_index``); reading resolves a step and retries a read
+that a pruning writer outran (``_reading``); the saver commits a save, a ``SaveJob``, on
+the caller's thread or a save thread (``_saver``), through the commit protocol
+(:mod:`~globalstep.checkpoint.commit`), in a round of one rank or of many (``_rounds``);
+retention applies the policy (:mod:`~globalstep.checkpoint.policy`, ``_retention``); the
+timeline drops what a rollback abandoned (``_timeline``); the catalogue describes the
+checkpoints for ``ckpt ls`` (``_catalogue``); the follower yields each new one
+(``_follower``). One process writes a directory at a time; ``read_only=True`` inspects
+without the lock.
 
 Example:
     >>> import numpy as np, tempfile
