@@ -35,6 +35,7 @@ import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -78,6 +79,16 @@ class CommitHooks(Protocol):
     def finishing(self, staging: str, document: dict[str, Any]) -> None:
         """Called after the arrays are written, before state.json and the marker; may add
         to ``document``; raising leaves nothing committed."""
+
+
+@dataclass(frozen=True)
+class _Save:
+    """One checkpoint being committed: what :meth:`CommitProtocol.commit` was given."""
+
+    name: str
+    arrays: Mapping[str, np.ndarray[Any, Any]]
+    document: dict[str, Any]
+    hooks: CommitHooks | None
 
 
 class CommitProtocol(ABC):
@@ -141,7 +152,7 @@ class CommitProtocol(ABC):
             force: replace a committed checkpoint of that name: atomically where rename
                 is; elsewhere the old one stays committed until the new one is written
                 whole, and only the copy of the new files over it leaves the step
-                uncommitted (see :meth:`MarkerCommit.replace`).
+                uncommitted (see ``MarkerCommit._replace``).
             hooks: called when the directory being written exists and before state.json
                 is written (a distributed save: other ranks write their shards there).
             fresh: the caller, the directory's only writer, listed it just before and saw
@@ -167,21 +178,12 @@ class CommitProtocol(ABC):
             )
         with wrap_os_errors(f"saving {name}", final):
             storage.makedirs(storage.root)
-            self._write(name, arrays, document, hooks, marked=marked, fresh=fresh)
+            self._write(_Save(name, arrays, document, hooks), marked=marked, fresh=fresh)
             storage.fsync_dir(storage.root)
 
     @abstractmethod
-    def _write(
-        self,
-        name: str,
-        arrays: Mapping[str, np.ndarray[Any, Any]],
-        document: dict[str, Any],
-        hooks: CommitHooks | None,
-        *,
-        marked: bool,
-        fresh: bool,
-    ) -> None:
-        """Writes and publishes checkpoint ``name`` (the checks of :meth:`commit` done)."""
+    def _write(self, save: _Save, *, marked: bool, fresh: bool) -> None:
+        """Writes and publishes one checkpoint (the checks of :meth:`commit` done)."""
 
     @abstractmethod
     def remove(self, name: str) -> None:
@@ -223,19 +225,14 @@ class CommitProtocol(ABC):
         """A new temporary directory's path for ``name`` (``prefix``: ``.tmp-``, ``.trash-``)."""
         return self.storage.join(f"{prefix}{name}-{secrets.token_hex(4)}")
 
-    def _fill(
-        self,
-        staging: str,
-        arrays: Mapping[str, np.ndarray[Any, Any]],
-        document: dict[str, Any],
-        hooks: CommitHooks | None,
-    ) -> None:
+    def _fill(self, staging: str, save: _Save) -> None:
         """Writes the files of one checkpoint into the existing directory ``staging``: the
         arrays, state.json and the marker last, then fsyncs the directory."""
         storage = self.storage
+        hooks, document = save.hooks, save.document
         if hooks is not None:
             hooks.started(staging)
-        files = {ARRAYS_FILE: write_arrays(storage, f"{staging}/{ARRAYS_FILE}", arrays)}
+        files = {ARRAYS_FILE: write_arrays(storage, f"{staging}/{ARRAYS_FILE}", save.arrays)}
         if hooks is not None:
             hooks.finishing(staging, document)
         full = {"format": FORMAT_VERSION, **document, "files": files}
@@ -255,21 +252,12 @@ class RenameCommit(CommitProtocol):
 
     in_place = False
 
-    def _write(
-        self,
-        name: str,
-        arrays: Mapping[str, np.ndarray[Any, Any]],
-        document: dict[str, Any],
-        hooks: CommitHooks | None,
-        *,
-        marked: bool,
-        fresh: bool,
-    ) -> None:
-        staging = self._temporary(".tmp-", name)
+    def _write(self, save: _Save, *, marked: bool, fresh: bool) -> None:
+        staging = self._temporary(".tmp-", save.name)
         self.storage.makedirs(staging)
         try:
-            self._fill(staging, arrays, document, hooks)
-            self._publish(staging, self.storage.join(name))
+            self._fill(staging, save)
+            self._publish(staging, self.storage.join(save.name))
         except BaseException:
             self._quiet_remove(staging)
             raise
@@ -314,42 +302,27 @@ class MarkerCommit(CommitProtocol):
 
     in_place = True
 
-    def _write(
-        self,
-        name: str,
-        arrays: Mapping[str, np.ndarray[Any, Any]],
-        document: dict[str, Any],
-        hooks: CommitHooks | None,
-        *,
-        marked: bool,
-        fresh: bool,
-    ) -> None:
+    def _write(self, save: _Save, *, marked: bool, fresh: bool) -> None:
         if marked:
-            self.replace(name, arrays, document, hooks)
+            self._replace(save)
             return
         storage = self.storage
-        final = storage.join(name)
-        marker = storage.join(name, COMMIT_FILE)
+        final = storage.join(save.name)
+        marker = storage.join(save.name, COMMIT_FILE)
         if not fresh:  # a killed save's files, if any, go first
             storage.remove_file(marker)
             storage.remove_tree(final)
         storage.makedirs(final)
         try:
-            self._fill(final, arrays, document, hooks)
+            self._fill(final, save)
         except BaseException:
             # Written in place: a marker cut short by the failure must not stay visible.
             self._quiet_remove(marker)
             self._quiet_remove(final)
             raise
 
-    def replace(
-        self,
-        name: str,
-        arrays: Mapping[str, np.ndarray[Any, Any]],
-        document: dict[str, Any],
-        hooks: CommitHooks | None = None,
-    ) -> None:
-        """Replaces committed checkpoint ``name`` (called by :meth:`commit` with ``force``).
+    def _replace(self, save: _Save) -> None:
+        """Replaces a committed checkpoint (:meth:`commit` with ``force``).
 
         The new checkpoint is written whole beside the old one first (a failure or a kill
         until then leaves the old one committed and untouched); then the old marker goes,
@@ -362,13 +335,13 @@ class MarkerCommit(CommitProtocol):
         ever restores.
         """
         storage = self.storage
-        final = storage.join(name)
-        marker = storage.join(name, COMMIT_FILE)
-        staging = self._temporary(".tmp-", name)
+        final = storage.join(save.name)
+        marker = storage.join(save.name, COMMIT_FILE)
+        staging = self._temporary(".tmp-", save.name)
         storage.makedirs(staging)
         unmarked = False
         try:
-            self._fill(staging, arrays, document, hooks)
+            self._fill(staging, save)
             storage.remove_file(marker)
             unmarked = True
             # A distributed save's shards (one folder level, ``sharded/``) go with the files.

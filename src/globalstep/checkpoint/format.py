@@ -30,15 +30,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 # Beside __all__, the pieces' names that earlier code imports from here (``x as x``: a
 # re-export).
 from globalstep.checkpoint.arrays import check_entry as check_entry
 from globalstep.checkpoint.arrays import parse_header as parse_header
 from globalstep.checkpoint.arrays import read_arrays, verify_checkpoint
 from globalstep.checkpoint.arrays import read_header as read_header
-from globalstep.checkpoint.commit import STEP_PATTERN, CommitHooks, protocol_for
+from globalstep.checkpoint.commit import STEP_PATTERN, protocol_for
 from globalstep.checkpoint.document import (
     ARRAYS_FILE,
     COMMIT_FILE,
@@ -69,28 +67,18 @@ __all__ = [
 
 
 def commit(
-    storage: Storage,
-    name: str,
-    arrays: Mapping[str, np.ndarray[Any, Any]],
-    document: dict[str, Any],
-    *,
-    force: bool = False,
-    hooks: CommitHooks | None = None,
-    fresh: bool = False,
-    marked: bool | None = None,
+    storage: Storage, name: str, arrays: Mapping[str, Any], document: dict[str, Any], **how: Any
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``, by the protocol of
-    ``storage`` (see :meth:`globalstep.checkpoint.commit.CommitProtocol.commit` for the
-    arguments).
+    ``storage``: :meth:`globalstep.checkpoint.commit.CommitProtocol.commit`, whose keyword
+    arguments ``how`` are (``force``, ``hooks``, ``fresh``, ``marked``).
 
     Raises:
         CheckpointExistsError: ``name`` is committed already and ``force`` is False.
         CheckpointError: an I/O error (full disk, file too large, ...); nothing visible
             has changed, and no earlier checkpoint is touched.
     """
-    protocol_for(storage).commit(
-        name, arrays, document, force=force, hooks=hooks, fresh=fresh, marked=marked
-    )
+    protocol_for(storage).commit(name, arrays, document, **how)
 
 
 def committed_names(storage: Storage, pattern: str = STEP_PATTERN) -> list[str]:

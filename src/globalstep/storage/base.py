@@ -1,5 +1,6 @@
-"""The storage interface: the few file operations the commit protocol needs, and the
-errors it takes for passing ones.
+"""The storage interface: the few file operations that checkpoints and summaries need
+(:class:`Storage`, :class:`Writer`), whatever holds the bytes, and how its failures are
+told apart (:func:`is_transient`) and reported (:func:`wrap_os_errors`).
 """
 
 from __future__ import annotations
