@@ -18,7 +18,7 @@ from globalstep import (
     Rollback,
     Run,
 )
-from globalstep.checkpoint import manager as manager_module
+from globalstep.checkpoint.commit import RenameCommit
 from globalstep.run import ConfigDriftWarning, GeneratorState, config_differences
 from globalstep.summary.reader import read_run
 
@@ -175,14 +175,14 @@ def test_checkpoint_commits_after_the_logs_are_on_disk(tmp_path, monkeypatch, as
     """At the moment a checkpoint at step S commits (on the save's own thread when it is
     async), the JSONL file holds every step <= S."""
     seen = {}
-    real_commit = manager_module.commit
+    real_commit = RenameCommit.commit
 
     def spy(storage, name, arrays, document, **kwargs):
         lines = (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
         seen[document["step"]] = {json.loads(line).get("step") for line in lines}
         return real_commit(storage, name, arrays, document, **kwargs)
 
-    monkeypatch.setattr(manager_module, "commit", spy)
+    monkeypatch.setattr(RenameCommit, "commit", spy)
     _train(
         tmp_path,
         total_steps=30,

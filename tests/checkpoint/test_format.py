@@ -31,7 +31,9 @@ from globalstep import (
     CorruptCheckpointError,
     GlobalStepError,
 )
-from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint import CheckpointManager, fastio
+from globalstep.checkpoint import arrays as arrays_module
+from globalstep.checkpoint import commit as commit_protocol
 from globalstep.checkpoint import format as fmt
 from globalstep.checkpoint.format import checksum_of
 
@@ -110,14 +112,14 @@ def test_header_is_what_json_dumps_writes():
     header = {"__metadata__": {"format": "globalstep", "version": "1"}}
     offset = 0
     for key in order:
-        code, raw, _ = fmt._dtype_info(arrays[key].dtype)
+        code, raw, _ = arrays_module._dtype_info(arrays[key].dtype)
         nbytes = arrays[key].nbytes
         shape = [nbytes] if raw else list(arrays[key].shape)
         header[key] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    assert fmt._header(arrays) == (struct.pack("<Q", len(text)) + text, order)
+    assert arrays_module._header(arrays) == (struct.pack("<Q", len(text)) + text, order)
 
 
 def test_state_json_holds_format_clocks_metrics_and_checksums(tmp_path):
@@ -136,7 +138,7 @@ def test_state_json_holds_format_clocks_metrics_and_checksums(tmp_path):
 
 def test_non_contiguous_arrays_are_written_in_chunks(tmp_path, monkeypatch):
     """Arrays larger than a chunk stream in several writes and read back whole."""
-    monkeypatch.setattr(fmt, "CHUNK_BYTES", 40)
+    monkeypatch.setattr(fastio, "CHUNK_BYTES", 40)
     state = {"t": np.arange(300, dtype=np.float64).reshape(30, 10).T, "c": np.arange(100.0)}
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
@@ -145,9 +147,9 @@ def test_non_contiguous_arrays_are_written_in_chunks(tmp_path, monkeypatch):
 
 def test_a_non_contiguous_row_larger_than_a_chunk_is_converted_in_parts(monkeypatch):
     """Converting a non-contiguous array never makes a copy larger than one chunk."""
-    monkeypatch.setattr(fmt, "CHUNK_BYTES", 40)
+    monkeypatch.setattr(fastio, "CHUNK_BYTES", 40)
     array = np.arange(300, dtype=np.float64).reshape(30, 10).T
-    chunks = [bytes(c) for c in fmt._chunks(array)]
+    chunks = [bytes(c) for c in arrays_module._chunks(array)]
     assert max(len(c) for c in chunks) <= 40
     assert b"".join(chunks) == array.tobytes()
 
@@ -334,7 +336,9 @@ def test_real_efbig_from_rlimit_fsize(tmp_path):
     code = f"""
 import resource, signal, numpy as np
 from globalstep import CheckpointError
-from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint import CheckpointManager, fastio
+from globalstep.checkpoint import arrays as arrays_module
+from globalstep.checkpoint import commit as commit_protocol
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 with CheckpointManager({str(tmp_path)!r}) as manager:
     manager.save(1, {{"w": np.ones(1000)}})
@@ -396,15 +400,15 @@ def test_arrays_over_4_gib_get_64_bit_offsets_and_bounded_chunks():
     """A 5 GiB array (a zero-stride view, never materialised) streams in bounded chunks."""
     huge = np.broadcast_to(np.zeros(1, np.uint8), (5 << 30,))
     small = np.ones(3, np.float64)
-    prefix, order = fmt._header({"huge": huge, "small": small})
+    prefix, order = arrays_module._header({"huge": huge, "small": small})
     header = json.loads(prefix[8:])
     assert order == ["small", "huge"]
     assert header["huge"]["data_offsets"] == [24, 24 + (5 << 30)]
-    chunks = fmt._chunks(huge)
+    chunks = arrays_module._chunks(huge)
     first, second = next(chunks), next(chunks)
-    assert len(first) <= fmt.CHUNK_BYTES
-    assert len(second) <= fmt.CHUNK_BYTES
-    assert fmt.parse_header(prefix[8:], 24 + (5 << 30), "x")[1][3] == 24 + (5 << 30)
+    assert len(first) <= fastio.CHUNK_BYTES
+    assert len(second) <= fastio.CHUNK_BYTES
+    assert arrays_module.parse_header(prefix[8:], 24 + (5 << 30), "x")[1][3] == 24 + (5 << 30)
 
 
 # ------------------------------------------------------------------ each corruption, named
@@ -537,7 +541,7 @@ def test_a_file_that_ends_early_while_read_is_truncated():
     import io
 
     with pytest.raises(CorruptCheckpointError, match=r"x\.safetensors is truncated"):
-        fmt.read_exactly(io.BytesIO(b"ab"), memoryview(bytearray(4)), "x.safetensors")
+        fastio.read_exactly(io.BytesIO(b"ab"), memoryview(bytearray(4)), "x.safetensors")
 
 
 class NoExchangeStorage(storage_module.LocalStorage):
@@ -615,10 +619,10 @@ def assert_same_values(restored, state):
 @pytest.fixture
 def tiny_batches(monkeypatch):
     """Shrinks chunks and batches so that a small state crosses every batch boundary."""
-    monkeypatch.setattr(fmt, "CHUNK_BYTES", 256)
-    monkeypatch.setattr(fmt, "_GATHER_BYTES", 64)
-    monkeypatch.setattr(fmt, "_GATHER_COUNT", 3)
-    monkeypatch.setattr(fmt, "_BATCH_BYTES", 100)
+    monkeypatch.setattr(fastio, "CHUNK_BYTES", 256)
+    monkeypatch.setattr(fastio, "GATHER_BYTES", 64)
+    monkeypatch.setattr(fastio, "GATHER_COUNT", 3)
+    monkeypatch.setattr(fastio, "BATCH_BYTES", 100)
 
 
 def test_small_and_large_arrays_round_trip_through_batches(tmp_path, tiny_batches):
@@ -662,7 +666,7 @@ def test_many_small_arrays_go_out_in_few_writes(tmp_path, monkeypatch):
         manager.save(1, state)
     monkeypatch.undo()
     # The header, 32 writev of 64 arrays, state.json, the marker and the summary index.
-    assert counting.writes == 1 + math.ceil(2000 / fmt._GATHER_COUNT) + 3
+    assert counting.writes == 1 + math.ceil(2000 / fastio.GATHER_COUNT) + 3
     with CheckpointManager(tmp_path, read_only=True) as manager:
         assert_tree_equal(manager.restore(), state)
 
@@ -723,7 +727,7 @@ def test_short_vectored_reads_resume(tmp_path, monkeypatch, tiny_batches):
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
         template = {k: np.zeros(np.shape(v), np.asarray(v).dtype) for k, v in state.items()}
-        monkeypatch.setattr(fmt, "os", ShortOs())
+        monkeypatch.setattr(fastio, "os", ShortOs())
         assert_same_values(manager.restore(template), state)
 
 
@@ -735,7 +739,7 @@ def test_a_vectored_read_that_meets_the_end_early_is_truncation(tmp_path):
     try:
         views = [memoryview(bytearray(2)), np.zeros(1, np.float32)]
         with pytest.raises(CorruptCheckpointError, match=r"x\.safetensors is truncated"):
-            fmt._readv_exactly(fd, views, [2, 4], "x.safetensors")
+            fastio._readv_exactly(fd, views, [2, 4], "x.safetensors")
         assert bytes(views[0]) == b"ab"
         assert views[1].view(np.uint8).tolist() == [ord("c"), 0, 0, 0]
     finally:
@@ -755,8 +759,8 @@ def test_writeback_starts_while_the_file_is_written(tmp_path, monkeypatch):
             ranges.append((offset, n, flags)) or real(fd, offset, n, flags)
         ),
     )
-    monkeypatch.setattr(fmt, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(fmt, "_GATHER_BYTES", 1024)
+    monkeypatch.setattr(fastio, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(fastio, "GATHER_BYTES", 1024)
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, {"w": np.arange(5000.0)})
     assert len(ranges) >= 9
@@ -803,15 +807,15 @@ def test_restore_reads_the_file_ahead_in_order(tmp_path, monkeypatch):
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
     spy = SpyingOs()
-    monkeypatch.setattr(fmt, "os", spy)
-    close = fmt.ReadAhead.close
+    monkeypatch.setattr(fastio, "os", spy)
+    close = fastio.ReadAhead.close
     # The thread is let read to the end of the file before it is stopped.
-    monkeypatch.setattr(fmt.ReadAhead, "close", lambda self: self._thread.join() or close(self))
-    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
-    monkeypatch.setattr(fmt, "_AHEAD_CALL", 4096)
-    monkeypatch.setattr(fmt, "_AHEAD_SCRATCH", 1024)
-    monkeypatch.setattr(fmt, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(fmt, "_GATHER_BYTES", 1024)
+    monkeypatch.setattr(fastio.ReadAhead, "close", lambda self: self._thread.join() or close(self))
+    monkeypatch.setattr(fastio, "_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(fastio, "_AHEAD_CALL", 4096)
+    monkeypatch.setattr(fastio, "_AHEAD_SCRATCH", 1024)
+    monkeypatch.setattr(fastio, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(fastio, "GATHER_BYTES", 1024)
     with CheckpointManager(tmp_path, read_only=True) as manager:
         for read in (manager.restore, lambda: manager.verify(1)):
             spy.offsets = []
@@ -829,16 +833,16 @@ def test_read_ahead_stays_within_its_window(tmp_path, monkeypatch):
     path = tmp_path / "data"
     path.write_bytes(bytes(64 * 1024))
     spy = SpyingOs(until=3 * 1024)
-    monkeypatch.setattr(fmt, "os", spy)
-    monkeypatch.setattr(fmt, "_AHEAD_CALL", 1024)
-    monkeypatch.setattr(fmt, "_AHEAD_BYTES", 4 * 1024)
-    ahead = fmt.ReadAhead(str(path))
+    monkeypatch.setattr(fastio, "os", spy)
+    monkeypatch.setattr(fastio, "_AHEAD_CALL", 1024)
+    monkeypatch.setattr(fastio, "_AHEAD_BYTES", 4 * 1024)
+    ahead = fastio.ReadAhead(str(path))
     assert spy.reached.wait(60)
     ahead.close()
     assert spy.offsets == [0, 1024, 2048, 3072]
     spy.until, spy.offsets = 40 * 1024, []
     spy.reached.clear()
-    ahead = fmt.ReadAhead(str(path))
+    ahead = fastio.ReadAhead(str(path))
     ahead.advance(37 * 1024)
     assert spy.reached.wait(60)
     ahead.close()
@@ -848,7 +852,7 @@ def test_read_ahead_stays_within_its_window(tmp_path, monkeypatch):
 
 def test_read_ahead_of_a_missing_file_ends_quietly(tmp_path):
     """A background reader whose file is missing ends at once; the restore reports it."""
-    ahead = fmt.ReadAhead(str(tmp_path / "missing"))
+    ahead = fastio.ReadAhead(str(tmp_path / "missing"))
     ahead.close()
     assert not reader_threads()
 
@@ -867,8 +871,8 @@ def test_damaged_file_read_ahead_is_still_reported(tmp_path, monkeypatch, damage
         data[-5] ^= 0x40
         arrays.write_bytes(data)
         match = "fails its checksum"
-    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
-    monkeypatch.setattr(fmt, "_AHEAD_CALL", 64)
+    monkeypatch.setattr(fastio, "_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(fastio, "_AHEAD_CALL", 64)
     with CheckpointManager(tmp_path, read_only=True) as manager:
         with pytest.raises(CorruptCheckpointError, match=match):
             manager.restore()
@@ -947,22 +951,22 @@ class SpyingMadvise:
 @pytest.fixture
 def small_prefault(monkeypatch, tiny_batches):
     """A prefault thread for any state, with one call per 128 bytes."""
-    monkeypatch.setattr(fmt, "_PREFAULT_MIN_BYTES", 0)
-    monkeypatch.setattr(fmt, "_PREFAULT_CALL", 128)
+    monkeypatch.setattr(fastio, "_PREFAULT_MIN_BYTES", 0)
+    monkeypatch.setattr(fastio, "_PREFAULT_CALL", 128)
 
 
 def finished_prefaults(monkeypatch):
     """The prefault threads of the restores that follow, each let finish before it is
     stopped (so that what it did can be checked)."""
     workers = []
-    close = fmt._Prefault.close
+    close = fastio._Prefault.close
 
     def finish(self):
         self._thread.join()
         workers.append(self)
         close(self)
 
-    monkeypatch.setattr(fmt._Prefault, "close", finish)
+    monkeypatch.setattr(fastio._Prefault, "close", finish)
     return workers
 
 
@@ -974,7 +978,7 @@ def test_new_buffers_are_faulted_in_ahead_whole_and_in_order(tmp_path, monkeypat
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
     spy = SpyingMadvise()
-    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    monkeypatch.setattr(fastio, "_PREFAULT", spy)
     workers = finished_prefaults(monkeypatch)
     with CheckpointManager(tmp_path, read_only=True) as manager:
         restored = manager.restore()
@@ -996,7 +1000,7 @@ def test_new_buffers_are_faulted_in_ahead_whole_and_in_order(tmp_path, monkeypat
             position += length
         assert position == end
     assert not calls
-    assert {advice for *_, advice in spy.calls} == {fmt._MADV_POPULATE_WRITE}
+    assert {advice for *_, advice in spy.calls} == {fastio._MADV_POPULATE_WRITE}
     assert not prefault_threads()
 
 
@@ -1007,7 +1011,7 @@ def test_a_refused_prefault_stops_and_the_restore_goes_on(tmp_path, monkeypatch,
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
     spy = SpyingMadvise(result=-1)
-    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    monkeypatch.setattr(fastio, "_PREFAULT", spy)
     workers = finished_prefaults(monkeypatch)
     with CheckpointManager(tmp_path, read_only=True) as manager:
         assert_tree_equal(manager.restore(), state)
@@ -1028,7 +1032,7 @@ def test_the_real_prefault_keeps_the_values(tmp_path, monkeypatch, small_prefaul
         template = {k: np.zeros(np.shape(v), np.asarray(v).dtype) for k, v in state.items()}
         template["big"] = template["big"][::-1]  # not C-contiguous: read into a new array
         assert_same_values(manager.restore(template), state)
-    if fmt._PREFAULT is not None:
+    if fastio._PREFAULT is not None:
         assert len(workers) == 2
     assert not prefault_threads()
 
@@ -1040,13 +1044,13 @@ def test_small_or_template_filled_restores_start_no_prefault(tmp_path, monkeypat
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, state)
     spy = SpyingMadvise()
-    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    monkeypatch.setattr(fastio, "_PREFAULT", spy)
     with CheckpointManager(tmp_path, read_only=True) as manager:
         manager.restore()  # 2,400 bytes: below _PREFAULT_MIN_BYTES
-        monkeypatch.setattr(fmt, "_PREFAULT_MIN_BYTES", 0)
+        monkeypatch.setattr(fastio, "_PREFAULT_MIN_BYTES", 0)
         manager.restore({"w": np.zeros(300)})  # read into the template's own array
         assert spy.calls == []
-        monkeypatch.setattr(fmt, "_PREFAULT", None)
+        monkeypatch.setattr(fastio, "_PREFAULT", None)
         assert_tree_equal(manager.restore(), state)
     assert not prefault_threads()
 
@@ -1060,7 +1064,7 @@ def test_damaged_file_with_a_prefault_is_still_reported(tmp_path, monkeypatch, s
     data[-5] ^= 0x40
     arrays.write_bytes(data)
     spy = SpyingMadvise()
-    monkeypatch.setattr(fmt, "_PREFAULT", spy)
+    monkeypatch.setattr(fastio, "_PREFAULT", spy)
     workers = finished_prefaults(monkeypatch)
     with (
         CheckpointManager(tmp_path, read_only=True) as manager,
@@ -1070,3 +1074,93 @@ def test_damaged_file_with_a_prefault_is_still_reported(tmp_path, monkeypatch, s
     assert workers
     assert spy.calls
     assert not prefault_threads()
+
+
+# ------------------------------------------------------------------ the commit protocol objects
+
+
+class FsyncSpy:
+    """Records the order of a storage's removals, renames and directory fsyncs."""
+
+    def __init__(self, storage, events):
+        self.storage = storage
+        self.events = events
+
+    def __getattr__(self, attribute):
+        function = getattr(self.storage, attribute)
+        if attribute not in ("rename", "fsync_dir", "remove_file", "remove_tree"):
+            return function
+
+        def recorded(*args):
+            self.events.append((attribute, *(a.rsplit("/", 1)[-1] for a in args)))
+            return function(*args)
+
+        return recorded
+
+
+def test_the_protocol_is_chosen_once_by_the_storage(tmp_path):
+    """A local directory commits by rename, an object store by marker; both publish the
+    same files, and each names what it left behind while it ran."""
+    local = commit_protocol.protocol_for(storage_module.open_storage(tmp_path))
+    remote = commit_protocol.protocol_for(storage_module.open_storage("memory://protocol-choice"))
+    assert (type(local), local.in_place) == (commit_protocol.RenameCommit, False)
+    assert (type(remote), remote.in_place) == (commit_protocol.MarkerCommit, True)
+    for protocol in (local, remote):
+        assert not protocol.is_committed(STEP1)
+        protocol.commit(STEP1, {"w": np.ones(2)}, {"tree": None})
+        assert protocol.is_committed(STEP1)
+        assert protocol.committed_names() == [STEP1]
+        assert sorted(protocol.storage.listdir(protocol.storage.join(STEP1))) == [
+            "COMMITTED",
+            "arrays.safetensors",
+            "state.json",
+        ]
+        assert protocol.is_temporary(".tmp-x")
+        assert protocol.is_temporary(".trash-x")
+        assert not protocol.is_temporary(STEP1)
+        assert protocol.stale_prefixes == (".tmp-", ".trash-")
+
+
+def test_a_local_removal_renames_aside_and_fsyncs_the_parent(tmp_path):
+    """Removing a local checkpoint renames it aside, fsyncs the parent directory (so that a
+    crash cannot bring it back), then removes it; nothing is left."""
+    storage = storage_module.open_storage(tmp_path)
+    commit_protocol.protocol_for(storage).commit(STEP1, {"w": np.ones(2)}, {"tree": None})
+    events = []
+    protocol = commit_protocol.RenameCommit(FsyncSpy(storage, events))
+    protocol.remove(STEP1)
+    (rename, fsync, remove) = events
+    assert rename[:2] == ("rename", STEP1)
+    assert rename[2].startswith(f".trash-{STEP1}-")
+    assert fsync == ("fsync_dir", tmp_path.name)
+    assert remove == ("remove_tree", rename[2])
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_object_store_removal_takes_the_marker_first():
+    """Removing a checkpoint where rename is not atomic removes its marker before its files."""
+    storage = storage_module.open_storage("memory://protocol-remove")
+    commit_protocol.protocol_for(storage).commit(STEP1, {"w": np.ones(2)}, {"tree": None})
+    events = []
+    commit_protocol.MarkerCommit(FsyncSpy(storage, events)).remove(STEP1)
+    assert events == [("remove_file", "COMMITTED"), ("remove_tree", STEP1)]
+    assert storage.listdir(storage.root) == []
+
+
+@pytest.mark.parametrize("url", [None, "memory://protocol-stale"])
+def test_leftovers_are_what_the_protocol_says(tmp_path, url):
+    """Temporary directories are leftovers everywhere; an unmarked step directory is one
+    only where saves write in place (an object store): locally it is left alone."""
+    storage = storage_module.open_storage(url or tmp_path)
+    protocol = commit_protocol.protocol_for(storage)
+    protocol.commit(STEP1, {"w": np.ones(2)}, {"tree": None})
+    for name in (".tmp-step-000000000002-ab", ".trash-step-000000000003-cd", "step-000000000004"):
+        storage.makedirs(storage.join(name))
+        storage.write_bytes(storage.join(name, "state.json"), b"{}")
+    removed = protocol.remove_stale()
+    expected = {".tmp-step-000000000002-ab", ".trash-step-000000000003-cd"}
+    if protocol.in_place:
+        expected.add("step-000000000004")
+    assert set(removed) == expected
+    assert set(storage.listdir(storage.root)) - {STEP1} == {"step-000000000004"} - expected
+    assert protocol.committed_names() == [STEP1]

@@ -12,6 +12,7 @@ from ckpt_helpers import reseal
 import globalstep.checkpoint.manager as manager_module
 from globalstep import Clock
 from globalstep.checkpoint import CheckpointManager, CheckpointWarning
+from globalstep.checkpoint._retention import Retention
 from globalstep.cli import main
 from globalstep.errors import CheckpointError, CorruptCheckpointError
 from globalstep.storage import LocalStorage
@@ -146,7 +147,7 @@ def test_unreadable_old_metadata_never_fails_a_save(tmp_path):
 def test_a_deletion_that_fails_warns_once_and_is_retried(tmp_path, monkeypatch):
     """Retention that cannot delete warns once, the save succeeds, and a later save retries."""
     run = _saved(tmp_path / "run", [1])
-    real = CheckpointManager._delete
+    real = Retention.delete
     failing = {"on": True}
 
     def remove(manager, name):
@@ -154,7 +155,7 @@ def test_a_deletion_that_fails_warns_once_and_is_retried(tmp_path, monkeypatch):
             raise CheckpointError(f"deleting {name} failed: [Errno 13] Permission denied")
         real(manager, name)
 
-    monkeypatch.setattr(CheckpointManager, "_delete", remove)
+    monkeypatch.setattr(Retention, "delete", remove)
     with CheckpointManager(run, max_to_keep=1) as manager:
         with pytest.warns(CheckpointWarning, match="could not delete step-000000000001"):
             manager.save(2, {"w": np.zeros(3)})
@@ -187,7 +188,7 @@ def test_skip_corrupt_with_an_empty_first_listing_says_none_found(tmp_path, monk
     """skip_corrupt never fails an assertion when the listing comes back empty."""
     run = _saved(tmp_path / "run", [1])
     with CheckpointManager(run, read_only=True) as manager:
-        monkeypatch.setattr(manager, "steps", list)
+        monkeypatch.setattr(manager._index, "steps", list)
         with pytest.raises(manager_module.CheckpointNotFoundError, match="no committed checkpoint"):
             manager.restore(skip_corrupt=True)
 

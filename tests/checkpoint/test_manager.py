@@ -23,7 +23,7 @@ from globalstep import (
     RestoreMismatchError,
     every,
 )
-from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest
+from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest, fastio
 from globalstep.checkpoint import format as fmt
 
 
@@ -104,7 +104,7 @@ def test_restore_fills_template_arrays_in_place(ckpt_dir):
 def test_template_filled_in_place_is_rebuilt_by_the_fit_check_alone(ckpt_dir, monkeypatch):
     """Where every array is read into the template's, the tree the fit check built is
     returned, with no second walk of the tree; values and misfits come out the same."""
-    from globalstep.checkpoint import manager as manager_module
+    from globalstep.checkpoint import _reading as manager_module
 
     def no_second_walk(*args, **kwargs):
         raise AssertionError("unflatten walked the tree again")
@@ -125,7 +125,7 @@ def test_template_filled_in_place_is_rebuilt_by_the_fit_check_alone(ckpt_dir, mo
 def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir, monkeypatch):
     """A template that the restore cannot fill wholly in place gets its tree from unflatten
     after the read, as before."""
-    from globalstep.checkpoint import manager as manager_module
+    from globalstep.checkpoint import _reading as manager_module
 
     calls = []
     unflatten = manager_module.unflatten
@@ -144,7 +144,7 @@ def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir,
 def test_the_arrays_are_read_ahead_from_before_state_json_is_read(ckpt_dir, monkeypatch):
     """The background reader starts first, so that the disk reads the arrays while
     state.json is read and parsed (issue 14)."""
-    from globalstep.checkpoint import manager as manager_module
+    from globalstep.checkpoint import _reading as manager_module
 
     events = []
     load_state = manager_module.load_state
@@ -165,7 +165,7 @@ def test_the_arrays_are_read_ahead_from_before_state_json_is_read(ckpt_dir, monk
 def test_a_bad_state_json_stops_the_read_ahead(ckpt_dir, monkeypatch):
     """A state.json that fails its checksum raises, and the reader started before it was
     read is stopped, not left running."""
-    monkeypatch.setattr(fmt, "_AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(fastio, "_AHEAD_MIN_BYTES", 0)
     with CheckpointManager(ckpt_dir) as manager:
         manager.save(1, {"w": np.arange(4.0)})
     state_json = ckpt_dir / "step-000000000001" / "state.json"
@@ -611,7 +611,7 @@ def test_async_saves_one_in_flight(ckpt_dir):
         threads = []
         for step in range(5):
             manager.save(step, {"w": np.full(10, step)})
-            threads.append(manager._thread)
+            threads.append(manager._saver.in_flight)
             # The previous save finished before this one started.
             assert all(not t.is_alive() for t in threads[:-1])
         manager.wait()
@@ -625,7 +625,7 @@ def test_async_error_surfaces_on_wait(ckpt_dir, monkeypatch):
         def fail(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr("globalstep.checkpoint.manager.commit", fail)
+        monkeypatch.setattr("globalstep.checkpoint.commit.RenameCommit.commit", fail)
         manager.save(1, {"w": np.ones(3)})
         with pytest.raises(CheckpointError, match=r"background save failed: .*No space left"):
             manager.wait()
@@ -639,7 +639,7 @@ def test_async_error_surfaces_on_next_save_and_close(ckpt_dir, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("globalstep.checkpoint.manager.commit", fail)
+    monkeypatch.setattr("globalstep.checkpoint.commit.RenameCommit.commit", fail)
     manager.save(1, {"w": np.ones(3)})
     with pytest.raises(CheckpointError, match="background save failed"):
         manager.save(2, {"w": np.ones(3)})
@@ -722,7 +722,7 @@ def test_array_over_4_gib_round_trips(tmp_path):
 
 def test_failed_open_releases_the_lock(ckpt_dir, monkeypatch):
     """An I/O error while opening a writer surfaces and leaves the directory unlocked."""
-    import globalstep.checkpoint.manager as manager_module
+    import globalstep.checkpoint._reading as manager_module
 
     with CheckpointManager(ckpt_dir, save_every=10) as manager:
         manager.save(10, {"v": 1})

@@ -26,7 +26,7 @@ def _run(directory, steps, **options):
 
 def _prune_on_first_read(manager, monkeypatch, victim):
     """Makes the first read of ``victim`` find it deleted, as a writer's retention would."""
-    real = manager._load
+    real = manager._reading.load
 
     def load(step):
         if step == victim and not load.done:
@@ -35,7 +35,7 @@ def _prune_on_first_read(manager, monkeypatch, victim):
         return real(step)
 
     load.done = False
-    monkeypatch.setattr(manager, "_load", load)
+    monkeypatch.setattr(manager._reading, "load", load)
 
 
 @pytest.mark.parametrize("call", ["restore", "open", "metadata", "verify", "skip_corrupt"])
@@ -231,7 +231,7 @@ def test_fsspec_locks_started_together_exclude_each_other():
 
 def test_summaries_come_from_the_writers_index_while_files_are_unchanged(ckpt_dir, monkeypatch):
     """ckpt ls's summaries read the index, not each state.json, while the files match it."""
-    import globalstep.checkpoint.manager as manager_module
+    import globalstep.checkpoint._reading as manager_module
 
     with CheckpointManager(ckpt_dir, max_to_keep=None) as manager:
         for step in (1, 2):
@@ -265,7 +265,7 @@ def test_a_torn_index_line_is_skipped(ckpt_dir):
     with open(ckpt_dir / ".summaries.jsonl", "ab") as f:
         f.write(b'{"step": 3, "ids": [')
     with CheckpointManager(ckpt_dir, read_only=True) as reader:
-        assert sorted(reader._summary_hints()) == [1, 2]
+        assert sorted(reader._catalogue.hints()) == [1, 2]
         assert [s.step for s in reader.summaries()] == [1, 2]
 
 
@@ -276,4 +276,4 @@ def test_the_index_is_compacted_to_committed_checkpoints(ckpt_dir):
             manager.save(step, {"w": np.zeros(1)})
         lines = (ckpt_dir / ".summaries.jsonl").read_bytes().count(b"\n")
         assert lines <= 2 * 2 + 64 + 1
-        assert sorted(manager._summary_hints())[-2:] == [198, 199]
+        assert sorted(manager._catalogue.hints())[-2:] == [198, 199]

@@ -140,7 +140,7 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
         while not run.done:
             run.update(loss=float(rank + 1) * run.step)
         checks = run.ranks_check.calls if run.ranks_check is not None else None
-        every_rank_saves = run.checkpoints._coordinator is not None
+        every_rank_saves = run.checkpoints._rounds.distributed
     updates = 0
     try:
         with Run(directory / "skip", progress=False, handle_signals=False) as run:

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from globalstep._closing import Closing
-from globalstep.checkpoint.format import ARRAYS_FILE, check_entry, read_exactly, read_header
-from globalstep.checkpoint.tree import array_nodes
+from globalstep.checkpoint.arrays import check_entry, read_header
+from globalstep.checkpoint.document import ARRAYS_FILE
+from globalstep.checkpoint.fastio import read_exactly
+from globalstep.checkpoint.flatten import array_nodes
 from globalstep.errors import ConfigError, CorruptCheckpointError
 from globalstep.storage import LocalStorage, Storage, wrap_os_errors
 

@@ -214,6 +214,31 @@ class KeepAny(KeepPolicy):
         return {"policy": "any", "policies": [p.to_config() for p in self.policies]}
 
 
+def policy_from_options(
+    max_to_keep: int | None,
+    keep_every_n_hours: float | None,
+    keep_every_n_steps: int | None,
+    keep_best: KeepBest | None,
+) -> KeepPolicy:
+    """Returns the policy of ``CheckpointManager``'s keep options (see its Args).
+
+    Raises:
+        ConfigError: an option is out of range.
+    """
+    if keep_best is not None and not isinstance(keep_best, KeepBest):
+        raise ConfigError("keep_best", "must be a KeepBest(metric, k, mode)", keep_best)
+    if max_to_keep is None:
+        return KeepAny(())
+    policies: list[KeepPolicy] = [KeepLatest(max_to_keep)]
+    if keep_every_n_hours is not None:
+        policies.append(KeepEveryNHours(keep_every_n_hours))
+    if keep_every_n_steps is not None:
+        policies.append(KeepEveryNSteps(keep_every_n_steps))
+    if keep_best is not None:
+        policies.append(keep_best)
+    return KeepAny(tuple(policies))
+
+
 def policy_from_config(config: Any) -> KeepPolicy:
     """Rebuilds a policy from :meth:`KeepPolicy.to_config`'s output.
 

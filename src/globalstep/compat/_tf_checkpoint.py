@@ -383,12 +383,7 @@ def _update_index(storage: Storage, latest: str, manager: CheckpointManager | No
             "last_preserved_timestamp": index.get("last_preserved_timestamp", now),
         }
     else:
-        document = {
-            "model_checkpoint_path": latest,
-            "all_model_checkpoint_paths": list(manager._maybe_delete),
-            "all_model_checkpoint_timestamps": list(manager._maybe_delete.values()),
-            "last_preserved_timestamp": manager._last_preserved_timestamp,
-        }
+        document = manager.index_document(latest)
     storage.replace_file(storage.join(_INDEX), json.dumps(document, indent=1).encode())
 
 
@@ -496,6 +491,19 @@ class CheckpointManager:
     def latest_checkpoint(self) -> str | None:
         """The newest checkpoint's path, or None."""
         return self._latest_checkpoint
+
+    def index_document(self, latest: str) -> dict[str, Any]:
+        """Returns the checkpoint index (TF's ``checkpoint`` file) this manager writes.
+
+        Args:
+            latest: the path of the newest checkpoint.
+        """
+        return {
+            "model_checkpoint_path": latest,
+            "all_model_checkpoint_paths": list(self._maybe_delete),
+            "all_model_checkpoint_timestamps": list(self._maybe_delete.values()),
+            "last_preserved_timestamp": self._last_preserved_timestamp,
+        }
 
     @property
     def checkpoints(self) -> list[str]:

@@ -1,12 +1,12 @@
-"""The storage interface: the few file operations the commit protocol needs, and the
-errors it takes for passing ones.
+"""The storage interface: the few file operations that checkpoints and summaries need
+(:class:`Storage`, :class:`Writer`), whatever holds the bytes, and how its failures are
+told apart (:func:`is_transient`) and reported (:func:`wrap_os_errors`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import IO, Any, TypeVar
@@ -39,7 +39,13 @@ class Writer(ABC):
 
 
 class Storage(ABC):
-    """The file operations of the commit protocol, rooted at one directory."""
+    """The file operations of the commit protocol, rooted at one directory.
+
+    Attributes:
+        root: the directory (a path, or an fsspec path without its scheme).
+        atomic_rename: whether :meth:`rename` is atomic; the commit protocol
+            (``globalstep.checkpoint.commit.protocol_for``) is chosen by it, once.
+    """
 
     atomic_rename: bool = False
 
@@ -132,20 +138,14 @@ class Storage(ABC):
             return f.read()
 
     def replace_file(self, path: str, data: bytes) -> None:
-        """Replaces a small file's content, atomically where rename is.
+        """Replaces a small file's content, atomically where rename is (a local directory
+        overrides this).
 
         Where rename is not atomic the file is overwritten in place (an object store
         replaces an object whole), never removed first: a failure then leaves the old
         content or a damaged file that reads as corrupt, never a missing one.
         """
-        if not self.atomic_rename:
-            self.write_bytes(path, data)
-            return
-        staging = f"{path}.tmp-{os.getpid()}"
-        self.remove_file(staging)
-        self.write_bytes(staging, data)
-        os.replace(staging, path)
-        self.fsync_dir(os.path.dirname(path))
+        self.write_bytes(path, data)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Writes a new file durably."""

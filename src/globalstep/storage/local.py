@@ -120,6 +120,15 @@ class LocalStorage(Storage):
             return None
         return [st.st_ino, st.st_size, st.st_mtime_ns]
 
+    def replace_file(self, path: str, data: bytes) -> None:
+        """Replaces a small file's content atomically: written beside it, fsynced, renamed
+        over it, and the directory fsynced."""
+        staging = f"{path}.tmp-{os.getpid()}"
+        self.remove_file(staging)
+        self.write_bytes(staging, data)
+        os.replace(staging, path)
+        self.fsync_dir(os.path.dirname(path))
+
     def append_line(self, path: str, line: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -68,8 +68,8 @@ _SPOOL_BYTES = 64 << 20
 class FsspecStorage(Storage):
     """Any fsspec file system (``s3://``, ``gs://``, ``memory://``, ...).
 
-    Rename is not atomic there, so the commit marker alone decides what is committed (see
-    :func:`~globalstep.checkpoint.format.commit`).
+    Rename is not atomic there (:attr:`atomic_rename` is False), so checkpoints are
+    committed by their marker alone (``globalstep.checkpoint.commit.MarkerCommit``).
 
     Consistency: fsspec file systems cache listings (s3fs's ``dircache``), and instances
     are shared within a process, so another process's change may not show. Every
