@@ -487,3 +487,20 @@ def test_a_tree_changed_in_place_or_by_torch_is_saved(tmp_path):
         with pytest.raises(ConfigError, match=r"got state=\['/w'\]"):
             train()
         run.update(state={"w": w})
+
+
+def test_distributed_initialised_asks_torch_only_where_it_is_imported(monkeypatch):
+    """distributed.initialised(), the public question Run asks, follows torch.distributed's
+    own answer, and is False where torch.distributed was never imported."""
+    import sys
+    import types
+
+    from globalstep import distributed
+
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    assert distributed.initialised() is False
+    fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    assert distributed.initialised() is True
+    fake.is_initialized = lambda: False
+    assert distributed.initialised() is False
