@@ -487,3 +487,60 @@ def test_a_tree_changed_in_place_or_by_torch_is_saved(tmp_path):
         with pytest.raises(ConfigError, match=r"got state=\['/w'\]"):
             train()
         run.update(state={"w": w})
+
+
+def test_distributed_initialised_asks_torch_only_where_it_is_imported(monkeypatch):
+    """distributed.initialised(), the public question Run asks, follows torch.distributed's
+    own answer, and is False where torch.distributed was never imported."""
+    import sys
+    import types
+
+    from globalstep import distributed
+
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    assert distributed.initialised() is False
+    fake = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    assert distributed.initialised() is True
+    fake.is_initialized = lambda: False
+    assert distributed.initialised() is False
+
+
+def test_a_run_written_before_the_redesign_goes_on_saving_on_its_grid(tmp_path):
+    """A Run directory written by main before the redesign (tests/data/main-5d95193/run,
+    stopped at step 30 with save_every=10) resumes with the save trigger's state stored in
+    its tree's run part: a longer run saves at 40, on the grid, not at the first update."""
+    import pathlib
+    import shutil
+
+    data = pathlib.Path(__file__).parent / "data" / "main-5d95193"
+    expected = json.loads((data / "expected.json").read_text())["run"]
+    directory = tmp_path / "run"
+    shutil.copytree(data / "run", directory)
+    with CheckpointManager(directory / "checkpoints", read_only=True) as manager:
+        stored = manager.restore(partial=True)[0]["run"]["save_trigger"]
+    with Run(
+        directory,
+        total_steps=45,
+        save_every=10,
+        schedules={"lr": CosineDecay(0.1, decay_steps=30)},
+        config=expected["config"],
+        progress=False,
+        stream=io.StringIO(),
+    ) as run:
+        weights = run.restore({"weights": np.zeros(3)})["weights"]
+        assert run.save_trigger.state_dict() == stored
+        while not run.done:
+            weights -= 0.01
+            run.update(loss=1.0)
+    with CheckpointManager(directory / "checkpoints", read_only=True) as manager:
+        assert manager.steps() == [10, 20, 30, 40, 45]
+
+
+def test_a_bad_save_every_leaves_the_directory_unlocked(tmp_path):
+    """save_every is checked before the checkpoint manager takes the directory's lock: a
+    Run refused for it leaves the next Run free to open the same directory."""
+    with pytest.raises(ConfigError, match="must be a duration"):
+        Run(tmp_path, save_every="soon", progress=False, stream=io.StringIO())
+    with Run(tmp_path, progress=False, stream=io.StringIO()) as run:
+        run.restore({"w": np.zeros(1)})

@@ -75,6 +75,17 @@ def _initialised() -> Any:
     return dist
 
 
+def initialised() -> bool:
+    """Returns whether a default torch.distributed process group exists in this process.
+
+    Cheap and safe without torch: where torch has not been imported no process group can
+    exist, so torch is not imported to ask. :class:`~globalstep.run.Run` asks it once, to
+    choose between every rank saving (a group exists) and the writer rank alone saving
+    (ranks known only from torchrun's environment variables).
+    """
+    return _initialised() is not None
+
+
 def _from_environment(name: str, default: int) -> int:
     text = os.environ.get(name)
     if text is None:

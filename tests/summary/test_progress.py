@@ -185,3 +185,34 @@ def test_terminal_gets_the_live_bar_by_default():
         assert display._bar is not None
     with ProgressDisplay(clock, 10, stream=io.StringIO(), time_fn=FakeTime()) as display:
         assert display._bar is None
+
+
+def test_next_due_is_the_step_of_the_next_plain_line():
+    """next_due, the public "is a call due" step, is the step of the next plain line: below
+    it update() only compares the step, at it the line is printed."""
+    clock, out = Clock(), io.StringIO()
+    display = ProgressDisplay(clock, every_n_steps=10, stream=out, live=False)
+    assert display.next_due == 0
+    clock.tick()
+    display.update()
+    assert display.next_due == 10
+    clock.tick(9)
+    display.update(loss=1.0)
+    assert display.next_due == 20
+    assert out.getvalue().startswith("step 10")
+
+
+def test_next_due_is_zero_while_a_live_bar_is_shown():
+    """With a live bar every update may redraw it, so next_due stays 0 until close()."""
+    pytest.importorskip("rich")
+    clock, time_fn = Clock(), FakeTime()
+    display = ProgressDisplay(
+        clock, 50, every_n_steps=10, stream=io.StringIO(), live=True, time_fn=time_fn
+    )
+    for _ in range(5):
+        clock.tick()
+        time_fn.now += 1.0
+        display.update(loss=0.5)
+        assert display.next_due == 0
+    display.close()
+    assert display.next_due == 10

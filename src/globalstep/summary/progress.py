@@ -153,6 +153,12 @@ class ProgressDisplay(Closing):
 
     Raises:
         ConfigError: a parameter breaks its rule, or ``live=True`` without ``rich``.
+
+    Attributes:
+        next_due: the step from which :meth:`update` can do more than compare the step (a
+            plain line may be due there); 0 while a live bar is shown (each call may
+            redraw it). A loop that has other work per update reads it to skip the call
+            below it (read only; :meth:`update` keeps it).
     """
 
     def __init__(
@@ -194,6 +200,7 @@ class ProgressDisplay(Closing):
         self._rate_time = time_fn()
         self._time_fn = time_fn
         self._bar: Any = None
+        self.next_due = 0  # the first update asks the trigger
         if live:
             self._start_bar()
 
@@ -243,6 +250,8 @@ class ProgressDisplay(Closing):
         line_due = self._line.should_fire(self._clock)
         # The next step at which a line can be due: the next multiple of every_n_steps.
         self._next_line = (step // self._every + 1) * self._every
+        if bar is None:
+            self.next_due = self._next_line
         if line_due or (self._bar is not None and self._time_fn() - self._rate_time >= 0.5):
             self._refresh_rate()
         if line_due:
@@ -270,3 +279,4 @@ class ProgressDisplay(Closing):
             self._bar.update(self._task, completed=self._clock.step, info=info)
             self._bar.stop()
             self._bar = None
+            self.next_due = self._next_line

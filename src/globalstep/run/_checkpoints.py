@@ -1,0 +1,182 @@
+"""The Run's checkpoints: the tree it stores, when it saves, and the step saved last.
+
+A Run's checkpoint holds its own part beside the state tree, ``{"run": {...}, "state":
+...}``: the clocks, the data position, the save trigger's state and the configuration (one
+JSON string, see :mod:`globalstep.run._config`). When to save is the
+:class:`~globalstep.checkpoint.save_trigger.SaveTrigger` of ``save_every`` (the part that
+the CheckpointManager's own ``save_every`` uses); its state is stored in the run part,
+where checkpoints written before this module kept it too, so that a resumed run saves
+where an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from globalstep._unchanged import Unchanged
+from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint.save_trigger import SaveTrigger
+from globalstep.clock import MAX_STEP, Clock
+from globalstep.run._config import check_drift, stored_config
+from globalstep.run._refusals import stale_state
+
+__all__ = ["RunCheckpoints"]
+
+
+class RunCheckpoints:
+    """What a Run saves and restores, through its manager, and when.
+
+    Args:
+        manager: the run's CheckpointManager.
+        trigger: the save trigger of the Run's ``save_every`` (None: none).
+        clocks: every clock by name, the one that updates tick first.
+        config: the configuration to store (as JSON, see :mod:`globalstep.run._config`).
+        writes: whether this rank writes checkpoints (the writer rank, or every rank of a
+            distributed manager); a rank that does not only notes the steps saved.
+
+    Attributes:
+        manager: the CheckpointManager.
+        trigger: the save trigger, or None.
+        saved_step: the step saved (or restored) last by this run, or None.
+        next_check: the step from which :meth:`due` can be True.
+        writes: as given.
+    """
+
+    def __init__(
+        self,
+        manager: CheckpointManager,
+        trigger: SaveTrigger | None,
+        clocks: dict[str, Clock],
+        config: dict[str, Any],
+        *,
+        writes: bool,
+    ) -> None:
+        self.manager = manager
+        self.trigger = trigger
+        self.saved_step: int | None = None
+        self.next_check = 0
+        self.writes = writes
+        self._clocks = clocks
+        self._clock = next(iter(clocks.values()))
+        self._config = json.dumps(config, sort_keys=True)
+        self._metrics: dict[str, float] = {}  # the scalars of the update that made a save due
+
+    def tree(self, state: Any, data_position: int) -> dict[str, Any]:
+        """Returns the tree a checkpoint holds: the run part and ``state``."""
+        trigger = self.trigger
+        return {
+            "run": {
+                "clocks": dict(self._clocks),
+                "data_position": data_position,
+                "save_trigger": trigger.state_dict() if trigger is not None else None,
+                "config": self._config,
+            },
+            "state": state,
+        }
+
+    def load(self, step: int, state: Any, data_position: int) -> tuple[Any, int]:
+        """Restores ``step``'s checkpoint into ``state`` and the clocks (in place) and the
+        save trigger; returns the state tree and the data position restored.
+
+        Raises:
+            CheckpointError: as :meth:`CheckpointManager.restore
+                <globalstep.checkpoint.CheckpointManager.restore>`.
+        """
+        tree = self.manager.restore(self.tree(state, data_position), step=step)
+        part = tree["run"]
+        position = int(part["data_position"])
+        if self.trigger is not None:
+            # Another save_every than the checkpoint's: fire only at boundaries ahead.
+            self.trigger.resume(part.get("save_trigger"), self._clock)
+        self.saved_step = step
+        self.next_check = 0
+        return tree["state"], position
+
+    def resume(
+        self, state: Any, data_position: int, config: dict[str, Any], *, strict: bool, run: Path
+    ) -> tuple[int | None, Any, int]:
+        """Restores the newest checkpoint, where there is one, once its stored configuration
+        was compared with ``config`` (see :func:`~globalstep.run._config.check_drift`;
+        ``run``, the run's directory, is named in its warning).
+
+        Returns:
+            The step restored (None: no checkpoint, nothing touched), the state tree and
+            the data position.
+
+        Raises:
+            ConfigError: the configuration differs and ``strict`` is True.
+            CheckpointError: as :meth:`load`.
+        """
+        manager = self.manager
+        latest = manager.latest_step()
+        if latest is None:
+            return None, state, data_position
+        saved = stored_config(manager.metadata(latest))
+        check_drift(saved, config, strict=strict, directory=run, step=latest, stacklevel=4)
+        state, position = self.load(latest, state, data_position)
+        return latest, state, position
+
+    def due(self, scalars: dict[str, Any]) -> bool:
+        """Asks the save trigger at the clock's step, keeping ``scalars`` as the metrics of
+        the save it makes due; notes the next step worth asking (see
+        :meth:`SaveTrigger.next_due <globalstep.checkpoint.save_trigger.SaveTrigger.next_due>`)."""
+        saves = self.trigger
+        if saves is None:
+            self.next_check = MAX_STEP + 1
+            return False
+        clock = self._clock
+        # Its trigger asked directly: for one that is not of whole steps this runs at every
+        # update, and next_check stays 0.
+        due = saves.trigger.should_fire(clock)
+        if due:
+            self._metrics = scalars
+        if saves.grid is not None:
+            self.next_check = saves.next_due(clock.step)
+        return due
+
+    def save(self, state: Any, data_position: int, stale: Unchanged | None) -> Unchanged | None:
+        """Saves a checkpoint at the clock's step, with the numbers of the scalars that made
+        it due as its metrics (the manager flushes and fsyncs the logs first); returns the
+        stale check still to make at the next save.
+
+        A step saved (or restored) already is not saved again; a rank that does not write
+        only notes the step. ``stale`` is the tree that ``restore()`` returned, noted then:
+        where it is the tree to save after updates, every array unchanged, the save is
+        refused; where it changed, it is not asked again (a tree that changes goes on
+        changing).
+
+        Raises:
+            ConfigError: the tree to save is the stale one.
+            CheckpointError: the save failed.
+        """
+        clock, manager = self._clock, self.manager
+        step = clock.step
+        if step == self.saved_step:
+            return stale
+        if not self.writes:
+            self.saved_step = step
+            return stale
+        if stale is not None and step != stale.step:
+            if stale.holds(state):
+                stale_state(stale, step)
+            stale = None
+        metrics = {}
+        for tag, value in self._metrics.items():
+            if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+                value, bool | np.bool_
+            ):
+                metrics[tag] = value
+        manager.save(
+            clock,
+            self.tree(state, data_position),
+            metrics=metrics,
+            force=step in manager.steps(),
+            # The save makes the curves up to `step` durable before it commits (on the
+            # save's thread when it is async): the writer is registered for every save.
+        )
+        self.saved_step = step
+        return stale

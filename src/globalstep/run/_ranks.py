@@ -1,0 +1,137 @@
+"""Ranks: how a :class:`~globalstep.run.Run` behaves on several ranks of torch.distributed.
+
+:class:`Ranks` is the user's choice (the writer rank, the reduction of the scalars, the
+step checks); :class:`RankPlan` is what this process does with it, decided once when the
+Run is made (whether it writes, whether every rank saves, what it does per update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from globalstep import distributed
+from globalstep.clock import Clock
+from globalstep.errors import ConfigError
+
+__all__ = ["RankPlan", "Ranks"]
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """How a :class:`Run` behaves on several ranks (processes of torch.distributed).
+
+    Rank ``writer`` alone writes the summaries, shows the progress display, prints the
+    run's messages and commits the checkpoints. In an initialised process group every rank
+    takes part in each save through a distributed
+    :class:`~globalstep.checkpoint.CheckpointManager` (the writer writes the replicated
+    state, each rank the shards it holds); before the group exists, or with
+    ``checkpoint_options={"distributed": False}``, the writer alone saves and the others
+    read the same directory without taking its lock. Every ``check_every`` calls of
+    :meth:`Run.update` the ranks' steps are compared
+    (:func:`globalstep.distributed.assert_steps_agree`, one small collective); with
+    ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
+    (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
+    the writer logs them. A Run on several ranks uses ``Ranks()`` unless told otherwise.
+
+    Args:
+        writer: the rank that writes, >= 0 (and below the world size).
+        reduce: ``"mean"``, ``"sum"``, ``"max"`` or ``"min"`` to reduce the scalars;
+            None (the default) logs the writer's own values.
+        check_every: updates between step agreement checks, >= 1; None never checks.
+
+    Raises:
+        ConfigError: a field breaks its rule.
+
+    Example:
+        >>> Ranks(reduce="mean")
+        Ranks(writer=0, reduce='mean', check_every=100)
+    """
+
+    writer: int = 0
+    reduce: str | None = None
+    check_every: int | None = 100
+
+    def __post_init__(self) -> None:
+        if isinstance(self.writer, bool) or not isinstance(self.writer, int) or self.writer < 0:
+            raise ConfigError("writer", "must be an int >= 0 (a rank)", self.writer)
+        if self.reduce is not None and self.reduce not in distributed.REDUCE_OPS:
+            raise ConfigError(
+                "reduce",
+                f"must be one of {', '.join(map(repr, distributed.REDUCE_OPS))} or None",
+                self.reduce,
+            )
+        every = self.check_every
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int) or every < 1
+        ):
+            raise ConfigError("check_every", "must be an int >= 1 or None", every)
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What this process does on its rank, decided once (see :meth:`build`).
+
+    Attributes:
+        ranks: the Ranks in force, or None on one process.
+        size: the world size.
+        is_writer: whether this rank writes summaries, progress and checkpoints.
+        check: the step agreement that each update calls, or None.
+        grouped: several ranks in an initialised process group (every rank can save).
+        per_update: whether :meth:`update` has anything to do on this rank.
+    """
+
+    ranks: Ranks | None
+    size: int
+    is_writer: bool
+    check: distributed.StepAgreement | None
+    grouped: bool
+    per_update: bool
+
+    @classmethod
+    def build(cls, ranks: Ranks | None, rollback: Any) -> RankPlan:
+        """Returns the plan for ``ranks`` (None: ``Ranks()`` on several ranks) in this world.
+
+        Raises:
+            ConfigError: ``ranks`` is not a Ranks, its writer is not below the world size,
+                or a ``rollback`` policy is given on several ranks.
+        """
+        if ranks is not None and not isinstance(ranks, Ranks):
+            raise ConfigError("ranks", "must be a globalstep.run.Ranks or None", ranks)
+        size = distributed.world_size()
+        if ranks is None and size > 1:
+            ranks = Ranks()
+        if ranks is not None and ranks.writer >= size:
+            raise ConfigError(
+                "ranks.writer", f"must be a rank below the world size, {size}", ranks.writer
+            )
+        is_writer = ranks is None or distributed.is_writer(ranks.writer)
+        check = (
+            distributed.StepAgreement(ranks.check_every)
+            if ranks is not None and ranks.check_every is not None and size > 1
+            else None
+        )
+        if rollback is not None and size > 1:
+            raise ConfigError(
+                "rollback",
+                "is not supported on several ranks yet",
+                rollback,
+                hint=f"Pass rollback=None (this run has {size} ranks).",
+            )
+        per_update = ranks is not None and (
+            check is not None or ranks.reduce is not None or not is_writer
+        )
+        grouped = size > 1 and distributed.initialised()
+        return cls(ranks, size, is_writer, check, grouped, per_update)
+
+    def update(self, scalars: dict[str, Any], clock: Clock) -> dict[str, Any]:
+        """Checks the steps when due, reduces the scalars, and returns what this rank logs
+        (nothing, off the writer rank)."""
+        check = self.check
+        if check is not None:
+            check(clock)
+        ranks = self.ranks
+        assert ranks is not None
+        if ranks.reduce is not None:
+            scalars = distributed.reduce_metrics(scalars, op=ranks.reduce)
+        return scalars if self.is_writer else {}

@@ -1,0 +1,397 @@
+"""The Run: clock, schedules, checkpoints, curves and progress wired together (wiring only).
+
+Its parts live beside it in :mod:`globalstep.run`: the options, the ranks, the stored
+configuration, the rollback watch, the signals; the save trigger is
+:class:`~globalstep.checkpoint.save_trigger.SaveTrigger`. See the package's docstring for
+what the wiring guarantees.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from globalstep._closing import Closing
+from globalstep._tracing import opaque
+from globalstep._unchanged import Unchanged
+from globalstep.checkpoint.save_trigger import SaveTrigger
+from globalstep.clock import Clock
+from globalstep.errors import ConfigError
+from globalstep.run import _refusals
+from globalstep.run._checkpoints import RunCheckpoints
+from globalstep.run._closers import close_in_order
+from globalstep.run._config import run_config
+from globalstep.run._messages import Messages
+from globalstep.run._options import (
+    CheckpointOptions,
+    ProgressOptions,
+    WriterOptions,
+    check_arguments,
+    clocks_of,
+)
+from globalstep.run._ranks import RankPlan, Ranks
+from globalstep.run._rollback import Rollback, Watch
+from globalstep.run._schedules import Memos, first_value, schedules_of
+from globalstep.run._signals import SignalStop, exit_status
+from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
+from globalstep.summary.progress import ProgressDisplay
+from globalstep.summary.writer import SummaryWriter
+from globalstep.triggers import Trigger
+from globalstep.units import DurationLike
+
+__all__ = ["Run"]
+
+
+class Run(Closing):
+    """A training run's clock, schedules, checkpoints, curves and progress, wired together.
+
+    Args:
+        directory: the run's directory: ``checkpoints/`` and ``logs/`` go inside.
+        total_steps: the run's length in updates; ``run.done`` turns True there. None runs
+            until the loop stops.
+        clock: the clock that :meth:`update` ticks; default ``Clock()``. Give it
+            ``steps_per_epoch`` and ``batch_size`` for epoch and sample counts.
+        clocks: further named clocks (a GAN's critic), saved and restored with the run;
+            the loop ticks them itself.
+        schedules: name to schedule; :meth:`value` reads one at the clock's step.
+        save_every: when :meth:`update` saves a checkpoint: a duration (``500``, ``"1ep"``,
+            ``"30min"``) or a trigger; None saves only at the end and on a signal.
+        config: hyperparameters to store with each checkpoint and compare on resuming
+            (JSON-ready: numbers, strings, lists and dicts).
+        strict: raise instead of warning when the configuration differs on resuming.
+        rollback: the policy for bad updates; None (the default) never rolls back.
+        progress: show a progress display (a live bar on a terminal, else a line every
+            ``log_every`` steps).
+        log_every: steps between the display's lines.
+        stream: where messages and the display go; standard output by default.
+        handle_signals: save and exit on SIGINT and SIGTERM (only where the Run is made in
+            the main thread).
+        checkpoint_options: keywords for the :class:`~globalstep.checkpoint.CheckpointManager`
+            (``max_to_keep``, ``keep_best``, ``async_save``, ...).
+        writer_options: keywords for the :class:`~globalstep.summary.SummaryWriter`
+            (``formats``, ``flush_seconds``, ``guard_tags``, ...).
+        ranks: how the run behaves on several ranks (see :class:`Ranks`); None uses
+            ``Ranks()`` where torch.distributed runs more than one process (see
+            :func:`globalstep.distributed.world_size`), and nothing of it on one.
+
+    Raises:
+        ConfigError: a parameter breaks its rule.
+        LockError: another process writes this run's checkpoints.
+
+    Attributes:
+        clock: the clock :meth:`update` ticks.
+        clocks: every clock by name, ``clock`` included.
+        schedules: the schedules by name.
+        checkpoints: the CheckpointManager.
+        writer: the SummaryWriter (opened when first used).
+        progress: the ProgressDisplay, or None.
+        is_writer: whether this rank writes logs, progress and checkpoints (True on one).
+        ranks_check: the :class:`~globalstep.distributed.StepAgreement` update() calls.
+        state: the state tree given to :meth:`restore`, as restored.
+        data_position: batches drawn so far (see :meth:`next_batch`).
+        config: the configuration stored with each checkpoint.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        total_steps: int | None = None,
+        clock: Clock | None = None,
+        clocks: Sequence[Clock] = (),
+        schedules: Mapping[str, Any] | None = None,
+        save_every: DurationLike | Trigger | None = None,
+        config: Mapping[str, Any] | None = None,
+        strict: bool = False,
+        rollback: Rollback | None = None,
+        progress: bool = True,
+        log_every: int = 100,
+        stream: TextIO | None = None,
+        handle_signals: bool = True,
+        checkpoint_options: Mapping[str, Any] | None = None,
+        writer_options: Mapping[str, Any] | None = None,
+        ranks: Ranks | None = None,
+    ) -> None:
+        flags = {"strict": strict, "progress": progress, "handle_signals": handle_signals}
+        check_arguments(directory, total_steps, rollback, flags, log_every)
+        self.clocks = clocks_of(clock, clocks)
+        self.clock = next(iter(self.clocks.values()))
+        self.schedules: dict[str, Any] = schedules_of(schedules)
+        self._writer_options = WriterOptions.build(writer_options)
+        plan = self._plan = RankPlan.build(ranks, rollback)
+        self.ranks, self.is_writer, self.ranks_check = plan.ranks, plan.is_writer, plan.check
+        self._per_rank = plan.per_update  # update()'s one extra check on several ranks
+        options = CheckpointOptions.build(checkpoint_options, plan)
+        saves = SaveTrigger.of(save_every)  # checked before the manager takes the lock
+        self.directory, self.total_steps = Path(directory), total_steps
+        self._memos: Memos = {}  # see value()
+        self._next_check = 0  # the step from which update() looks at more than the step
+        self.strict, self.rollback = strict, rollback
+        self._watch = Watch(rollback) if rollback is not None else None
+        self.data_position = 0
+        self.state: Any = None
+        self.config = run_config(config, self.schedules, self.clocks)
+        self._stream = stream if stream is not None else sys.stdout
+        self._display = ProgressOptions(progress and self.is_writer, log_every, self._stream)
+        self._writer: SummaryWriter | None = None
+        self.progress: ProgressDisplay | None = None
+        self._restored, self._closed, self._careful = False, False, True
+        self._started_at = self._ticked_to = 0  # _ticked_to: the step after the last update
+        self._signal: int | None = None
+        self._stale_check: Unchanged | None = None  # see save()
+        self.checkpoints = manager = options.open(self.directory / "checkpoints")
+        writes = plan.is_writer or options.all_ranks_save
+        self._saves = RunCheckpoints(manager, saves, self.clocks, self.config, writes=writes)
+        self.save_trigger = saves.trigger if saves is not None else None
+        self._messages = Messages(
+            self._stream, self.is_writer, self.directory, manager.directory, total_steps
+        )
+        self._signals = SignalStop(self._on_signal)
+        if handle_signals:
+            self._signals.install()
+
+    def restore(self, state: Any = None) -> Any:
+        """Restores the newest checkpoint into ``state``, or starts a new run with it.
+
+        Arrays in ``state`` are filled in place and stateful leaves (modules, optimizers,
+        :class:`GeneratorState`, ...) restored in place; the clocks, the data position and
+        the save trigger are restored with them. Before anything is touched, the stored
+        configuration is compared with this run's (see ``strict``).
+
+        Args:
+            state: the state tree to checkpoint (see :mod:`globalstep.checkpoint.tree`).
+
+        Returns:
+            The tree, restored (leaves that cannot be filled in place, such as Python
+            numbers, are new objects in it); also kept as ``run.state``.
+
+        Raises:
+            ConfigError: ``restore`` was called already, or the configuration differs and
+                ``strict=True``.
+            CorruptCheckpointError: the newest checkpoint fails verification.
+            RestoreMismatchError: the checkpoint does not fit ``state``.
+        """
+        self._check_usable()
+        if self._restored:
+            raise ConfigError("restore", "must be called once per Run", "a second call")
+        latest, self.state, self.data_position = self._saves.resume(
+            state, self.data_position, self.config, strict=self.strict, run=self.directory
+        )
+        done = self.done and latest is not None  # resumed, and complete already
+        self._messages.started(latest, self.clock.step, done=done)
+        self._restored = True
+        self._careful = self.rollback is not None
+        self._started_at = self._ticked_to = self.clock.step
+        # Noted now, asked at the first save after updates (see save()).
+        self._stale_check = Unchanged.take(self.state, self._started_at)
+        self.progress = self._display.open(self.clock, self.total_steps)
+        return self.state
+
+    @property
+    def step(self) -> int:
+        """The clock's step: updates applied so far (see :mod:`globalstep.clock`)."""
+        return self.clock.step
+
+    @property
+    def done(self) -> bool:
+        """True once the clock has reached ``total_steps`` (never without one)."""
+        return self.total_steps is not None and self.clock.step >= self.total_steps
+
+    @property
+    def writer(self) -> SummaryWriter:
+        """The run's SummaryWriter in ``<directory>/logs``, opened on first use."""
+        if self._writer is None:
+            self._check_usable()
+            logs, writes = self.directory / "logs", self.is_writer
+            self._writer = self._writer_options.open(logs, self.clock, is_writer=writes)
+        return self._writer
+
+    def next_batch(self) -> int:
+        """Returns the data position (batches drawn so far) and moves it on by one.
+
+        Index the data with it (``epoch, index = divmod(run.next_batch(), batches)``):
+        it is restored with the checkpoint, and a rollback moves it past bad batches.
+        """
+        position = self.data_position
+        self.data_position = position + 1
+        return position
+
+    def value(self, name: str) -> float:
+        """Returns schedule ``name`` at the clock's step (the value update ``run.step`` uses).
+
+        Core and compat schedules answer an int step from their own memo of ``values()``
+        (see :func:`globalstep.schedules._base.memo_fill`), so this costs a lookup and stays
+        bit-equal to ``values()``; other callables are called with the step.
+
+        Raises:
+            KeyError: no schedule has that name.
+        """
+        try:
+            # The per-update path: the schedule's memo, read here while the name still
+            # maps to the schedule it belongs to.
+            schedule, memo = self._memos[name]
+            if self.schedules[name] is schedule:
+                step = self.clock.step
+                return memo[step >> MEMO_BITS][step & MEMO_MASK]
+        except KeyError:
+            pass
+        return first_value(self.schedules, self._memos, name, self.clock.step)
+
+    @opaque
+    def update(self, *, applied: bool = True, state: Any = None, **scalars: Any) -> bool:
+        """Reports one update: ticks the clock, logs the scalars, saves when it is time.
+
+        Call it once per optimizer update, after the update, in Python (not inside a
+        function that ``tf.function`` or ``jax.jit`` traces). A bad value of a
+        :class:`Rollback` policy's tag rolls the run back instead (the clock does not
+        tick); after a SIGINT or SIGTERM it saves at the step reached and raises
+        ``SystemExit`` (status 130 or 143). The clock ticks here unless an owner claimed
+        its ticks (:meth:`Clock.claim_ticks <globalstep.clock.Clock.claim_ticks>`, as
+        ``globalstep.integrations.torch.attach`` does): the owner's tick is the update's
+        one. A clock advanced by anything else between two updates is refused.
+
+        Args:
+            applied: False for an update that was skipped (a mixed-precision overflow):
+                the scalars are logged at the unchanged step and the clock does not tick.
+            state: the state tree after this update, for loops that build a new tree at
+                each update instead of changing the restored one in place (JAX and optax,
+                ``w = w - lr * g`` in NumPy): it replaces ``run.state`` and is what the
+                next checkpoint saves. None keeps ``run.state``.
+            **scalars: values to log at the step after the update (``loss=..., lr=...``,
+                the rate being the one the update used, ``run.value("lr")`` read before
+                it; the convention of every logged value, see :mod:`globalstep.clock`):
+                numbers, NumPy scalars or one-element tensors.
+
+        Returns:
+            False when the update was rolled back, else True.
+
+        Raises:
+            ConfigError: :meth:`restore` was not called first, a bad tag or value, or the
+                clock was advanced elsewhere since the last update.
+            DivergenceError: too many rollbacks within the policy's window.
+            TracingError: ``tf.function`` or ``jax.jit`` is tracing the call.
+        """
+        if self._careful and self._rolled_back(scalars):  # before restore(), or a policy
+            return False
+        if state is not None:
+            self.state = state
+            self._stale_check = None  # the loop hands its tree over: nothing to suspect
+        clock = self.clock
+        step = clock.step
+        if clock.tick_owner is None:
+            if step != self._ticked_to:
+                _refusals.ticked_elsewhere(clock, self._ticked_to)
+            if applied:
+                step = clock.advance()
+        self._ticked_to = step
+        if self._per_rank:
+            scalars = self._plan.update(scalars, clock)
+        if scalars:
+            (self._writer or self.writer).enqueue_scalars(scalars, step)  # a dict of its own
+        if step >= self._next_check:
+            self._after_update(scalars, step)
+        return True
+
+    def _rolled_back(self, scalars: dict[str, Any]) -> bool:
+        """Refuses an update before restore(); rolls a bad one back (see :class:`Rollback`)."""
+        if not self._restored:
+            _refusals.not_restored()
+        watch = self._watch
+        bad = watch.check(scalars, self.clock.step) if watch is not None else None
+        if watch is None or bad is None:
+            return False
+        target = watch.target(bad, self.checkpoints)
+        position = self.data_position + watch.policy.skip_batches
+        self.state, _ = self._saves.load(target, self.state, self.data_position)
+        self._ticked_to, self._next_check, self.data_position = self.clock.step, 0, position
+        self._messages.say(watch.record(bad, self.writer, target, position))
+        return True
+
+    def _after_update(self, scalars: dict[str, Any], step: int) -> None:
+        """The display, the save trigger and a signal, once one of them may be due; notes
+        the step before which none can be (a live bar: none)."""
+        progress = self.progress
+        if progress is not None and step >= progress.next_due:
+            progress.update(**scalars)
+        saves = self._saves
+        if step >= saves.next_check and saves.due(scalars):
+            self.save()
+        signum = self._signal
+        if signum is not None:
+            self._stop_for_signal(signum)
+        upcoming = saves.next_check
+        if progress is not None:
+            upcoming = min(upcoming, progress.next_due)
+        # A signal that came while this ran: the next update stops.
+        self._next_check = upcoming if self._signal is None else 0
+
+    def save(self) -> None:
+        """Saves a checkpoint at the clock's step, after flushing and fsyncing the logs.
+
+        A step saved already by this run is not saved again. On several ranks (see
+        :class:`Ranks`) every rank calls it at the same step: the writer rank writes the
+        replicated state and commits once every rank wrote its shards (see
+        :mod:`globalstep.checkpoint.distributed`).
+
+        Raises:
+            CheckpointError: the save failed.
+        """
+        self._check_usable()
+        self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
+
+    def _on_signal(self, signum: int) -> None:
+        """The first SIGINT or SIGTERM: the next update saves and exits."""
+        self._signal = signum
+        self._saves.next_check = self._next_check = 0
+        self._messages.got_signal(signum)
+
+    def _stop_for_signal(self, signum: int) -> None:
+        self.save()
+        if self._writer is not None:
+            self._writer.sync()
+        self._messages.saved_after_signal(signum, self.clock.step)
+        raise SystemExit(exit_status(signum))
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ConfigError("run", "must be open (close() was called)", str(self.directory))
+
+    def close(self) -> None:
+        """Ends the run: saves a final checkpoint, closes the checkpoint manager, the display
+        and the writer, and gives the signal handlers back; closing twice does nothing.
+
+        Raises:
+            CheckpointError: the final save failed.
+            SummaryWriteError: a log write failed.
+        """
+        self._finish(save=self._restored)
+
+    def _close_after(self, error: BaseException | None) -> None:
+        # An error leaves no final checkpoint (the state may be half updated; a signal's
+        # stop saved already), and the body's error is the one raised.
+        try:
+            self._finish(save=error is None and self._restored)
+        except Exception:
+            if error is None or isinstance(error, SystemExit | KeyboardInterrupt):
+                raise
+
+    def _finish(self, *, save: bool) -> None:
+        if self._closed:
+            return
+        steps_done = self.clock.step
+        try:
+            if save and steps_done != self._saves.saved_step:
+                self.save()
+            if save and steps_done != self._started_at:
+                self._messages.finished(steps_done)
+        finally:
+            self._closed = True
+            self._signals.restore()
+            # The checkpoints first: an async save fsyncs the logs before it commits.
+            close_in_order(self.checkpoints, self.progress, self._writer)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.directory)!r}, step={self.clock.step})"
