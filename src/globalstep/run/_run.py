@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from globalstep._closing import Closing
+from globalstep._closing import Closing, close_in_order
 from globalstep._tracing import opaque
 from globalstep._unchanged import Unchanged
 from globalstep.checkpoint.save_trigger import SaveTrigger
@@ -22,7 +22,6 @@ from globalstep.clock import Clock
 from globalstep.errors import ConfigError
 from globalstep.run import _refusals
 from globalstep.run._checkpoints import RunCheckpoints
-from globalstep.run._closers import close_in_order
 from globalstep.run._config import run_config
 from globalstep.run._messages import Messages
 from globalstep.run._options import (

@@ -67,6 +67,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from globalstep import _durability
+from globalstep._closing import close_in_order
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, NonFiniteError, StepOrderWarning, SummaryWriteError
 from globalstep.guards import DEFAULT_STALE_THRESHOLD
@@ -112,14 +113,7 @@ def available_formats() -> tuple[str, ...]:
 
 def _close_open_writers() -> None:
     # One writer's error must not keep the others from writing their queues.
-    first: SummaryWriteError | None = None
-    for writer in list(_OPEN_WRITERS):
-        try:
-            writer.close()
-        except SummaryWriteError as err:
-            first = first or err
-    if first is not None:
-        raise first
+    close_in_order(*list(_OPEN_WRITERS), catching=SummaryWriteError)
 
 
 atexit.register(_close_open_writers)
