@@ -48,6 +48,8 @@ OPTIONAL = {
     "moto": "dev",
     "ml_dtypes": "bf16",
     "safetensors": "dev",
+    "mlflow": "mlflow",
+    "wandb": "wandb",
     "sklearn": "dev",
 }
 
