@@ -29,9 +29,11 @@ from globalstep.checkpoint import (  # noqa: E402
     WorldSizeError,
     WorldSizeWarning,
 )
+from globalstep.checkpoint.format import verify_checkpoint  # noqa: E402
 from globalstep.checkpoint.manager import step_name  # noqa: E402
 from globalstep.errors import CorruptCheckpointError, RestoreMismatchError  # noqa: E402
 from globalstep.integrations.torch import RNGState  # noqa: E402
+from globalstep.storage import LocalStorage  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoint"))
 from ckpt_helpers import reseal  # noqa: E402
@@ -96,6 +98,17 @@ def test_state_json_records_every_rank_leaves(runs):
     manager.verify(40)
 
 
+def test_ckpt_show_and_verify_name_the_per_rank_leaves(runs, capsys):
+    """``globalstep ckpt show`` lists each per-rank leaf as such; ``ckpt verify`` passes."""
+    from globalstep.cli import main
+
+    assert main(["ckpt", "show", str(runs["dir"]), "--step", "40"]) == 0
+    shown = capsys.readouterr().out
+    assert "  rng: per-rank (each rank's own file)" in shown
+    assert "  seen: per-rank (each rank's own file)" in shown
+    assert main(["ckpt", "verify", str(runs["dir"])]) == 0
+
+
 def _template() -> dict:
     """The per-rank part of the workers' state tree, and the clock (no model: partial)."""
     return {
@@ -154,6 +167,7 @@ def test_two_ranks_to_one_reseeds_the_generators_with_one_warning(runs):
             warnings.simplefilter("always")
             manager.restore(template, step=40, partial=True)
         assert [type(w.message) for w in caught] == [WorldSizeWarning]
+        assert caught[0].filename == __file__  # pointing at the restore call
         message = str(caught[0].message)
         assert "saved on 2 ranks and is restored on 1 (2 -> 1)" in message
         assert "exactness cannot hold across a change of world size" in message
@@ -225,6 +239,8 @@ def test_a_damaged_rank_file_is_named(runs, tmp_path, monkeypatch):
     manager = CheckpointManager(copy, read_only=True)
     with pytest.raises(CorruptCheckpointError, match=r"per_rank/rank-00001\.safetensors"):
         manager.verify(40)
+    with pytest.raises(CorruptCheckpointError, match=r"per_rank/rank-00001\.safetensors"):
+        verify_checkpoint(LocalStorage(str(copy)), step_name(40))
     monkeypatch.setattr(manager._reading, "_ranks", lambda: (1, 2))
     with pytest.raises(CorruptCheckpointError, match=r"per_rank/rank-00001\.safetensors"):
         manager.restore(_template(), step=40, partial=True)

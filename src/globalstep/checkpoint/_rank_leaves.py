@@ -90,7 +90,7 @@ def _entries(state: Mapping[str, Any], where: str) -> tuple[int, list[dict[str, 
         return None
     world = section.get("world_size") if isinstance(section, dict) else None
     ranks = section.get("ranks") if isinstance(section, dict) else None
-    if type(world) is not int or not isinstance(ranks, list) or len(ranks) != world:
+    if type(world) is not int or world < 1 or not isinstance(ranks, list) or len(ranks) != world:
         raise CorruptCheckpointError(f"{where}: malformed per-rank section", where)
     names = set(per_rank_nodes(state["tree"]))
     for rank, entry in enumerate(ranks):
@@ -183,6 +183,7 @@ class RankLeaves:
         self.present = bool(found) and bool(self.entries[0]["tree"])
         self.same = self.saved_world == world_size
         self._targets: dict[str, Any] = {}
+        self._read: dict[int, dict[str, Any]] = {}
 
     def structure(self, structure: Any) -> Any:
         """The tree to restore: with the same world size, this rank's own leaves in it."""
@@ -225,8 +226,10 @@ class RankLeaves:
     def states(self, key: str) -> list[Any]:
         """Every old rank's value of per-rank leaf ``key``, plain (index = old rank)."""
         out = []
-        for entry in self.entries:
-            arrays = _read(self.storage, self.name, entry)
+        for rank, entry in enumerate(self.entries):
+            arrays = self._read.get(rank)
+            if arrays is None:  # each rank's file read once, for all its leaves
+                arrays = self._read[rank] = _read(self.storage, self.name, entry)
             out.append(unflatten(entry["tree"][key], arrays)[0])
         return out
 
@@ -262,5 +265,5 @@ class RankLeaves:
                     f"size. The random generators {', '.join(reseeded)} were re-seeded "
                     "deterministically from the saved states, this rank and the step"
                 ),
-                stacklevel=4,
+                stacklevel=7,  # the caller of CheckpointManager.restore
             )

@@ -492,6 +492,9 @@ def verify_checkpoint(storage: Storage, name: str) -> dict[str, Any]:
     Raises:
         CorruptCheckpointError: a file is missing, truncated or fails its checksum.
     """
+    from globalstep.checkpoint._rank_leaves import verify_rank_leaves
+
     state = load_state(storage, name)
     read_arrays(storage, name, state, keep=False)
+    verify_rank_leaves(storage, name, state)  # each rank's file of per-rank leaves
     return state
