@@ -169,7 +169,7 @@ def test_two_ranks_to_one_reseeds_the_generators_with_one_warning(runs):
         assert [type(w.message) for w in caught] == [WorldSizeWarning]
         assert caught[0].filename == __file__  # pointing at the restore call
         message = str(caught[0].message)
-        assert "saved on 2 ranks and is restored on 1 (2 -> 1)" in message
+        assert "saved on 2 ranks and is restored on 1 rank (2 -> 1)" in message
         assert "exactness cannot hold across a change of world size" in message
         assert "rng, data, noise" in message
         assert template["clock"].step == 40
@@ -198,7 +198,7 @@ def test_two_ranks_to_one_names_a_leaf_it_cannot_remap(runs):
     with pytest.raises(
         WorldSizeError,
         match=r"per-rank leaf 'seen' \(ndarray\) of checkpoint step 40 was saved on 2 ranks "
-        r"and is restored on 1.*load_state_from_ranks.*partial=True",
+        r"and is restored on 1 rank: .*Restore on 2 ranks, .*load_state_from_ranks.*partial=True",
     ) as caught:
         manager.restore(template, step=40, partial=True)
     assert isinstance(caught.value, RestoreMismatchError)
@@ -280,3 +280,22 @@ def test_an_async_save_keeps_each_rank_value_at_the_save(runs, rank, monkeypatch
     template = {"w": np.zeros(2), "seen": PerRank(np.zeros(3))}
     manager.restore(template)
     assert template["seen"].value.tolist() == runs["resumed"][rank]["async"] == [10.0 * rank] * 3
+
+
+def test_two_ranks_to_three_give_each_new_rank_its_own_stream(runs, monkeypatch):
+    """Restored as each rank of 3 (2 -> 3): every new rank's generators are re-seeded to a
+    stream of its own, none an old rank's, the same on a second restore."""
+    from rank_workers import digest
+
+    def restore_as(rank):
+        manager = CheckpointManager(runs["dir"], read_only=True)
+        monkeypatch.setattr(manager._reading, "_ranks", lambda: (rank, 3))
+        template = {"clock": Clock(), "data": torch.Generator(), "noise": np.random.default_rng()}
+        with pytest.warns(WorldSizeWarning, match=r"restored on 3 ranks \(2 -> 3\)"):
+            manager.restore(template, step=40, partial=True)
+        return digest(template["data"].get_state().numpy()), template["noise"].random()
+
+    streams = [restore_as(rank) for rank in range(3)]
+    assert len({s[0] for s in streams}) == len({s[1] for s in streams}) == 3
+    assert restore_as(2) == streams[2]
+    assert not {s[0] for s in streams} & {r["data"] for r in runs["resumed"]}

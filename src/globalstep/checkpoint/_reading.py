@@ -231,8 +231,7 @@ class Reading:
             nodes = array_nodes(state["tree"])  # one walk, for the fit check and the read
             # This rank's own per-rank leaves in the tree (the same world size), or the
             # remap of another world size checked before anything is touched.
-            structure = leaves.structure(state["tree"])
-            leaves.check(structure, template)
+            structure = leaves.structure(state["tree"], template)
             # Check the fit first, so that a misfit touches nothing in the template; the
             # same walk finds the template's arrays to fill in place and builds the tree.
             fit = (
@@ -260,5 +259,5 @@ class Reading:
             restored = unflatten(
                 structure, arrays, template, partial=partial, ranks=leaves.without_template()
             )
-        leaves.remap()
+        leaves.remap(arrays)
         return restored
