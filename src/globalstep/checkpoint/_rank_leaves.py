@@ -22,6 +22,9 @@ ordinary one. With ``M != N``, for each per-rank leaf of the template:
   touched. Without a template a per-rank leaf comes back as the list of every old rank's
   value.
 
+A checkpoint without a per-rank section restored on several ranks holds one copy of each
+per-rank leaf: the template's are restored as from a checkpoint of one rank (``1 -> M``).
+
 Example:
     >>> rank_file(3)
     'per_rank/rank-00003.safetensors'
