@@ -138,20 +138,27 @@ def async_save(rank: int, directory: Path) -> list[float]:
     return before
 
 
-def mismatched_save(rank: int, directory: Path) -> str:
-    """A save in which rank 1 has a per-rank leaf the writer lacks: every rank's error."""
+def mismatched_save(rank: int, directory: Path) -> list[str]:
+    """Two saves in which rank 1 has per-rank leaves the writer lacks (one more; where the
+    writer has none at all): every rank's error for each."""
     from globalstep.checkpoint import CheckpointManager, PerRank
     from globalstep.errors import DistributedCheckpointError
 
-    state: dict[str, Any] = {"w": np.ones(2), "mine": PerRank(np.full(1, rank))}
+    more: dict[str, Any] = {"w": np.ones(2), "mine": PerRank(np.full(1, rank))}
+    alone: dict[str, Any] = {"w": np.ones(2)}
     if rank == 1:
-        state["extra"] = PerRank(np.zeros(1))
+        more["extra"] = PerRank(np.zeros(1))
+        alone["mine"] = PerRank(np.zeros(1))
+    errors = []
     with CheckpointManager(directory, distributed=True) as manager:
-        try:
-            manager.save(1, state)
-        except DistributedCheckpointError as err:
-            return str(err)
-    return "no error"
+        for step, state in ((1, more), (2, alone)):
+            try:
+                manager.save(step, state)
+                errors.append("no error")
+            except DistributedCheckpointError as err:
+                errors.append(str(err))
+        errors.append(str(manager.steps()))
+    return errors
 
 
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:

@@ -263,12 +263,44 @@ def test_a_malformed_per_rank_section_is_corruption(runs, tmp_path):
 
 
 def test_ranks_with_other_per_rank_leaves_fail_the_save(runs):
-    """Rank 1 with a per-rank leaf the writer lacks fails the save on both ranks."""
+    """Rank 1 with a per-rank leaf the writer lacks fails the save on both ranks, as does
+    rank 1 with per-rank leaves where the writer has none; nothing is committed."""
     for rank in runs["resumed"]:
-        assert (
-            "rank 1's per-rank leaves ['extra', 'mine'] are not the writer's" in (rank["mismatch"])
-        )
-        assert "nothing was committed" in rank["mismatch"]
+        more, alone, steps = rank["mismatch"]
+        assert "rank 1's per-rank leaves ['extra', 'mine'] are not the writer's ['mine']" in more
+        assert "rank(s) [1] saved per-rank leaves where the writer (rank 0) has none" in alone
+        assert "nothing was committed" in more
+        assert "nothing was committed" in alone
+        assert steps == "[]"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_same_world_size_without_a_template_gives_the_rank_its_own(runs, rank, monkeypatch):
+    """Without a template, rank r of 2 gets rank r's per-rank leaves as values."""
+    from rank_workers import digest
+
+    manager = CheckpointManager(runs["dir"], read_only=True)
+    monkeypatch.setattr(manager._reading, "_ranks", lambda: (rank, 2))
+    tree = manager.restore(step=40)
+    assert tree["seen"].tolist() == runs["resumed"][rank]["seen"]
+    assert isinstance(tree["data"], torch.Generator)
+    assert digest(tree["data"].get_state().numpy()) == runs["resumed"][rank]["data"]
+
+
+def test_a_malformed_per_rank_entry_is_corruption(runs, tmp_path):
+    """A rank's entry naming a file outside its place (state.json rewritten and resealed)
+    is corruption, named before any file is opened."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["dir"], copy)
+    checkpoint = copy / step_name(40)
+    doc = json.loads((checkpoint / "state.json").read_text())
+    doc["per_rank"]["ranks"][1]["file"] = "../../elsewhere.safetensors"
+    reseal(checkpoint, state=json.dumps(doc).encode())
+    manager = CheckpointManager(copy, read_only=True)
+    with pytest.raises(CorruptCheckpointError, match="malformed per-rank entry of rank 1"):
+        manager.verify(40)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
