@@ -13,7 +13,8 @@ updates:
 - ``kill-K``: the same in ``OUT/resumed``; every rank SIGKILLs itself after update K.
 - ``resume``: a fresh start in ``OUT/resumed`` restores the newest checkpoint and goes on to
   40; then a save in which rank 1 has one more per-rank leaf than the writer, and an
-  async save of a per-rank array changed as soon as ``save`` returned (in ``OUT/async``).
+  async save of a per-rank array changed as soon as ``save`` returned (in ``OUT/async``),
+  and a read-only distributed manager's restore of the rank's own generator.
 """
 
 from __future__ import annotations
@@ -123,6 +124,19 @@ def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> d
     return {**observed(state), "restored": restored}
 
 
+def read_only_restore(rank: int, directory: Path) -> str:
+    """A read-only distributed manager (an evaluator on every rank) restores this rank's
+    own per-rank leaves: its batch generator's digest."""
+    import torch
+
+    from globalstep.checkpoint import CheckpointManager
+
+    data = torch.Generator()
+    with CheckpointManager(directory, read_only=True, distributed=True) as manager:
+        manager.restore({"data": data}, partial=True)
+    return digest(data.get_state().numpy())
+
+
 def async_save(rank: int, directory: Path) -> list[float]:
     """An async save of a per-rank array, changed in place as soon as ``save`` returns:
     the checkpoint holds the value at the save (the copy taken before the background
@@ -174,5 +188,6 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
         result = train(rank, out / "resumed", resume=True, kill_at=None)
         result["mismatch"] = mismatched_save(rank, out / "mismatch")
         result["async"] = async_save(rank, out / "async")
+        result["read_only"] = read_only_restore(rank, out / "resumed")
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

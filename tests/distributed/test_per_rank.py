@@ -331,3 +331,11 @@ def test_two_ranks_to_three_give_each_new_rank_its_own_stream(runs, monkeypatch)
     assert len({s[0] for s in streams}) == len({s[1] for s in streams}) == 3
     assert restore_as(2) == streams[2]
     assert not {s[0] for s in streams} & {r["data"] for r in runs["resumed"]}
+
+
+def test_a_read_only_distributed_manager_restores_the_rank_own(runs):
+    """A read-only manager with distributed=True (an evaluator on every rank) restores
+    each rank's own per-rank leaves: the group says which rank it is."""
+    for rank in runs["resumed"]:
+        assert rank["read_only"] == rank["data"]
+    assert runs["resumed"][0]["read_only"] != runs["resumed"][1]["read_only"]
