@@ -256,8 +256,8 @@ class Reading:
             arrays.update(load_sharded(self.storage, name, state, targets, rebuild=self._rebuild))
         restored = None if fit is None else fit.restored(arrays)
         if restored is None:
-            restored = unflatten(
-                structure, arrays, template, partial=partial, ranks=leaves.without_template()
-            )
+            # Without a template, each per-rank leaf of another world size: every rank's.
+            ranks = leaves.without_template() if template is None else None
+            restored = unflatten(structure, arrays, template, partial=partial, ranks=ranks)
         leaves.remap(arrays)
         return restored
