@@ -31,7 +31,7 @@ from globalstep.checkpoint.leaves import (
     is_stateful,
     type_name,
 )
-from globalstep.checkpoint.perrank import PerRank, is_per_rank
+from globalstep.checkpoint.perrank import PerRank
 from globalstep.clock import Clock
 from globalstep.errors import (
     ConfigError,
@@ -165,11 +165,16 @@ def _encode(obj: Any, path: str, out: Flattened, copy: bool) -> Any:
         return {"sharded": key, "dtype": obj.dtype, "shape": list(obj.shape)}
     if isinstance(obj, float):
         return float_to_json(obj)
-    if out.per_rank is not None and is_per_rank(obj):
-        return _rank_leaf(obj.value if isinstance(obj, PerRank) else obj, path, out, copy)
     if isinstance(obj, PerRank):
+        if out.per_rank is not None:
+            return _rank_leaf(obj.value, path, out, copy)
         return _encode(obj.value, path, out, copy)
     adapter = adapters.find(obj)
+    if out.per_rank is not None and (
+        (adapter is not None and adapter.per_rank)
+        or getattr(type(obj), "globalstep_per_rank", False) is True
+    ):  # per-rank without a mark (is_per_rank), looked up once
+        return _rank_leaf(obj, path, out, copy)
     if adapter is not None:
         return {"adapted": adapter.name, "state": _encode(adapter.save(obj), path, out, copy)}
     if isinstance(obj, Mapping):
