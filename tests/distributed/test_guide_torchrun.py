@@ -43,3 +43,12 @@ def test_the_guides_script_runs_under_torchrun_on_two_ranks(tmp_path):
     [log] = (tmp_path / "run" / "logs").glob("*.jsonl")
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     assert [s for s in steps if s is not None] == list(range(1, 201))
+    # Each rank's own batch generator is in the checkpoint, beside rank 0's replicated state.
+    state = json.loads(
+        (tmp_path / "run" / "checkpoints" / "step-000000000200" / "state.json").read_text()
+    )
+    assert state["per_rank"]["world_size"] == 2
+    assert [sorted(entry["tree"]) for entry in state["per_rank"]["ranks"]] == [
+        ["state/batches"],
+        ["state/batches"],
+    ]
