@@ -15,6 +15,8 @@ updates:
   40; then a save in which rank 1 has one more per-rank leaf than the writer, and an
   async save of a per-rank array changed as soon as ``save`` returned (in ``OUT/async``),
   and a read-only distributed manager's restore of the rank's own generator.
+- ``run-full``, ``run-kill-K``, ``run-resume``: the same loop through ``Run`` (30 updates),
+  uninterrupted, killed after update K, resumed.
 """
 
 from __future__ import annotations
@@ -124,6 +126,40 @@ def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> d
     return {**observed(state), "restored": restored}
 
 
+def run_loop(rank: int, directory: Path, *, kill_at: int | None) -> dict[str, Any]:
+    """The same loop through ``Run`` (30 updates, saved every 10): it restores what the
+    directory holds, trains to the end, and reports what the rank holds."""
+    import torch
+
+    from globalstep import Run
+
+    state = make_state(rank)
+    model, opt = state["model"], state["opt"]
+    del state["clock"]  # the Run's own clock
+    with Run(
+        directory,
+        total_steps=30,
+        save_every=10,
+        progress=False,
+        handle_signals=False,
+        writer_options={"formats": ("jsonl",)},
+    ) as run:
+        run.restore(state)
+        restored = run.step
+        while not run.done:
+            inputs = torch.randn(8, 4, generator=state["data"])
+            loss = (model(inputs) - inputs.sum(1, keepdim=True)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            state["seen"].value += float(inputs.sum())
+            run.update(loss=loss.detach())
+            if run.step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        state["clock"] = run.clock
+        return {**observed(state), "restored": restored}
+
+
 def read_only_restore(rank: int, directory: Path) -> str:
     """A read-only distributed manager (an evaluator on every rank) restores this rank's
     own per-rank leaves: its batch generator's digest."""
@@ -182,6 +218,10 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
     connect(rank, size, port, group=True)
     if scenario == "full":
         result = train(rank, out / "full", resume=False, kill_at=None)
+    elif scenario.startswith("run-"):  # run-full, run-kill-K, run-resume
+        kill = int(scenario[9:]) if scenario.startswith("run-kill-") else None
+        where = "run-full" if scenario == "run-full" else "run-resumed"
+        result = run_loop(rank, out / where, kill_at=kill)
     elif scenario.startswith("kill-"):
         result = train(rank, out / "resumed", resume=False, kill_at=int(scenario[5:]))
     else:

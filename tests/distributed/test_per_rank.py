@@ -343,3 +343,31 @@ def test_a_read_only_distributed_manager_restores_the_rank_own(runs):
     for rank in runs["resumed"]:
         assert rank["read_only"] == rank["data"]
     assert runs["resumed"][0]["read_only"] != runs["resumed"][1]["read_only"]
+
+
+@pytest.fixture(scope="module")
+def run_runs(tmp_path_factory):
+    """The same loop through Run: uninterrupted, killed after a random update, resumed."""
+    out = tmp_path_factory.mktemp("per-rank-run")
+    kill = random.Random().randint(11, 29)
+    full = spawn("run-full", 2, out, module="rank_workers")
+    spawn(f"run-kill-{kill}", 2, out, killed=(0, 1), module="rank_workers")
+    return {
+        "full": full,
+        "resumed": spawn("run-resume", 2, out, module="rank_workers"),
+        "kill": kill,
+    }
+
+
+def test_the_loop_through_run_resumes_bit_exact_on_every_rank(run_runs):
+    """Through Run (which opens its manager distributed on several ranks), each rank's own
+    RNG, generators and marked sum resume bit for bit, as do the shared parameters."""
+    kill = run_runs["kill"]
+    for rank in (0, 1):
+        full, resumed = run_runs["full"][rank], run_runs["resumed"][rank]
+        assert resumed["restored"] == kill // 10 * 10, f"killed after update {kill}"
+        assert resumed["step"] == full["step"] == 30
+        for key in ("params", "opt", "torch_rng", "python_rng", "numpy_rng", "data", "noise"):
+            assert resumed[key] == full[key], f"rank {rank}: {key} (killed after {kill})"
+        assert resumed["seen"] == full["seen"]
+    assert run_runs["full"][0]["data"] != run_runs["full"][1]["data"]
