@@ -7,7 +7,9 @@ as a pure function of ``(seed, epoch)`` and counts the samples the training loop
 consumed in it, so a checkpoint holds ``(epoch, position)`` and a resumed run starts the
 epoch's order at ``position`` directly, without replaying batches, whatever the
 DataLoader's ``num_workers`` (its workers prefetch ahead of the loop; only what the loop
-took counts).
+took counts). On several ranks each rank draws its share of that one order and the position
+is the ranks' global one; restored on another world size, the rest of the interrupted epoch
+is split over the new ranks, each sample drawn once across the attempts.
 
 Iterable datasets have no index to start from; :func:`skip_ahead` is the fallback: it
 draws and drops the batches a resumed run has already consumed, with a progress line.
