@@ -1,14 +1,17 @@
 """One rank of the ResumableSampler-over-ranks test: an attempt of a run on one world size.
 
-Called by workers.main for the scenarios ``sampler-<attempt>`` (see
-test_sampler_ranks.py): every rank builds a ResumableSampler without rank or world size
-(taken from the process group), a per-rank RNGState, and a distributed CheckpointManager
-on one directory; restores the newest checkpoint (saved on another world size), then takes
-batches through a DataLoader until the attempt's last update, where every rank saves, or to
-the epoch's end. It returns the indices it drew, the warnings the restore gave, and what it
-restored. Imports are inside the function: the module is imported by the fork server.
+Forked by spawn.py (``module="sampler_workers"``) as ``main(ATTEMPT, RANK, WORLD_SIZE, PORT,
+OUT_DIRECTORY)`` for the attempts ``a``, ``b``, ``c`` of test_sampler_ranks.py: every rank
+builds a ResumableSampler without rank or world size (taken from the process group), a
+per-rank RNGState, and a distributed CheckpointManager on one directory; restores the
+newest checkpoint (saved on another world size), then takes batches through a DataLoader
+until the attempt's last update, where every rank saves, or to the epoch's end. It writes
+the indices it drew, the warnings the restore gave, and what it restored to
+``OUT_DIRECTORY/<attempt>-<rank>.json``. Imports are inside the functions: the module is
+imported by the fork server.
 """
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +72,14 @@ def sampler_scenario(attempt: str, rank: int, directory: Path) -> dict[str, Any]
         "noise": noise,
         "warnings": [(w.category.__name__, str(w.message)) for w in caught],
     }
+
+
+def main(attempt: str, rank: int, size: int, port: int, out: Path) -> None:
+    """Runs one attempt on this rank of a gloo group and writes its result."""
+    import torch.distributed as dist
+    from workers import connect
+
+    connect(rank, size, port, group=True)
+    result = sampler_scenario(attempt, rank, out / "checkpoints")
+    (out / f"{attempt}-{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()

@@ -30,7 +30,7 @@ ATTEMPTS = (("a", 4), ("b", 2), ("c", 4))
 def attempts(tmp_path_factory):
     """Each attempt's results, rank by rank: 4 ranks to step 3, 2 to step 7, 4 to the end."""
     out = tmp_path_factory.mktemp("sampler")
-    return {name: spawn(f"sampler-{name}", size, out) for name, size in ATTEMPTS}
+    return {name: spawn(name, size, out, module="sampler_workers") for name, size in ATTEMPTS}
 
 
 def _order():

@@ -9,8 +9,6 @@ it saw to ``OUT_DIRECTORY/<scenario>-<rank>.json``:
   tick and the next check raises.
 - ``counter``: 1,000 indices from a SharedStepCounter, no process group needed.
 - ``counter-kill``: as ``counter``, but rank 0 is SIGKILLed after taking 100 indices.
-- ``sampler-a``, ``-b``, ``-c``: the attempts of sampler_workers.py (ResumableSampler over
-  ranks, restored on another world size each time).
 - ``run``: a Run on every rank in one directory, metrics reduced, agreement every 5 updates;
   then a Run with the default Ranks() in which rank 1 reports one update as skipped.
 """
@@ -169,10 +167,6 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
         result = counter_scenario(store)
     elif scenario == "counter-kill":
         result = counter_kill_scenario(store, rank, out)
-    elif scenario.startswith("sampler-"):
-        from sampler_workers import sampler_scenario
-
-        result = sampler_scenario(scenario.removeprefix("sampler-"), rank, out / "sampler")
     else:
         result = run_scenario(rank, out / "run")
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
