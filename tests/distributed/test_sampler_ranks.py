@@ -30,7 +30,8 @@ ATTEMPTS = (("a", 4), ("b", 2), ("c", 4))
 def attempts(tmp_path_factory):
     """Each attempt's results, rank by rank: 4 ranks to step 3, 2 to step 7, 4 to the end."""
     out = tmp_path_factory.mktemp("sampler")
-    return {name: spawn(name, size, out, module="sampler_workers") for name, size in ATTEMPTS}
+    results = {name: spawn(name, size, out, module="sampler_workers") for name, size in ATTEMPTS}
+    return results | {"checkpoints": out / "checkpoints"}
 
 
 def _order():
@@ -39,7 +40,7 @@ def _order():
 
 def test_every_sample_of_the_epoch_is_drawn_exactly_once(attempts):
     """The union of every rank's draws in every attempt is the epoch, each sample once."""
-    drawn = [i for ranks in attempts.values() for rank in ranks for i in rank["drawn"]]
+    drawn = [i for name, _ in ATTEMPTS for rank in attempts[name] for i in rank["drawn"]]
     assert Counter(drawn) == Counter(range(job.LENGTH))
     assert attempts["c"][0]["end"] == {"step": 11, "epoch": 1, "position": 0}
 
@@ -77,6 +78,21 @@ def test_the_rng_warning_is_shown_once_on_each_rank(attempts):
 
 def test_each_rank_has_its_own_random_stream_in_each_attempt(attempts):
     """The ranks' RNG differ from each other before and after a change of world size."""
-    for ranks in attempts.values():
-        firsts = [rank["noise"][0] for rank in ranks]
+    for name, _ in ATTEMPTS:
+        firsts = [rank["noise"][0] for rank in attempts[name]]
         assert len(set(firsts)) == len(firsts)
+
+
+def test_two_ranks_checkpoint_restores_on_one_process(attempts):
+    """Step 7, saved on 2 ranks, restored by one process without torch.distributed: the
+    one sampler draws the whole rest of the epoch, from the global position 60."""
+    from globalstep import CheckpointManager, Clock
+    from globalstep.errors import WorldSizeWarning
+    from globalstep.integrations.torch import RNGState
+
+    sampler, clock = ResumableSampler(job.LENGTH, seed=job.SEED), Clock()
+    manager = CheckpointManager(attempts["checkpoints"], read_only=True)
+    with manager, pytest.warns(WorldSizeWarning, match="2 -> 1"):
+        manager.restore({"clock": clock, "data": sampler, "rng": RNGState()}, step=7)
+    assert (clock.step, sampler.state_dict()) == (7, {"seed": 7, "epoch": 0, "position": 60})
+    assert list(sampler) == _order()[60:]
