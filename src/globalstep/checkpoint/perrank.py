@@ -47,7 +47,8 @@ class PerRank:
     """Marks a leaf or subtree of a state tree as per-rank: each rank saves its own.
 
     Use it the same way in the tree given to ``save`` and in the template given to
-    ``restore``; the restored tree holds the template's ``PerRank``, its value restored.
+    ``restore``; the restored tree holds a ``PerRank`` there too (the template's own where
+    its value is restored in place: an array filled, an object loaded).
 
     Args:
         value: any leaf or subtree a state tree may hold.
