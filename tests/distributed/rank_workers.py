@@ -12,7 +12,8 @@ updates:
 - ``full``: 40 updates uninterrupted, in ``OUT/full``.
 - ``kill-K``: the same in ``OUT/resumed``; every rank SIGKILLs itself after update K.
 - ``resume``: a fresh start in ``OUT/resumed`` restores the newest checkpoint and goes on to
-  40; then a save in which rank 1 has one more per-rank leaf than the writer.
+  40; then a save in which rank 1 has one more per-rank leaf than the writer, and an
+  async save of a per-rank array changed as soon as ``save`` returned (in ``OUT/async``).
 """
 
 from __future__ import annotations
@@ -122,6 +123,21 @@ def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> d
     return {**observed(state), "restored": restored}
 
 
+def async_save(rank: int, directory: Path) -> list[float]:
+    """An async save of a per-rank array, changed in place as soon as ``save`` returns:
+    the checkpoint holds the value at the save (the copy taken before the background
+    write). Returns that value."""
+    from globalstep.checkpoint import CheckpointManager, PerRank
+
+    seen = np.full(3, 10.0 * rank)
+    with CheckpointManager(directory, async_save=True, distributed=True) as manager:
+        manager.save(1, {"w": np.ones(2), "seen": PerRank(seen)})
+        before = seen.tolist()
+        seen += 1.0  # while the background save may still be writing
+        manager.wait()
+    return before
+
+
 def mismatched_save(rank: int, directory: Path) -> str:
     """A save in which rank 1 has a per-rank leaf the writer lacks: every rank's error."""
     from globalstep.checkpoint import CheckpointManager, PerRank
@@ -150,5 +166,6 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
     else:
         result = train(rank, out / "resumed", resume=True, kill_at=None)
         result["mismatch"] = mismatched_save(rank, out / "mismatch")
+        result["async"] = async_save(rank, out / "async")
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
     full = spawn("full", 2, out, module="rank_workers")
     spawn(f"kill-{KILL_AT}", 2, out, killed=(0, 1), module="rank_workers")
     resumed = spawn("resume", 2, out, module="rank_workers")
-    return {"full": full, "resumed": resumed, "dir": out / "resumed"}
+    return {"full": full, "resumed": resumed, "dir": out / "resumed", "out": out}
 
 
 def test_every_rank_resumes_bit_exact(runs):
@@ -253,3 +253,14 @@ def test_ranks_with_other_per_rank_leaves_fail_the_save(runs):
             "rank 1's per-rank leaves ['extra', 'mine'] are not the writer's" in (rank["mismatch"])
         )
         assert "nothing was committed" in rank["mismatch"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_an_async_save_keeps_each_rank_value_at_the_save(runs, rank, monkeypatch):
+    """With async_save, each rank's per-rank array is copied before save returns: changed
+    right after, the checkpoint still holds the value at the save, the rank's own."""
+    manager = CheckpointManager(runs["out"] / "async", read_only=True)
+    monkeypatch.setattr(manager._reading, "_ranks", lambda: (rank, 2))
+    template = {"w": np.zeros(2), "seen": PerRank(np.zeros(3))}
+    manager.restore(template)
+    assert template["seen"].value.tolist() == runs["resumed"][rank]["async"] == [10.0 * rank] * 3
