@@ -2,7 +2,7 @@
 
 ``tests/data/public_names.json`` was written on main at 5d95193, before the redesign
 (issue 26), by ``python tests/test_public_names.py``. A module may move its code elsewhere,
-but it keeps answering the names it answered.
+but it keeps answering the names it answered; it may answer new ones.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def test_public_module_keeps_its_names(name: str) -> None:
         if (error.name or "").startswith("globalstep"):
             raise  # a public module that went away
         pytest.skip(f"{name}: {error}")
-    assert names == expected
+    # Old names stay; new ones are fine (RANKS.md): the snapshot's names are a subset.
+    missing = sorted(set(expected or []) - set(names or []))
+    assert not missing, f"{name} no longer exports {missing}"
     module = importlib.import_module(name)
     for attribute in names or []:
         assert hasattr(module, attribute), f"{name}.{attribute}"
