@@ -12,8 +12,9 @@ gloo group runs, one after the other, in directories of OUT_DIRECTORY:
 - ``spike``: scalars only; rank 1 reports a loss of 100 (the mean of the ranks' values is a
   spike) and later one of 8 (a spike on rank 1 alone, not of the mean); ``spike-max`` the
   same with ``Ranks(reduce="max")``, where 8 is a spike of the ranks' maximum.
-- ``one-rank``, ``invalid``, ``no-checkpoint``: the tag given on rank 0 only, a value that
-  is not a number on rank 1, a NaN before any checkpoint: the errors every rank raises.
+- ``one-rank``, ``invalid``, ``no-checkpoint``, ``give-up``: the tag given on rank 0 only, a
+  value that is not a number on rank 1, a NaN before any checkpoint, a second NaN past
+  ``max_rollbacks=1``: the errors every rank raises.
 
 Imports torch only inside its functions (pytest imports this module for its doctests).
 """
@@ -127,13 +128,17 @@ def _error(directory: Path, rank: int, case: str) -> str:
     from globalstep.run import Rollback
 
     save_every = None if case == "no-checkpoint" else 1
+    policy = Rollback(max_rollbacks=1, skip_batches=0)
     try:
-        with _scalars_run(directory, save_every=save_every, rollback=Rollback()) as run:
+        with _scalars_run(directory, save_every=save_every, rollback=policy) as run:
             run.restore({})
             if case == "one-rank":
                 run.update(loss=1.0) if rank == 0 else run.update()
             elif case == "invalid":
                 run.update(loss="x" if rank == 1 else 1.0)
+            elif case == "give-up":  # rank 1's NaN twice: one rollback is allowed
+                for loss in (1.0, 1.0, float("nan"), 1.0, float("nan")):
+                    run.update(loss=loss if rank == 1 else 1.0)
             else:
                 run.update(loss=float("nan") if rank == 1 else 1.0)
     except Exception as err:  # the test reads which error, on which rank
@@ -151,6 +156,6 @@ def rollback_scenario(rank: int, out: Path) -> dict[str, Any]:
         "spike": _spike(out / "spike", rank, None),
         "spike-max": _spike(out / "spike-max", rank, "max"),
     }
-    for case in ("one-rank", "invalid", "no-checkpoint"):
+    for case in ("one-rank", "invalid", "no-checkpoint", "give-up"):
         result[case] = _error(out / case, rank, case)
     return result

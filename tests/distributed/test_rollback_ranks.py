@@ -135,3 +135,13 @@ def test_a_nan_before_any_checkpoint_raises_on_every_rank(ranks):
             "DivergenceError: `loss` was nan at step 0 (not finite on rank 1) and there is "
             "no checkpoint at or before it"
         )
+
+
+def test_too_many_rollbacks_raise_on_every_rank(ranks):
+    """Rank 1's second NaN past max_rollbacks=1: DivergenceError on both, naming the steps."""
+    results, _ = ranks
+    for result in results:
+        assert result["give-up"].startswith(
+            "DivergenceError: `loss` was bad at steps [2, 3] (nan at step 3: not finite on "
+            "rank 1), more than max_rollbacks=1"
+        )
