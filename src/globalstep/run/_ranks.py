@@ -32,15 +32,15 @@ class Ranks:
     (:func:`globalstep.distributed.assert_steps_agree`, one small collective); with
     ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
-    the writer logs them. With a :class:`~globalstep.run.Rollback` policy, every rank's
-    value of its tag is gathered at each update (one small collective) and every rank
-    takes the same decision, on ``reduce``'s operation of those values (the mean where
-    ``reduce`` is None). A Run on several ranks uses ``Ranks()`` unless told otherwise.
+    the writer logs them. A Run on several ranks uses ``Ranks()`` unless told otherwise.
 
     Args:
         writer: the rank that writes, >= 0 (and below the world size).
         reduce: ``"mean"``, ``"sum"``, ``"max"`` or ``"min"`` to reduce the scalars;
-            None (the default) logs the writer's own values.
+            None (the default) logs the writer's own values. A
+            :class:`~globalstep.run.Rollback` policy decides on every rank's value of its
+            tag, gathered at each update (one small collective), reduced by this operation
+            (the mean where it is None): the same decision on every rank.
         check_every: updates between step agreement checks, >= 1; None never checks.
 
     Raises:
