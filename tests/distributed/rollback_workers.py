@@ -12,6 +12,7 @@ gloo group runs, one after the other, in directories of OUT_DIRECTORY:
 - ``spike``: scalars only; rank 1 reports a loss of 100 (the mean of the ranks' values is a
   spike) and later one of 8 (a spike on rank 1 alone, not of the mean); ``spike-max`` the
   same with ``Ranks(reduce="max")``, where 8 is a spike of the ranks' maximum.
+- ``writer-saves``: a NaN on rank 1 where the writer alone saves (``distributed=False``).
 - ``one-rank``, ``invalid``, ``no-checkpoint``, ``give-up``: the tag given on rank 0 only, a
   value that is not a number on rank 1, a NaN before any checkpoint, a second NaN past
   ``max_rollbacks=1``: the errors every rank raises.
@@ -123,6 +124,34 @@ def _spike(directory: Path, rank: int, reduce: str | None) -> dict[str, Any]:
         return {"answers": answers, "after_spike": after_spike, "end": run.step}
 
 
+def _writer_saves(directory: Path, rank: int) -> dict[str, Any]:
+    """The writer alone saves (``distributed=False``), rank 1 reads: rank 1's NaN at step 12
+    rolls both back to the writer's step 10, both restoring its counter there."""
+    import numpy as np
+
+    from globalstep.run import Rollback
+
+    counter = np.zeros(1)
+    answers = []
+    with _scalars_run(
+        directory,
+        save_every=5,
+        rollback=Rollback(skip_batches=1),
+        checkpoint_options={"distributed": False},
+    ) as run:
+        state = run.restore({"counter": counter})
+        for _ in range(13):
+            state["counter"] += 1
+            nan = rank == 1 and run.step == 12
+            answers.append(run.update(loss=float("nan") if nan else 1.0))
+        return {
+            "answers": answers,
+            "step": run.step,
+            "counter": run.state["counter"].tolist(),
+            "data_position": run.data_position,
+        }
+
+
 def _error(directory: Path, rank: int, case: str) -> str:
     """Runs ``case`` and returns the error it raised on this rank (type: message)."""
     from globalstep.run import Rollback
@@ -155,6 +184,7 @@ def rollback_scenario(rank: int, out: Path) -> dict[str, Any]:
         "reference": _train(out / "reference", rank, rollback=None, jump=(20, 20 + 4 + SKIP)),
         "spike": _spike(out / "spike", rank, None),
         "spike-max": _spike(out / "spike-max", rank, "max"),
+        "writer-saves": _writer_saves(out / "writer-saves", rank),
     }
     for case in ("one-rank", "invalid", "no-checkpoint", "give-up"):
         result[case] = _error(out / case, rank, case)

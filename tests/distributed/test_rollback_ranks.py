@@ -145,3 +145,16 @@ def test_too_many_rollbacks_raise_on_every_rank(ranks):
             "DivergenceError: `loss` was bad at steps [2, 3] (nan at step 3: not finite on "
             "rank 1), more than max_rollbacks=1"
         )
+
+
+def test_where_the_writer_alone_saves_every_rank_restores_its_step(ranks):
+    """checkpoint_options={"distributed": False}: rank 1's NaN at step 12 rolls both ranks
+    back to the writer's step 10, rank 1 restoring the writer's counter (10) as rank 0 does."""
+    results, _ = ranks
+    for result in results:
+        assert result["writer-saves"] == {
+            "answers": [True] * 12 + [False],
+            "step": 10,
+            "counter": [10.0],
+            "data_position": 1,  # no batch drawn; skip_batches=1 moved it on
+        }
