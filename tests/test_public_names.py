@@ -2,7 +2,7 @@
 
 ``tests/data/public_names.json`` was written on main at 5d95193, before the redesign
 (issue 26), by ``python tests/test_public_names.py``. A module may move its code elsewhere,
-but it keeps answering the names it answered; it may answer new ones.
+but it keeps answering the names it answered.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def test_public_module_keeps_its_names(name: str) -> None:
         if (error.name or "").startswith("globalstep"):
             raise  # a public module that went away
         pytest.skip(f"{name}: {error}")
-    # Old names stay; new ones are fine (RANKS.md): the snapshot's names are a subset.
-    missing = sorted(set(expected or []) - set(names or []))
-    assert not missing, f"{name} no longer exports {missing}"
+    # Every name recorded is still answered; new public names may come (issue 27's PerRank).
+    if expected is not None:
+        assert names is not None, f"{name} lost its __all__"
+        assert sorted(set(expected) - set(names)) == [], f"{name} lost public names"
     module = importlib.import_module(name)
     for attribute in names or []:
         assert hasattr(module, attribute), f"{name}.{attribute}"
