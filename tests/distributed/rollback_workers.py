@@ -3,10 +3,12 @@
 Forked by spawn.py through :func:`workers.main` as the scenario ``rollback``: each rank of a
 gloo group runs, one after the other, in directories of OUT_DIRECTORY:
 
-- ``nan``: a DDP model (SGD with momentum) trained for 40 updates by a Run that saves every
-  10 and rolls back with ``Rollback(skip_batches=2)``; the batch at data position 23 holds a
-  NaN on rank 1 only, so rank 1's loss is NaN there and rank 0's is finite (the NaN reaches
-  both models through DDP's gradient all-reduce).
+- ``nan``: a DDP model with dropout (SGD with momentum) trained for 40 updates by a Run
+  that saves every 10 and rolls back with ``Rollback(skip_batches=2)``; each rank has its
+  own dropout stream (``torch.manual_seed(100 + rank)``, saved through ``RNGState``) and its
+  own input noise (``torch.Generator().manual_seed(1000 + rank)``), both per-rank leaves;
+  the batch at data position 23 holds a NaN on rank 1 only, so rank 1's loss is NaN there
+  and rank 0's is finite (the NaN reaches both models through DDP's gradient all-reduce).
 - ``reference``: the same loop without a NaN and without a rollback policy, whose data
   position jumps from 20 to 26 after step 20: the batches the rolled-back run draws.
 - ``spike``: scalars only; rank 1 reports a loss of 100 (the mean of the ranks' values is a
@@ -46,11 +48,17 @@ def _train(directory: Path, rank: int, *, rollback: Any, jump: tuple[int, int] |
     from torch.nn.parallel import DistributedDataParallel
 
     from globalstep import Run
+    from globalstep.integrations.torch import RNGState
     from globalstep.run import Ranks
 
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    inner = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.Dropout(0.25), torch.nn.Linear(8, 1)
+    )
+    model = DistributedDataParallel(inner)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(100 + rank)  # each rank's own dropout stream
+    noise = torch.Generator().manual_seed(1000 + rank)  # each rank's own input noise
     drawn, rolled = [], []
     stream = io.StringIO()
     with Run(
@@ -64,12 +72,13 @@ def _train(directory: Path, rank: int, *, rollback: Any, jump: tuple[int, int] |
         ranks=Ranks(reduce="mean"),
         writer_options={"formats": ("jsonl",)},
     ) as run:
-        run.restore({"model": model, "opt": opt})
+        run.restore({"model": model, "opt": opt, "rng": RNGState(), "noise": noise})
         while not run.done:
             if jump is not None and run.data_position == jump[0]:
                 run.data_position = jump[1]
             position = run.next_batch()
             inputs = _batch(position, rank)
+            inputs = inputs + 0.01 * torch.randn(8, 4, generator=noise)
             loss = (model(inputs) - inputs.sum(1, keepdim=True)).pow(2).mean()
             opt.zero_grad()
             loss.backward()
@@ -93,6 +102,10 @@ def _train(directory: Path, rank: int, *, rollback: Any, jump: tuple[int, int] |
         "rolled": rolled,
         "params": params,
         "momentum": momentum,
+        "rng": [
+            torch.get_rng_state().numpy().tobytes().hex(),
+            noise.get_state().numpy().tobytes().hex(),
+        ],
         "step": run.step,
         "output": stream.getvalue(),
     }

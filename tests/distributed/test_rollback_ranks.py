@@ -1,11 +1,12 @@
 """Run's rollback on 2 gloo ranks: the decision on every rank's loss together.
 
 A NaN in rank 1's batch only (rank 0's loss finite at that update) rolls both ranks back at
-the same update to the same step; both skip the same batches and end with the parameters
-(and momentum) of a run that never drew the bad batches, bit for bit, on both ranks; the
-writer logs one rollback. A spike of the mean rolls both back; a spike of one rank's value
-alone does not. The errors (the tag on some ranks only, a value that is not a number, no
-checkpoint) are raised on every rank. The ranks' side is rollback_workers.py.
+the same update to the same step; both skip the same batches and end with the parameters,
+momentum and each rank's own random streams (per-rank leaves, perrank's C1) of a run that
+never drew the bad batches, bit for bit, on both ranks; the writer logs one rollback. A
+spike of the mean rolls both back; a spike of one rank's value alone does not. The errors
+(the tag on some ranks only, a value that is not a number, no checkpoint, too many
+rollbacks) are raised on every rank. The ranks' side is rollback_workers.py.
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ def test_every_rank_skips_the_same_batches(ranks):
 
 def test_the_ranks_end_equal_to_a_run_that_never_drew_the_bad_batches(ranks):
     """Parameters and momentum are the same bytes on both ranks and equal the reference
-    run's (no NaN, the data position moved from 20 to 26 by hand), rank by rank."""
+    run's (no NaN, the data position moved from 20 to 26 by hand), rank by rank; so are
+    each rank's own random streams (dropout's, the input noise's), restored to that rank's
+    state at step 20 by the rollback, which differ between the ranks."""
     results, _ = ranks
     zero, one = (r["nan"] for r in results)
     assert zero["params"] == one["params"]
     assert zero["momentum"] == one["momentum"]
+    assert zero["rng"][0] != one["rng"][0]
+    assert zero["rng"][1] != one["rng"][1]
     for result in results:
-        assert result["nan"]["params"] == result["reference"]["params"]
-        assert result["nan"]["momentum"] == result["reference"]["momentum"]
+        for key in ("params", "momentum", "rng"):
+            assert result["nan"][key] == result["reference"][key], key
         assert result["reference"]["rolled"] == []
 
 
