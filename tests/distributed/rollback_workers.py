@@ -1,7 +1,8 @@
 """Rank side of the rollback tests on several ranks (test_rollback_ranks.py).
 
-Forked by spawn.py through :func:`workers.main` as the scenario ``rollback``: each rank of a
-gloo group runs, one after the other, in directories of OUT_DIRECTORY:
+Forked by spawn.py (``spawn("rollback", 2, out, module="rollback_workers")``), which calls
+:func:`main`: each rank joins the gloo group (:func:`workers.connect`) and runs, one after
+the other, in directories of OUT_DIRECTORY:
 
 - ``nan``: a DDP model with dropout (SGD with momentum) trained for 40 updates by a Run
   that saves every 10 and rolls back with ``Rollback(skip_batches=2)``; each rank has its
@@ -25,8 +26,11 @@ Imports torch only inside its functions (pytest imports this module for its doct
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
+
+from workers import connect
 
 NAN_AT = 23  # the data position whose batch holds a NaN on rank 1
 SKIP = 2  # the policy's skip_batches
@@ -202,3 +206,13 @@ def rollback_scenario(rank: int, out: Path) -> dict[str, Any]:
     for case in ("one-rank", "invalid", "no-checkpoint", "give-up"):
         result[case] = _error(out / case, rank, case)
     return result
+
+
+def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
+    """Runs the scenario on this rank of the group and writes its result."""
+    connect(rank, size, port, group=True)
+    result = rollback_scenario(rank, out)
+    (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
+    import torch.distributed as dist
+
+    dist.destroy_process_group()

@@ -28,7 +28,7 @@ def ranks(tmp_path_factory):
     """Two ranks through every part of the scenario; returns each rank's result and the
     output directory."""
     out = tmp_path_factory.mktemp("rollback")
-    return spawn("rollback", 2, out), out
+    return spawn("rollback", 2, out, module="rollback_workers"), out
 
 
 def test_a_nan_on_one_rank_rolls_every_rank_back_to_the_same_step(ranks):

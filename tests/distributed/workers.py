@@ -11,7 +11,6 @@ it saw to ``OUT_DIRECTORY/<scenario>-<rank>.json``:
 - ``counter-kill``: as ``counter``, but rank 0 is SIGKILLed after taking 100 indices.
 - ``run``: a Run on every rank in one directory, metrics reduced, agreement every 5 updates;
   then a Run with the default Ranks() in which rank 1 reports one update as skipped.
-- ``rollback``: Run's rollback on several ranks (see rollback_workers.py).
 """
 
 import datetime
@@ -168,10 +167,6 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
         result = counter_scenario(store)
     elif scenario == "counter-kill":
         result = counter_kill_scenario(store, rank, out)
-    elif scenario == "rollback":
-        from rollback_workers import rollback_scenario
-
-        result = rollback_scenario(rank, out)
     else:
         result = run_scenario(rank, out / "run")
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
