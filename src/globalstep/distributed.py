@@ -42,7 +42,7 @@ import collections
 import os
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from globalstep._optional import require
@@ -54,6 +54,8 @@ __all__ = [
     "SharedStepCounter",
     "StepAgreement",
     "assert_steps_agree",
+    "broadcast_int",
+    "gather_floats",
     "is_writer",
     "rank",
     "reduce_metrics",
@@ -356,6 +358,80 @@ def reduce_metrics(
     if op == "mean":
         out = {tag: value / size for tag, value in out.items()}
     return {tag: out[tag] for tag in values}
+
+
+def gather_floats(values: Sequence[float], group: Any = None) -> list[list[float]]:
+    """Returns every rank's ``values``, indexed by rank, in one collective.
+
+    Every rank of ``group`` must call it at the same point with as many values (one
+    ``all_gather`` of float64; NaN and infinities pass unchanged). The result is the same,
+    bit for bit, on every rank, so that a decision taken from it (the rollback of
+    :class:`~globalstep.run.Run` on several ranks) is the same everywhere. Without a
+    process group it returns ``[values]``.
+
+    Args:
+        values: this rank's numbers (floats, ints; the same count on every rank).
+        group: the process group; default the whole run.
+
+    Returns:
+        One list of floats per rank, rank 0's first.
+
+    Raises:
+        ConfigError: ``values`` is not a sequence of numbers.
+
+    Example:
+        >>> gather_floats([1.0, float("nan")])
+        [[1.0, nan]]
+    """
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ConfigError("values", "must be a sequence of numbers", values)
+    mine = []
+    for i, value in enumerate(values):
+        raw = value.item() if hasattr(value, "item") else value
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise ConfigError(f"values[{i}]", "must be a number (int or float)", value)
+        mine.append(float(raw))
+    dist = _initialised()
+    if dist is None:
+        return [mine]
+    torch = require("torch", "torch", "globalstep.distributed")
+    tensor = torch.tensor(mine, dtype=torch.float64, device=_device(dist, torch, group))
+    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, tensor, group=group)
+    return [[float(x) for x in t.tolist()] for t in gathered]
+
+
+def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
+    """Returns rank ``src``'s ``value`` on every rank, in one collective.
+
+    Every rank of ``group`` must call it at the same point (one ``broadcast`` of one
+    int64); what the other ranks pass is ignored. Without a process group it returns
+    ``value``.
+
+    Args:
+        value: an int in the int64 range (rank ``src``'s is the one returned).
+        src: the rank whose value every rank gets (a rank of the whole run).
+        group: the process group; default the whole run.
+
+    Raises:
+        ConfigError: ``value`` is not an int of the int64 range, or ``src`` is not a rank.
+
+    Example:
+        >>> broadcast_int(42)
+        42
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+        raise ConfigError("value", "must be an int in the int64 range", value)
+    size = world_size()
+    if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < size:
+        raise ConfigError("src", f"must be a rank, an int in [0, {size})", src)
+    dist = _initialised()
+    if dist is None:
+        return value
+    torch = require("torch", "torch", "globalstep.distributed")
+    tensor = torch.tensor([value], dtype=torch.int64, device=_device(dist, torch, group))
+    dist.broadcast(tensor, src=src, group=group)
+    return int(tensor.item())
 
 
 class SharedStepCounter:

@@ -14,6 +14,8 @@ from globalstep.distributed import (  # noqa: E402
     SharedStepCounter,
     StepAgreement,
     assert_steps_agree,
+    broadcast_int,
+    gather_floats,
     is_writer,
     rank,
     reduce_metrics,
@@ -158,3 +160,50 @@ def test_a_bad_counter_state_is_an_error():
     counter = SharedStepCounter(dist.HashStore(), "steps")
     with pytest.raises(ConfigError, match=r"`state` must be \{'next': int >= 0\}"):
         counter.load_state_dict({"next": -2})
+
+
+def test_gather_floats_gives_every_ranks_values(group_of_one):
+    """In a group of one, the one rank's numbers (ints, NumPy and tensor scalars, NaN)."""
+    gathered = gather_floats([1, np.float32(2.5), torch.tensor(-3.0), float("inf")])
+    assert gathered == [[1.0, 2.5, -3.0, float("inf")]]
+    [[nan]] = gather_floats([float("nan")])
+    assert nan != nan
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ("12", r"`values` must be a sequence of numbers; got values='12'"),
+        (3.0, r"`values` must be a sequence of numbers; got values=3.0"),
+        ([1.0, "x"], r"`values\[1\]` must be a number \(int or float\); got values\[1\]='x'"),
+        ([True], r"`values\[0\]` must be a number \(int or float\); got values\[0\]=True"),
+    ],
+)
+def test_gather_floats_refuses_what_is_not_numbers(values, match):
+    """A string, a lone number, or an element that is not a number raise, naming it."""
+    with pytest.raises(ConfigError, match=match):
+        gather_floats(values)
+
+
+def test_broadcast_int_gives_the_source_ranks_value(group_of_one):
+    """In a group of one, rank 0's value, the whole int64 range included."""
+    assert broadcast_int(2**63 - 1) == 2**63 - 1
+    assert broadcast_int(-1, src=0) == -1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"value": 2**63},
+            r"`value` must be an int in the int64 range; got value=9223372036854775808",
+        ),
+        ({"value": True}, r"`value` must be an int in the int64 range; got value=True"),
+        ({"value": 1, "src": 1}, r"`src` must be a rank, an int in \[0, 1\); got src=1"),
+        ({"value": 1, "src": -1}, r"`src` must be a rank, an int in \[0, 1\); got src=-1"),
+    ],
+)
+def test_broadcast_int_refuses_bad_arguments(kwargs, match):
+    """A value outside int64 or a source that is not a rank raise, naming the parameter."""
+    with pytest.raises(ConfigError, match=match):
+        broadcast_int(**kwargs)

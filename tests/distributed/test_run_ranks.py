@@ -64,9 +64,15 @@ def test_the_writer_is_closed_off_the_writer_rank(tmp_path, second_rank):
     run.close()
 
 
-def test_rollback_on_several_ranks_is_refused(tmp_path, second_rank):
-    """A Rollback policy on several ranks raises, naming the world size."""
-    with pytest.raises(ConfigError, match=r"`rollback` is not supported on several ranks.*2"):
+def test_rollback_on_several_ranks_needs_a_process_group(tmp_path, second_rank):
+    """A Rollback policy on ranks known from WORLD_SIZE alone (no process group to decide
+    together through) raises, naming the world size and the fix."""
+    with pytest.raises(
+        ConfigError,
+        match=r"`rollback` needs an initialised process group on several ranks.*"
+        r"This run has 2 ranks from WORLD_SIZE but no process group: call "
+        r"torch.distributed.init_process_group",
+    ):
         Run(tmp_path, rollback=Rollback())
 
 

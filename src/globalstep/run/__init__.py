@@ -20,7 +20,8 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
   ``config`` given) is stored with each checkpoint; resuming with another one warns with
   the differences (:class:`ConfigDriftWarning`), or raises with ``strict=True``.
 - An opt-in :class:`Rollback` policy restores the newest checkpoint when the loss is not
-  finite or spikes, skips a few batches and goes on.
+  finite or spikes, skips a few batches and goes on; on several ranks every rank decides on
+  every rank's loss together, and all roll back to the same step.
 - One tick per update: :meth:`Run.update` ticks the clock unless an owner claimed its
   ticks (``attach`` does, see :meth:`Clock.claim_ticks
   <globalstep.clock.Clock.claim_ticks>`), and refuses a clock advanced elsewhere.

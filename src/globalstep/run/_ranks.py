@@ -37,7 +37,10 @@ class Ranks:
     Args:
         writer: the rank that writes, >= 0 (and below the world size).
         reduce: ``"mean"``, ``"sum"``, ``"max"`` or ``"min"`` to reduce the scalars;
-            None (the default) logs the writer's own values.
+            None (the default) logs the writer's own values. A
+            :class:`~globalstep.run.Rollback` policy decides on every rank's value of its
+            tag, gathered at each update (one small collective), reduced by this operation
+            (the mean where it is None): the same decision on every rank.
         check_every: updates between step agreement checks, >= 1; None never checks.
 
     Raises:
@@ -94,7 +97,7 @@ class RankPlan:
 
         Raises:
             ConfigError: ``ranks`` is not a Ranks, its writer is not below the world size,
-                or a ``rollback`` policy is given on several ranks.
+                or a ``rollback`` policy is given on several ranks without a process group.
         """
         if ranks is not None and not isinstance(ranks, Ranks):
             raise ConfigError("ranks", "must be a globalstep.run.Ranks or None", ranks)
@@ -111,17 +114,19 @@ class RankPlan:
             if ranks is not None and ranks.check_every is not None and size > 1
             else None
         )
-        if rollback is not None and size > 1:
+        grouped = size > 1 and distributed.initialised()
+        if rollback is not None and size > 1 and not grouped:
             raise ConfigError(
                 "rollback",
-                "is not supported on several ranks yet",
+                "needs an initialised process group on several ranks (the ranks decide on "
+                "every rank's loss together)",
                 rollback,
-                hint=f"Pass rollback=None (this run has {size} ranks).",
+                hint=f"This run has {size} ranks from WORLD_SIZE but no process group: call "
+                "torch.distributed.init_process_group before making the Run.",
             )
         per_update = ranks is not None and (
             check is not None or ranks.reduce is not None or not is_writer
         )
-        grouped = size > 1 and distributed.initialised()
         return cls(ranks, size, is_writer, check, grouped, per_update)
 
     def update(self, scalars: dict[str, Any], clock: Clock) -> dict[str, Any]:

@@ -129,7 +129,7 @@ class Run(Closing):
         self._memos: Memos = {}  # see value()
         self._next_check = 0  # the step from which update() looks at more than the step
         self.strict, self.rollback = strict, rollback
-        self._watch = Watch(rollback) if rollback is not None else None
+        self._watch = Watch(rollback, plan) if rollback is not None else None
         self.data_position = 0
         self.state: Any = None
         self.config = run_config(config, self.schedules, self.clocks)
@@ -299,14 +299,14 @@ class Run(Closing):
         if not self._restored:
             _refusals.not_restored()
         watch = self._watch
-        bad = watch.check(scalars, self.clock.step) if watch is not None else None
-        if watch is None or bad is None:
+        if watch is None or (bad := watch.check(scalars, self.clock.step)) is None:
             return False
         target = watch.target(bad, self.checkpoints)
         position = self.data_position + watch.policy.skip_batches
         self.state, _ = self._saves.load(target, self.state, self.data_position)
         self._ticked_to, self._next_check, self.data_position = self.clock.step, 0, position
-        self._messages.say(watch.record(bad, self.writer, target, position))
+        writer = self.writer if self.is_writer else None  # off the writer: nothing logged
+        self._messages.say(watch.record(bad, writer, target, position))
         return True
 
     def _after_update(self, scalars: dict[str, Any], step: int) -> None:
