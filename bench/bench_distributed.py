@@ -20,7 +20,15 @@ Two ranks (processes on 127.0.0.1) train the same small model (``Linear(64, 64)`
 Printed per contender (rank 0's times): the median time per update over the rounds, the
 spread (min-max), and the median per-round ratio to ``ddp`` of the same round.
 
-Run: `PYTHONPATH=src .venv/bin/python bench/bench_distributed.py [--n 500] [--rounds 5]`.
+Then the saves (issue #27): each round, on both ranks, ``--saves`` saves of a distributed
+``CheckpointManager`` of the same DDP model with Adam and a clock (``no per-rank``), and as
+many of the same tree plus each rank's own ``RNGState()`` and data ``torch.Generator``
+(``per-rank leaves``: every rank writes its own, the writer records them), alternated;
+printed: the median time of one save (rank 0's, the whole round trip: written, reported,
+committed) and the median per-round ratio.
+
+Run: `PYTHONPATH=src .venv/bin/python bench/bench_distributed.py [--n 500] [--rounds 5]
+[--saves 20]`.
 """
 
 from __future__ import annotations
@@ -95,7 +103,41 @@ def _loop(name: str, n: int, directory: str) -> float:
     return elapsed / n
 
 
-def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
+SAVES = ("no per-rank", "per-rank leaves")
+
+
+def _saves(name: str, count: int, directory: str) -> float:
+    """The median time of ``count`` distributed saves of a DDP model, Adam and a clock."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from globalstep import CheckpointManager, Clock
+    from globalstep.integrations.torch import RNGState
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model(torch.randn(4, 64)).sum().backward()
+    optimizer.step()  # the optimizer's state exists
+    clock = Clock()
+    state: dict[str, Any] = {"clock": clock, "model": model, "opt": optimizer}
+    if name == "per-rank leaves":
+        state["rng"] = RNGState()
+        state["data"] = torch.Generator().manual_seed(1000 + dist.get_rank())
+    times = []
+    with CheckpointManager(directory, distributed=True, max_to_keep=2) as manager:
+        for _ in range(count):
+            clock.tick()
+            dist.barrier()
+            start = time.perf_counter()
+            manager.save(clock, state)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rank(rank: int, port: int, n: int, rounds: int, saves: int, base: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -108,16 +150,21 @@ def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
         world_size=2,
         timeout=datetime.timedelta(seconds=120),
     )
-    times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    with tempfile.TemporaryDirectory() as base:
-        for index in range(rounds):
-            for name in CONTENDERS:
-                directory = os.path.join(base, f"{name}-{index}")
-                times[name].append(_loop(name, n, directory))
-            if rank == 0:
-                print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
+    times: dict[str, list[float]] = {name: [] for name in CONTENDERS + SAVES}
+    # One directory for both ranks (``base``, made by main): every rank of a Run takes part
+    # in its distributed saves, so the ranks must open the same checkpoint directory (one
+    # of each rank's own leaves the writer waiting for a rank that saves elsewhere).
+    for index in range(rounds):
+        for name in CONTENDERS:
+            directory = os.path.join(base, f"{name}-{index}")
+            times[name].append(_loop(name, n, directory))
+        for name in SAVES if saves else ():
+            directory = os.path.join(base, f"save-{name}-{index}".replace(" ", "-"))
+            times[name].append(_saves(name, saves, directory))
+        if rank == 0:
+            print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
     if rank == 0:
-        with open(out, "w") as file:
+        with open(os.path.join(base, "times.json"), "w") as file:
             import json
 
             json.dump(times, file)
@@ -134,17 +181,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--saves", type=int, default=20, help="saves per variant and round")
     args = parser.parse_args(argv)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as scratch:
-        out = os.path.join(scratch, "times.json")
         mp.start_processes(
-            _rank, args=(port, args.n, args.rounds, out), nprocs=2, start_method="spawn"
+            _rank,
+            args=(port, args.n, args.rounds, args.saves, scratch),
+            nprocs=2,
+            start_method="spawn",
         )
-        with open(out) as file:
+        with open(os.path.join(scratch, "times.json")) as file:
             times: dict[str, list[float]] = json.load(file)
+    saved = {name: times.pop(name) for name in SAVES}
     base = times["ddp"]
     print(f"2 ranks (gloo, 127.0.0.1), {args.n} updates x {args.rounds} rounds; load: ", end="")
     print(" ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -156,6 +207,20 @@ def main(argv: list[str] | None = None) -> None:
             name,
             f"{statistics.median(values) * 1e6:.0f}",
             f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f}",
+            f"{ratio:.3f}",
+        )
+        print("| " + " | ".join(row) + " |")
+    if not args.saves:
+        return
+    print(f"\nsaves: {args.saves} per variant and round, median of each round's median")
+    print("| save | ms/save (median) | spread | x no per-rank (median of rounds) |")
+    print("|---|---:|---:|---:|")
+    for name, values in saved.items():
+        ratio = statistics.median(v / b for v, b in zip(values, saved["no per-rank"], strict=True))
+        row = (
+            name,
+            f"{statistics.median(values) * 1e3:.2f}",
+            f"{min(values) * 1e3:.2f}-{max(values) * 1e3:.2f}",
             f"{ratio:.3f}",
         )
         print("| " + " | ".join(row) + " |")
