@@ -43,7 +43,10 @@ def test_public_module_keeps_its_names(name: str) -> None:
         if (error.name or "").startswith("globalstep"):
             raise  # a public module that went away
         pytest.skip(f"{name}: {error}")
-    assert names == expected
+    # Every name recorded is still answered; new public names may come (issue 27's PerRank).
+    if expected is not None:
+        assert names is not None, f"{name} lost its __all__"
+        assert sorted(set(expected) - set(names)) == [], f"{name} lost public names"
     module = importlib.import_module(name)
     for attribute in names or []:
         assert hasattr(module, attribute), f"{name}.{attribute}"

@@ -38,7 +38,7 @@ from globalstep.triggers import Trigger, all_of, any_of, at, every, once
 from globalstep.units import Duration, Unit
 
 if TYPE_CHECKING:
-    from globalstep.checkpoint import CheckpointManager, KeepBest
+    from globalstep.checkpoint import CheckpointManager, KeepBest, PerRank
     from globalstep.run import Rollback, Run
     from globalstep.schedules import (
         Clip,
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "CheckpointManager": "globalstep.checkpoint",
     "KeepBest": "globalstep.checkpoint",
+    "PerRank": "globalstep.checkpoint",
     "SummaryWriter": "globalstep.summary",
     "Rollback": "globalstep.run",
     "Run": "globalstep.run",
@@ -154,6 +155,7 @@ __all__ = [
     "NoisyLinearCosineDecay",
     "NonFiniteError",
     "OneCycle",
+    "PerRank",
     "PiecewiseConstant",
     "PolynomialDecay",
     "Progress",

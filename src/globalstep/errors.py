@@ -25,6 +25,8 @@ The tree::
     │   ├── LockError                             another writer holds the directory: .holder
     │   └── DistributedCheckpointError            a rank failed or did not answer: .ranks
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
+    │   └── WorldSizeError                        a per-rank leaf saved on N ranks, restored
+    │                                             on M, that cannot be remapped: .key
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
@@ -36,7 +38,8 @@ The warnings (each a ``UserWarning``, exported also by the module that gives it)
 (a curve folding back), ``FrozenStepWarning`` (a step that does not move),
 ``UncountedEpochWarning``, ``ConfigDriftWarning`` (a resume with another configuration),
 ``CompatDifferenceWarning``, ``KerasDifferenceWarning`` and ``OptaxScheduleWarning`` (where
-a compat schedule deliberately differs from its peer).
+a compat schedule deliberately differs from its peer), ``WorldSizeWarning`` (random
+generators re-seeded on restoring a checkpoint of another number of ranks).
 
 Example:
     >>> from globalstep.errors import ConfigError
@@ -69,6 +72,7 @@ __all__ = [
     "StepMismatchError",
     "SummaryWriteError",
     "TracingError",
+    "WorldSizeError",
 ]
 
 
@@ -183,6 +187,23 @@ class RestoreMismatchError(GlobalStepError, ValueError):
 
     def __init__(self, message: str, report: Any = None) -> None:
         self.report = report
+        super().__init__(message)
+
+
+class WorldSizeError(RestoreMismatchError):
+    """A per-rank leaf of a checkpoint saved on another number of ranks cannot be restored:
+    it is neither a random generator nor an object with ``load_state_from_ranks``.
+
+    Attributes:
+        key: the leaf's flat name.
+        saved_world_size: the number of ranks that saved the checkpoint.
+        world_size: the number of ranks restoring it.
+    """
+
+    def __init__(self, message: str, *, key: str, saved_world_size: int, world_size: int) -> None:
+        self.key = key
+        self.saved_world_size = saved_world_size
+        self.world_size = world_size
         super().__init__(message)
 
 
@@ -316,3 +337,9 @@ class CheckpointWarning(UserWarning):
 
     The save that met it succeeded; the entry is named once, and retried at later saves.
     """
+
+
+class WorldSizeWarning(UserWarning):
+    """A checkpoint saved on N ranks was restored on M: its per-rank random generators were
+    re-seeded deterministically (from the saved states, the new rank and the step), so the
+    run cannot continue exactly as the uninterrupted one would."""

@@ -4,13 +4,14 @@ The ranks are forked by a fork server that has imported torch (and torch._dynamo
 DDP's constructor imports) once: a fresh interpreter per rank would import them again in
 each, seconds apiece on a loaded machine. Forking the test process itself instead can hang
 a child on a lock that one of the test process's threads (the store's server, torch's
-thread pool) held at the fork. Each rank runs :func:`workers.main` and writes its result to
-a JSON file.
+thread pool) held at the fork. Each rank runs :func:`workers.main` (or the ``main`` of the
+workers module named by ``module``) and writes its result to a JSON file.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import multiprocessing
 import os
@@ -19,27 +20,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-import workers
-
 # For all ranks together; generous: a hang fails the test after this, not CI's timeout.
 CHILD_TIMEOUT_SECONDS = 60
 
 
-def _rank(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
+def _rank(module: str, scenario: str, rank: int, size: int, port: int, out: Path) -> None:
     try:
-        workers.main(scenario, rank, size, port, out)
+        importlib.import_module(module).main(scenario, rank, size, port, out)
     except BaseException as err:
         (out / f"{scenario}-{rank}.error").write_text(f"{type(err).__name__}: {err}")
         raise
 
 
 def spawn(
-    scenario: str, size: int, out: Path, *, killed: tuple[int, ...] = ()
+    scenario: str,
+    size: int,
+    out: Path,
+    *,
+    killed: tuple[int, ...] = (),
+    module: str = "workers",
 ) -> list[dict[str, Any]]:
     """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
 
-    The ranks in ``killed`` must end by SIGKILL (the scenario kills them); the others
-    must exit with status 0.
+    The ranks in ``killed`` must end by SIGKILL (the scenario kills them; their result
+    is ``{}`` where they wrote none); the others must exit with status 0. ``module``
+    names the workers module (on this directory's path) whose ``main`` runs the scenario.
 
     The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
     Ranks that do not finish within the timeout are killed and the call fails.
@@ -54,9 +59,9 @@ def spawn(
         timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
     )
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers"])
+    context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers", module])
     children = [
-        context.Process(target=_rank, args=(scenario, r, size, store.port, out))
+        context.Process(target=_rank, args=(module, scenario, r, size, store.port, out))
         for r in range(size)
     ]
     for child in children:
@@ -78,7 +83,11 @@ def spawn(
     ]
     assert not failed, "\n".join(failed)
     del store
-    return [json.loads((out / f"{scenario}-{r}.json").read_text()) for r in range(size)]
+    results = [out / f"{scenario}-{r}.json" for r in range(size)]
+    return [
+        json.loads(path.read_text()) if r not in killed or path.exists() else {}
+        for r, path in enumerate(results)
+    ]
 
 
 def _read(path: Path) -> str:

@@ -17,6 +17,7 @@ from globalstep.checkpoint.manager import (
     CheckpointSummary,
     CheckpointWarning,
 )
+from globalstep.checkpoint.perrank import PerRank
 from globalstep.checkpoint.policy import (
     CheckpointInfo,
     KeepAny,
@@ -27,6 +28,7 @@ from globalstep.checkpoint.policy import (
     KeepPolicy,
 )
 from globalstep.checkpoint.tree import RestoreReport
+from globalstep.errors import WorldSizeError, WorldSizeWarning
 
 __all__ = [
     "CheckpointFollower",
@@ -43,5 +45,8 @@ __all__ = [
     "KeepEveryNSteps",
     "KeepLatest",
     "KeepPolicy",
+    "PerRank",
     "RestoreReport",
+    "WorldSizeError",
+    "WorldSizeWarning",
 ]

@@ -3,7 +3,9 @@
 As torch.distributed.checkpoint's ``no_dist``: a manager opened without ``distributed``
 runs the same save as a distributed one, with a round whose steps do nothing. A
 distributed round wraps :class:`~globalstep.checkpoint.distributed.SaveRound`: every rank
-writes its shards, the writer rank commits once every rank wrote.
+writes its shards and its per-rank leaves, the writer rank commits once every rank wrote.
+The round also takes the state apart (``flatten``): one process's per-rank leaves are
+ordinary ones.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from globalstep.checkpoint.commit import CommitHooks
+from globalstep.checkpoint.flatten import Flattened, flatten
 from globalstep.errors import ConfigError
 from globalstep.storage import Storage
 
@@ -27,12 +30,15 @@ class SoloRound:
     hooks: CommitHooks | None = None
     """What :func:`~globalstep.checkpoint.format.commit` calls back: nothing here."""
 
-    def prepare(self, sharded: dict[str, Any], *, copy: bool) -> None:
-        """Refuses sharded tensors: their shards are written by every rank.
+    def flatten(self, state: Any, *, copy: bool) -> Flattened:
+        """Takes ``state`` apart (per-rank leaves as ordinary ones), refusing sharded
+        tensors: their shards are written by every rank.
 
         Raises:
-            ConfigError: ``sharded`` is not empty.
+            ConfigError: ``state`` holds a sharded tensor, or cannot be saved.
         """
+        flat = flatten(state, copy=copy)
+        sharded = flat.sharded
         if sharded:
             raise ConfigError(
                 "state",
@@ -40,6 +46,7 @@ class SoloRound:
                 "shards, so open the CheckpointManager with distributed=True on every rank",
                 _keys(list(sharded)),
             )
+        return flat
 
     def participate(self) -> None:
         """Nothing: the only rank is the writer."""
@@ -58,11 +65,20 @@ class DistributedRound:
         self.hooks: CommitHooks | None = round_
         self._round = round_
 
-    def prepare(self, sharded: dict[str, Any], *, copy: bool) -> None:
-        """Takes the chunks this rank writes, and (on the writer) what each tensor is."""
+    def flatten(self, state: Any, *, copy: bool) -> Flattened:
+        """Takes ``state`` apart, its per-rank leaves on their own; takes the chunks this
+        rank writes, (on the writer) what each tensor is, and this rank's per-rank leaves."""
         from globalstep.checkpoint.distributed import prepare
 
-        prepare(self._round, sharded, copy=copy)
+        flat = flatten(state, copy=copy, per_rank=True)
+        prepare(
+            self._round,
+            flat.sharded,
+            copy=copy,
+            rank_tree=flat.per_rank,
+            rank_arrays=flat.rank_arrays,
+        )
+        return flat
 
     def participate(self) -> None:
         """A rank other than the writer: writes its shards and waits for the commit."""
@@ -95,14 +111,30 @@ class Rounds:
 
     def __init__(self, distributed: Any, storage: Storage, *, read_only: bool) -> None:
         self._coordinator: Any = None
-        if distributed is not False and not read_only:
+        self._options: Any = None
+        if distributed is not False:
             from globalstep.checkpoint import distributed as _distributed
 
-            options = _distributed.options_from(distributed)
-            if options is not None:
+            self._options = options = _distributed.options_from(distributed)
+            if options is not None and not read_only:
                 self._coordinator = _distributed.Coordinator(options, storage)
         self.distributed = self._coordinator is not None
         self.participant = self.distributed and not self._coordinator.is_writer
+
+    def rank_and_world(self) -> tuple[int, int]:
+        """This process's rank and the group's size, for restoring per-rank leaves: the
+        group's (a distributed manager, a read-only one too, once the group exists), else
+        ``(0, 1)``."""
+        if self._coordinator is not None:
+            return self._coordinator.rank, self._coordinator.world
+        if self._options is not None:
+            from globalstep.checkpoint.shards import torch_dist
+
+            dist = torch_dist()
+            if dist.is_available() and dist.is_initialized():
+                group = self._options.group
+                return int(dist.get_rank(group)), int(dist.get_world_size(group))
+        return 0, 1
 
     def begin(self, step: int) -> Round:
         """Starts the round of the save of ``step`` (every rank saves in the same order)."""

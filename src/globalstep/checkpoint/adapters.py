@@ -66,6 +66,10 @@ class Adapter(ABC):
     """
 
     name: ClassVar[str]
+    per_rank: ClassVar[bool] = False
+    """Whether each rank of a distributed checkpoint saves its own (a random generator)."""
+    reseeds: ClassVar[bool] = False
+    """Whether :meth:`reseed` seeds the object afresh (used across a change of world size)."""
 
     @abstractmethod
     def matches(self, obj: Any) -> bool:
@@ -111,6 +115,14 @@ class Adapter(ABC):
     def rebuild(self, state: Any) -> Any:
         """Returns the restored value when there is no template. Defaults to the plain state."""
         return state
+
+    def reseed(self, obj: Any, seed: int) -> None:
+        """Seeds the random generator ``obj`` afresh from ``seed`` (where :attr:`reseeds`).
+
+        Raises:
+            TypeError: the adapter's objects are not random generators.
+        """
+        raise TypeError(f"{self.name} objects cannot be re-seeded")
 
     def pending(self, obj: Any) -> list[str]:
         """Returns the paths (relative to the adapted node) of values restored into ``obj``
@@ -221,6 +233,8 @@ for _framework, _module in (
     ("flax", "globalstep.integrations.jax"),
     ("keras", "globalstep.integrations.keras"),
     ("tensorflow", "globalstep.integrations.tensorflow"),
+    ("numpy", "globalstep.checkpoint.perrank"),
+    ("random", "globalstep.checkpoint.perrank"),
 ):
     _REGISTRY.register(_framework, _module)
 

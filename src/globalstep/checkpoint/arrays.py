@@ -322,6 +322,7 @@ def read_arrays(
     keep: bool = True,
     nodes: Mapping[str, Any] | None = None,
     ahead: fastio.ReadAhead | None = None,
+    file: str = ARRAYS_FILE,
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Reads every array of a checkpoint, verifying the file's checksum as it goes.
 
@@ -339,17 +340,18 @@ def read_arrays(
         ahead: the file's background reader, where the caller started one earlier
             (:func:`~globalstep.checkpoint.fastio.read_ahead`); without one, a local
             file gets its own here.
+        file: the array file (a rank's per-rank leaves); ``state["files"][file]`` checks it.
 
     Raises:
         CorruptCheckpointError: the file is truncated, fails its checksum, or does not
             match state.json; the message names the file.
     """
-    if ahead is None:
+    if ahead is None and file == ARRAYS_FILE:
         with read_ahead(storage, name) as own:
             if own is not None:
                 return read_arrays(storage, name, state, into, keep=keep, nodes=nodes, ahead=own)
-    path = storage.join(name, ARRAYS_FILE)
-    expected = state["files"][ARRAYS_FILE]
+    path = storage.join(name, file)
+    expected = state["files"][file]
     if nodes is None:
         nodes = array_nodes(state["tree"])
     into = into or {}
@@ -490,6 +492,9 @@ def verify_checkpoint(storage: Storage, name: str) -> dict[str, Any]:
     Raises:
         CorruptCheckpointError: a file is missing, truncated or fails its checksum.
     """
+    from globalstep.checkpoint._rank_leaves import verify_rank_leaves
+
     state = load_state(storage, name)
     read_arrays(storage, name, state, keep=False)
+    verify_rank_leaves(storage, name, state)  # each rank's file of per-rank leaves
     return state

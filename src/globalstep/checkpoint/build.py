@@ -35,6 +35,7 @@ from globalstep.checkpoint.leaves import (
     is_stateful,
     rebuilt_dataclass,
 )
+from globalstep.checkpoint.perrank import PerRank
 from globalstep.errors import (
     CorruptCheckpointError,
     MissingDependencyError,
@@ -123,9 +124,13 @@ def _foreign_read_only(tmpl: Any) -> bool:
 
 
 class _Builder:
-    def __init__(self, arrays: Mapping[str, Any], apply: bool) -> None:
+    def __init__(
+        self, arrays: Mapping[str, Any], apply: bool, ranks: Mapping[str, Any] | None = None
+    ) -> None:
         self.arrays = arrays
         self.apply = apply
+        self.ranks = ranks or {}
+        """A per-rank node's value where no template has one: every saved rank's state."""
         self.report = RestoreReport()
         self.loads: list[tuple[Any, Any]] = []
         self.applies: list[tuple[adapters.Adapter, Any, Any]] = []
@@ -138,6 +143,9 @@ class _Builder:
         rebuild, no object to load), so the tree built is the restored tree (see Fit)."""
 
     def build(self, node: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
+        if has_tmpl and type(tmpl) is PerRank:  # the mark is the template's: kept
+            inner = self.build(node, tmpl.value, path, True)
+            return tmpl if inner is tmpl.value else PerRank(inner)
         kind = node_kind(node, path or "<root>")
         if kind == "value":
             value = node["value"]
@@ -152,6 +160,10 @@ class _Builder:
             return self._sharded(node, tmpl, path, has_tmpl)
         if kind == "adapted":
             return self._adapted(node, tmpl, path, has_tmpl)
+        if kind == "per_rank":
+            # Saved on another number of ranks: the template's object is restored from
+            # every rank's state afterwards (checkpoint._rank_leaves), or the states given.
+            return tmpl if has_tmpl else self.ranks.get(node["per_rank"])
         if kind == "stateful":
             self.final = False
             state = self.build(node["stateful"], None, path, False)
@@ -344,6 +356,7 @@ def unflatten(
     *,
     partial: bool = False,
     apply: bool = True,
+    ranks: Mapping[str, Any] | None = None,
 ) -> tuple[Any, RestoreReport]:
     """Rebuilds a tree from its structure and arrays, restoring stateful objects in place.
 
@@ -358,6 +371,8 @@ def unflatten(
             as it is.
         apply: call ``load_state_dict`` on the template's stateful objects; False only
             checks the fit.
+        ranks: what stands, without a template, for each per-rank node left in the
+            structure (a checkpoint of another world size): name -> value.
 
     Returns:
         The tree and the report of how it fitted the template.
@@ -373,7 +388,7 @@ def unflatten(
         >>> tree["n"], report.ok
         (3, True)
     """
-    builder, tree = build_tree(structure, arrays, template, partial, apply)
+    builder, tree = build_tree(structure, arrays, template, partial, apply, ranks)
     report = builder.report
     if apply:
         for target, source in builder.copies:
@@ -391,9 +406,10 @@ def build_tree(
     template: Any,
     partial: bool,
     apply: bool,
+    ranks: Mapping[str, Any] | None = None,
 ) -> tuple[_Builder, Any]:
     """Walks the structure against the template; raises on a misfit unless ``partial``."""
-    builder = _Builder(arrays, apply)
+    builder = _Builder(arrays, apply, ranks)
     try:
         tree = builder.build(structure, template, "", template is not None)
     except (KeyError, TypeError, AttributeError, IndexError) as err:

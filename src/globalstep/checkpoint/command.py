@@ -174,6 +174,8 @@ def _tree_lines(node: Any, path: str, out: list[str]) -> None:
         out.append(
             f"  {path or '<root>'}: {node.get('dtype')} {tuple(node.get('shape', ()))} sharded"
         )
+    elif "per_rank" in node:  # each rank's own leaf, in per_rank/rank-NNNNN.safetensors
+        out.append(f"  {path or '<root>'}: per-rank (each rank's own file)")
     else:
         out.append(f"  {path or '<root>'} = {node.get('value', node.get('float'))!r}")
 

@@ -12,6 +12,11 @@ A :class:`~globalstep.checkpoint.manager.CheckpointManager` opened with
   writes the chunks it owns (a replicated mesh dimension is written by its coordinate 0)
   into ``sharded/rank-NNNNN.bin`` inside the writer's temporary directory, each chunk
   with its own XXH3-64 checksum.
+- Per-rank state (each rank's random generators, its sampler's position: see
+  :mod:`globalstep.checkpoint.perrank`) is written by every rank into its own
+  ``per_rank/rank-NNNNN.safetensors`` inside the same temporary directory, checksummed,
+  and recorded by the writer in ``state.json``; on a restore with the same world size each
+  rank gets its own back (see :mod:`globalstep.checkpoint._rank_leaves`).
 - Each rank reports to the writer through the torch.distributed Store; the writer writes
   ``state.json`` (which then describes every chunk) and the commit marker only after every
   rank reported success. A rank that fails or dies makes the save fail on every surviving
@@ -44,6 +49,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from globalstep.checkpoint._rank_leaves import write_rank_leaves
 from globalstep.checkpoint.shards import (
     SHARDED_DIR,
     Chunk,
@@ -252,6 +258,8 @@ class SaveRound:
         self.step = step
         self.chunks: list[Chunk] = []
         self.described: dict[str, Any] = {}
+        self.rank_tree: dict[str, Any] | None = None
+        self.rank_arrays: dict[str, Any] = {}
         self._start = time.monotonic()
         self._dir_sent = False
         self._done = False
@@ -321,7 +329,17 @@ class SaveRound:
         """Tells the other ranks where to write, then writes this rank's own chunks."""
         self._set("dir", {"staging": staging})
         self._dir_sent = True
-        self.own = write_chunks(self.c.storage, staging, self.c.rank, self.chunks)
+        self.own = self._write(staging)
+
+    def _write(self, staging: str) -> dict[str, Any]:
+        """Writes this rank's chunks and per-rank leaves into ``staging``; their report."""
+        report = write_chunks(self.c.storage, staging, self.c.rank, self.chunks)
+        leaves = write_rank_leaves(
+            self.c.storage, staging, self.c.rank, self.rank_tree, self.rank_arrays
+        )
+        if leaves is not None:
+            report["per_rank"] = leaves
+        return report
 
     def finishing(self, staging: str, document: dict[str, Any]) -> None:
         """Waits for every rank's report; adds the chunks' index to ``document``."""
@@ -342,12 +360,15 @@ class SaveRound:
                 ranks,
             )
         entries = list(self.own["chunks"])
+        reports = {self.c.rank: self.own}
         for r in others:
             report = self._get(f"rank{r}")
             chunks = report.get("chunks") if isinstance(report, dict) else None
             if not isinstance(chunks, list):
                 raise self._fail(f"rank {r} sent a malformed report", [r])
             entries.extend(chunks)
+            reports[r] = report
+        self._record_rank_leaves(reports, document)
         if self.described or entries:
             tensors: dict[str, Any] = {
                 key: {**described, "chunks": []} for key, described in self.described.items()
@@ -367,6 +388,32 @@ class SaveRound:
                         [],
                     )
             document["sharded"] = {"world_size": self.c.world, "tensors": tensors}
+
+    def _record_rank_leaves(self, reports: dict[int, Any], document: dict[str, Any]) -> None:
+        """Records every rank's per-rank leaves in ``document``; each rank must have the
+        same leaves as the writer (every rank passes a tree of the same shape)."""
+        names = sorted(self.rank_tree or {})
+        if not names:
+            extra = [r for r, report in reports.items() if report.get("per_rank") is not None]
+            if extra:
+                raise self._fail(
+                    f"rank(s) {extra} saved per-rank leaves where the writer (rank "
+                    f"{self.c.rank}) has none (did every rank pass the same state?)",
+                    extra,
+                )
+            return
+        ranks = []
+        for r in range(self.c.world):
+            leaves = reports[r].get("per_rank")
+            tree = leaves.get("tree") if isinstance(leaves, dict) else None
+            if not isinstance(tree, dict) or sorted(tree) != names:
+                raise self._fail(
+                    f"rank {r}'s per-rank leaves {sorted(tree or {})} are not the writer's "
+                    f"{names} (did every rank pass the same state?)",
+                    [r],
+                )
+            ranks.append(leaves)
+        document["per_rank"] = {"world_size": self.c.world, "ranks": ranks}
 
     def committed(self) -> None:
         """Tells the other ranks the checkpoint is committed."""
@@ -427,7 +474,7 @@ class SaveRound:
             self._release_store()
             raise self._fail(str(told["error"]), [writer])
         try:
-            report = write_chunks(self.c.storage, str(told["staging"]), self.c.rank, self.chunks)
+            report = self._write(str(told["staging"]))
         except BaseException as err:
             with contextlib.suppress(DistributedCheckpointError):
                 self._set(f"rank{self.c.rank}", {"error": f"{type(err).__name__}: {err}"})
@@ -453,10 +500,20 @@ class SaveRound:
         return self._get(name)
 
 
-def prepare(round_: SaveRound, sharded: dict[str, Any], *, copy: bool) -> None:
-    """Takes the chunks this rank writes, and (on the writer) what each tensor is."""
+def prepare(
+    round_: SaveRound,
+    sharded: dict[str, Any],
+    *,
+    copy: bool,
+    rank_tree: dict[str, Any] | None = None,
+    rank_arrays: dict[str, Any] | None = None,
+) -> None:
+    """Takes the chunks this rank writes, and (on the writer) what each tensor is; and
+    this rank's per-rank leaves (their nodes and arrays, as ``flatten`` took them)."""
     round_.chunks = snapshot(sharded, copy=copy)
     round_.described = {key: _describe(value) for key, value in sharded.items()}
+    round_.rank_tree = rank_tree
+    round_.rank_arrays = dict(rank_arrays or {})
 
 
 def _describe(value: Any) -> dict[str, Any]:

@@ -3,7 +3,9 @@ structure's nodes back (their kinds; every array or sharded node by flat name).
 
 Arrays are named by their path, ``model/layer1/weight``; everything else goes into a JSON
 node of one kind: ``value``, ``float``, ``dict``, ``list``, ``tuple``, ``array``,
-``stateful``, ``adapted`` (a framework object, through its adapter) or ``sharded``.
+``stateful``, ``adapted`` (a framework object, through its adapter), ``sharded`` or
+``per_rank`` (a leaf each rank of a distributed save writes on its own, see
+:mod:`~globalstep.checkpoint.perrank`: flattened with ``per_rank=True`` only).
 
 Example:
     >>> import numpy as np
@@ -29,13 +31,22 @@ from globalstep.checkpoint.leaves import (
     is_stateful,
     type_name,
 )
+from globalstep.checkpoint.perrank import PerRank, is_per_rank
 from globalstep.clock import Clock
 from globalstep.errors import (
     ConfigError,
     CorruptCheckpointError,
 )
 
-__all__ = ["Flattened", "Sharded", "array_nodes", "flatten", "node_kind", "sharded_nodes"]
+__all__ = [
+    "Flattened",
+    "Sharded",
+    "array_nodes",
+    "flatten",
+    "node_kind",
+    "per_rank_nodes",
+    "sharded_nodes",
+]
 
 
 @dataclass(frozen=True)
@@ -66,20 +77,29 @@ class Flattened:
         arrays: flat name -> array, in the order met.
         clocks: every Clock's Progress, as dicts.
         sharded: flat name -> sharded value (see :class:`Sharded`), in the order met.
+        per_rank: flat name -> the JSON node of each per-rank leaf, which ``structure``
+            holds as ``{"per_rank": name}``; None where per-rank leaves are ordinary ones
+            (``flatten`` without ``per_rank``).
+        rank_arrays: the per-rank leaves' arrays by flat name (not in ``arrays``).
     """
 
     structure: Any
     arrays: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
     clocks: list[dict[str, Any]] = field(default_factory=list)
     sharded: dict[str, Any] = field(default_factory=dict)
+    per_rank: dict[str, Any] | None = None
+    rank_arrays: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
 
 
-def flatten(state: Any, *, copy: bool = False) -> Flattened:
+def flatten(state: Any, *, copy: bool = False, per_rank: bool = False) -> Flattened:
     """Takes a state tree apart into a JSON structure and named arrays.
 
     Args:
         state: the tree (see the module docstring).
         copy: copy every array (for a background save that must not see later updates).
+        per_rank: take the per-rank leaves (:func:`~globalstep.checkpoint.perrank.is_per_rank`)
+            apart on their own, into ``per_rank`` and ``rank_arrays`` (a distributed save);
+            without it they are ordinary leaves and a ``PerRank`` mark is transparent.
 
     Raises:
         ConfigError: a key is unsafe, or a leaf is of a type that cannot be saved.
@@ -88,9 +108,28 @@ def flatten(state: Any, *, copy: bool = False) -> Flattened:
         >>> flatten([np.int64(3), None]).structure["list"][1]
         {'value': None}
     """
-    out = Flattened(structure=None)
+    out = Flattened(structure=None, per_rank={} if per_rank else None)
     out.structure = _encode(state, "", out, copy)
     return out
+
+
+def _rank_leaf(obj: Any, path: str, out: Flattened, copy: bool) -> dict[str, Any]:
+    """The node standing for the per-rank leaf ``obj`` (unmarked), which is flattened on
+    its own into ``out.per_rank`` and ``out.rank_arrays``."""
+    assert out.per_rank is not None
+    key = path or "_"
+    inner = Flattened(structure=None)  # marks inside a per-rank leaf are transparent
+    out.per_rank[key] = _encode(obj, path, inner, copy)
+    if inner.sharded:
+        raise ConfigError(
+            "state",
+            "per-rank leaves must not hold sharded tensors (each rank writes its own shards "
+            "already): take the DTensor out of the PerRank mark",
+            f"{key}: {', '.join(inner.sharded)}",
+        )
+    out.rank_arrays.update(inner.arrays)
+    out.clocks.extend(inner.clocks)
+    return {"per_rank": key}
 
 
 def _encode(obj: Any, path: str, out: Flattened, copy: bool) -> Any:
@@ -126,6 +165,10 @@ def _encode(obj: Any, path: str, out: Flattened, copy: bool) -> Any:
         return {"sharded": key, "dtype": obj.dtype, "shape": list(obj.shape)}
     if isinstance(obj, float):
         return float_to_json(obj)
+    if out.per_rank is not None and is_per_rank(obj):
+        return _rank_leaf(obj.value if isinstance(obj, PerRank) else obj, path, out, copy)
+    if isinstance(obj, PerRank):
+        return _encode(obj.value, path, out, copy)
     adapter = adapters.find(obj)
     if adapter is not None:
         return {"adapted": adapter.name, "state": _encode(adapter.save(obj), path, out, copy)}
@@ -155,7 +198,18 @@ def _encode(obj: Any, path: str, out: Flattened, copy: bool) -> Any:
     )
 
 
-_KINDS = ("value", "float", "dict", "list", "tuple", "array", "stateful", "adapted", "sharded")
+_KINDS = (
+    "value",
+    "float",
+    "dict",
+    "list",
+    "tuple",
+    "array",
+    "stateful",
+    "adapted",
+    "sharded",
+    "per_rank",
+)
 
 
 _KIND_SET = frozenset(_KINDS)
@@ -187,6 +241,15 @@ def sharded_nodes(structure: Any) -> dict[str, dict[str, Any]]:
         CorruptCheckpointError: the structure is malformed.
     """
     return _leaf_nodes(structure, "sharded")
+
+
+def per_rank_nodes(structure: Any) -> dict[str, dict[str, Any]]:
+    """Returns every per-rank node (``{"per_rank": name}``) of a saved structure by name.
+
+    Raises:
+        CorruptCheckpointError: the structure is malformed.
+    """
+    return _leaf_nodes(structure, "per_rank")
 
 
 def _leaf_nodes(structure: Any, leaf: str) -> dict[str, dict[str, Any]]:

@@ -51,7 +51,7 @@ from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSav
 from globalstep.checkpoint._timeline import Timeline
 from globalstep.checkpoint.build import RestoreReport
 from globalstep.checkpoint.commit import protocol_for
-from globalstep.checkpoint.flatten import Flattened, flatten
+from globalstep.checkpoint.flatten import Flattened
 from globalstep.checkpoint.lazy import CheckpointReader
 from globalstep.checkpoint.policy import (
     KeepBest,
@@ -167,7 +167,11 @@ class CheckpointManager(Closing):
         protocol = protocol_for(self._storage)
         self._index = StepIndex(protocol, writer=not read_only)
         self._reading = Reading(
-            self._storage, self._index, self.directory, rebuild=self._rounds.distributed
+            self._storage,
+            self._index,
+            self.directory,
+            rebuild=self._rounds.distributed,
+            ranks=self._rounds.rank_and_world,
         )
         warn_once = WarnOnce()
         self._catalogue = Catalogue(self._reading, warn_once)
@@ -372,8 +376,7 @@ class CheckpointManager(Closing):
                 f"checkpoint {name} exists in {self.directory}; pass force=True to replace it",
                 self._storage.join(name),
             )
-        flat = flatten(state, copy=copy)
-        round_.prepare(flat.sharded, copy=copy)
+        flat = round_.flatten(state, copy=copy)
         document = _document(number, metrics, flat, self.policy, self._trigger)
         document["previous_step"] = self.latest_step()
         # The listing latest_step() just took: no entry of this step, nothing to clear.
@@ -392,8 +395,7 @@ class CheckpointManager(Closing):
         _durability.sync_registered()
         if before_commit is not None:
             before_commit()
-        flat = flatten(state, copy=self._saver.copy)
-        round_.prepare(flat.sharded, copy=self._saver.copy)
+        round_.flatten(state, copy=self._saver.copy)
         self._saver.run(round_.participate)
 
     def maybe_save(

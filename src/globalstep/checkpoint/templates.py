@@ -25,8 +25,9 @@ from globalstep.checkpoint.flatten import (
 from globalstep.checkpoint.leaves import (
     dataclass_fields,
 )
+from globalstep.checkpoint.perrank import PerRank
 
-__all__ = ["template_arrays", "template_sharded"]
+__all__ = ["template_arrays", "template_per_rank", "template_sharded"]
 
 
 def _walk_template(
@@ -36,6 +37,8 @@ def _walk_template(
     sees every node first and returns True where it took the node (no descent there)."""
 
     def walk(node: Any, tmpl: Any) -> None:
+        if isinstance(tmpl, PerRank):
+            tmpl = tmpl.value
         kind = node_kind(node, "<template>")
         if leaf(kind, node, tmpl):
             return
@@ -81,6 +84,20 @@ def template_sharded(structure: Any, template: Any) -> dict[str, Any]:
         if kind == "sharded":
             found[node["sharded"]] = tmpl.value if isinstance(tmpl, Sharded) else None
         return kind == "sharded"
+
+    _walk_template(structure, template, leaf)
+    return found
+
+
+def template_per_rank(structure: Any, template: Any) -> dict[str, Any]:
+    """Returns the template's objects (unmarked) that sit where the saved structure has a
+    per-rank node (``{"per_rank": name}``), by name; a name the template lacks is absent."""
+    found: dict[str, Any] = {}
+
+    def leaf(kind: str, node: dict[str, Any], tmpl: Any) -> bool:
+        if kind == "per_rank":
+            found[node["per_rank"]] = tmpl
+        return kind == "per_rank"
 
     _walk_template(structure, template, leaf)
     return found

@@ -51,6 +51,9 @@ class RNGState:
         True
     """
 
+    globalstep_per_rank = True
+    """Each rank of a distributed checkpoint saves its own (see ``checkpoint.perrank``)."""
+
     def __init__(self, *, cuda: bool | None = None) -> None:
         if cuda is not None and not isinstance(cuda, bool):
             raise ConfigError("cuda", "must be a bool or None", cuda)
@@ -81,6 +84,23 @@ class RNGState:
         if self._cuda:
             state["cuda"] = [s.numpy().copy() for s in torch.cuda.get_rng_state_all()]
         return state
+
+    def reseed(self, seed: int) -> None:
+        """Seeds every generator afresh from ``seed`` (an int in [0, 2**64)): Python's,
+        NumPy's global one, torch's CPU one and, where included, every CUDA device's, each
+        from its own word of ``numpy.random.SeedSequence(seed)``.
+
+        Raises:
+            ConfigError: ``seed`` is not an int in [0, 2**64).
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ConfigError("seed", "must be an int in [0, 2**64)", seed)
+        words = np.random.SeedSequence(seed).generate_state(4, np.uint64)
+        random.seed(int(words[0]))
+        np.random.seed(int(words[1]) % 2**32)
+        torch.manual_seed(int(words[2]))
+        if self._cuda:
+            torch.cuda.manual_seed_all(int(words[3]))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Puts back the generators' states saved by :meth:`state_dict`.
@@ -404,6 +424,8 @@ class GeneratorAdapter(adapters.Adapter):
     """``torch.Generator``: its device and state bytes, set back with ``set_state``."""
 
     name = "torch.Generator"
+    per_rank = True
+    reseeds = True
 
     def matches(self, obj: Any) -> bool:
         return isinstance(obj, torch.Generator)
@@ -418,6 +440,9 @@ class GeneratorAdapter(adapters.Adapter):
         generator = torch.Generator(device=str(state["device"]))
         self.apply(generator, state)
         return generator
+
+    def reseed(self, obj: Any, seed: int) -> None:
+        obj.manual_seed(seed)
 
 
 for _adapter in (TensorAdapter(), ModuleAdapter(), OptimizerAdapter(), GeneratorAdapter()):

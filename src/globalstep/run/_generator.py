@@ -26,6 +26,9 @@ class GeneratorState:
         True
     """
 
+    globalstep_per_rank = True
+    """Each rank of a distributed checkpoint saves its own (see ``checkpoint.perrank``)."""
+
     def __init__(self, generator: np.random.Generator) -> None:
         if not isinstance(generator, np.random.Generator):
             raise ConfigError("generator", "must be a numpy.random.Generator", generator)
@@ -34,6 +37,16 @@ class GeneratorState:
     def state_dict(self) -> dict[str, Any]:
         """Returns the bit generator's state (JSON-ready)."""
         return dict(self.generator.bit_generator.state)
+
+    def reseed(self, seed: int) -> None:
+        """Seeds the generator afresh (a restore on another number of ranks does).
+
+        Raises:
+            ConfigError: ``seed`` is not an int >= 0.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError("seed", "must be an int >= 0", seed)
+        self.generator.bit_generator.state = type(self.generator.bit_generator)(seed).state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores the state saved by :meth:`state_dict`.
