@@ -11,11 +11,13 @@ a JSON file.
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +27,32 @@ import workers
 CHILD_TIMEOUT_SECONDS = 60
 
 
-def _rank(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
+def _rank(scenario: str, rank: int, size: int, port: int, out: Path, module: str) -> None:
     try:
-        workers.main(scenario, rank, size, port, out)
+        main = workers.main if module == "workers" else importlib.import_module(module).main
+        main(scenario, rank, size, port, out)
     except BaseException as err:
         (out / f"{scenario}-{rank}.error").write_text(f"{type(err).__name__}: {err}")
         raise
 
 
 def spawn(
-    scenario: str, size: int, out: Path, *, killed: tuple[int, ...] = ()
+    scenario: str,
+    size: int,
+    out: Path,
+    *,
+    killed: tuple[int, ...] = (),
+    module: str = "workers",
+    statuses: Mapping[int, int] | None = None,
+    during: Callable[[list[Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
 
-    The ranks in ``killed`` must end by SIGKILL (the scenario kills them); the others
-    must exit with status 0.
+    The ranks in ``killed`` must end by SIGKILL (the scenario kills them); those in
+    ``statuses`` with the status given there; the others must exit with status 0. The
+    ranks run ``module.main`` (default :func:`workers.main`); ``during``, where given, is
+    called with the started processes (to signal them from outside) before they are
+    joined.
 
     The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
     Ranks that do not finish within the timeout are killed and the call fails.
@@ -54,15 +67,17 @@ def spawn(
         timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
     )
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers"])
+    context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers", module])
     children = [
-        context.Process(target=_rank, args=(scenario, r, size, store.port, out))
+        context.Process(target=_rank, args=(scenario, r, size, store.port, out, module))
         for r in range(size)
     ]
     for child in children:
         child.start()
     deadline = time.monotonic() + CHILD_TIMEOUT_SECONDS
     try:
+        if during is not None:
+            during(children)
         for child in children:
             child.join(max(0.0, deadline - time.monotonic()))
     finally:
@@ -74,7 +89,7 @@ def spawn(
         f"rank {r} of {scenario!r} exited with {child.exitcode}: "
         + _read(out / f"{scenario}-{r}.error")
         for r, child in enumerate(children)
-        if child.exitcode != (-signal.SIGKILL if r in killed else 0)
+        if child.exitcode != (-signal.SIGKILL if r in killed else (statuses or {}).get(r, 0))
     ]
     assert not failed, "\n".join(failed)
     del store
