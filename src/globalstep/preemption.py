@@ -82,7 +82,11 @@ def check_signals(signals: Any, name: str = "signals") -> tuple[int, ...]:
     found: list[int] = []
     for signum in signals:
         if isinstance(signum, bool) or not isinstance(signum, int):
-            raise ConfigError(name, "must hold signal numbers (signal.SIGTERM, ...)", signals)
+            raise ConfigError(
+                name,
+                f"must hold signal numbers (signal.SIGTERM, ...); {signum!r} is not one",
+                signals,
+            )
         if signum not in signal.valid_signals():
             raise ConfigError(
                 name, f"must hold signals this system knows; {signum} is not one", signals

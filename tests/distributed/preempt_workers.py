@@ -7,7 +7,9 @@ stop saves) until the test signals it from outside, and writes what it saw to
 each (recorded by a handler that then hands the signal to the Run's), the step it stopped
 at, the exit status, and its weights. ``ready-<rank>`` appears after update 5.
 
-Scenarios: ``every1`` (the default ``Ranks()``) and ``every3`` (``Ranks(stop_every=3)``).
+Scenarios: ``every1`` (the default ``Ranks()``) and ``every3`` (``Ranks(stop_every=3)``);
+``plain``: a :class:`~globalstep.preemption.Preemption` in a plain loop (no Run), rank 1
+asking for a stop before poll 7, every rank recording what each of 16 polls returned.
 """
 
 from __future__ import annotations
@@ -89,7 +91,31 @@ def train(scenario: str, rank: int, out: Path) -> dict[str, Any]:
     return seen
 
 
+def plain(rank: int) -> dict[str, Any]:
+    """Polls 16 times (every=2, delay=2, on a gloo group given); rank 1 asks for SIGUSR1
+    before poll 7."""
+    import torch.distributed as dist
+
+    from globalstep.distributed import Preemption
+
+    group = dist.new_group(backend="gloo")
+    answers = []
+    with Preemption((), every=2, delay=2, group=group) as stop:
+        for poll in range(1, 17):
+            if rank == 1 and poll == 7:
+                stop.request(signal.SIGUSR1)
+            answers.append(stop.poll())
+        distributed = stop.distributed
+    return {"answers": answers, "distributed": distributed}
+
+
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
-    """Joins the group and trains (the result is written by :func:`train`)."""
+    """Joins the group and runs the scenario (``train`` writes its own result)."""
     connect(rank, size, port, group=True)
-    train(scenario, rank, out)
+    if scenario == "plain":
+        (out / f"{scenario}-{rank}.json").write_text(json.dumps(plain(rank)))
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    else:
+        train(scenario, rank, out)

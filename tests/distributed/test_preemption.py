@@ -76,6 +76,16 @@ def _check_one_common_stop(tmp_path, seen, where, status):
     return stop
 
 
+def test_a_plain_loop_agrees_at_the_poll_the_bound_names(tmp_path):
+    """Preemption without a Run, on 2 ranks, every=2 and delay=2: rank 1's request before
+    poll 7 goes into the reduction of poll 8, read at poll 8 + 2 * 2 = 12 on both ranks
+    (7 + every * (delay + 1) - 1: within the bound)."""
+    seen = spawn("plain", 2, tmp_path, module="preempt_workers")
+    expected = [0] * 11 + [signal.SIGUSR1] * 5
+    assert [rank["answers"] for rank in seen] == [expected, expected]
+    assert [rank["distributed"] for rank in seen] == [True, True]
+
+
 def test_sigterm_to_one_rank_stops_all_at_one_step(tmp_path):
     """SIGTERM to one random rank of 4: all four save one checkpoint at one step within
     2 updates of the signal, and exit with 143."""
