@@ -16,6 +16,8 @@ collect_ignore = [
     "checkpoint/dist_worker.py",
     "distributed/spawn.py",
     "distributed/workers.py",
+    "distributed/restart_workers.py",
+    "distributed/torchrun_loop.py",
     "integrations/tf_resume_loop.py",
     "integrations/torch_resume_loop.py",
     "integrations/torch_standalone_loop.py",

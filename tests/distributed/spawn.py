@@ -42,6 +42,7 @@ def spawn(
     module: str = "workers",
     statuses: Mapping[int, int] | None = None,
     during: Callable[[list[Any]], None] | None = None,
+    store: Any = None,
 ) -> list[dict[str, Any]]:
     """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
 
@@ -50,19 +51,22 @@ def spawn(
     the others must exit with status 0. ``module`` names the workers module (on this
     directory's path) whose ``main`` runs the scenario. ``during``, where given, is called
     with the started processes (to signal them from outside) before they are joined.
+    ``store``, where given, is the TCPStore to use (one that outlives a call, as torchrun's
+    agent's does its workers), else a new one is made for the call.
 
     The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
     Ranks that do not finish within the timeout are killed and the call fails.
     """
     import torch.distributed as dist
 
-    store = dist.TCPStore(
-        "127.0.0.1",
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
-    )
+    if store is None:
+        store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
+        )
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers", module])
     children = [
