@@ -1,8 +1,12 @@
 """One rank of a DDP training loop started by torchrun, for the restart tests.
 
-Usage: ``torchrun --nproc-per-node=N ... torchrun_loop.py DIR TOTAL SAVE_EVERY MODE``, MODE
-``manager`` (issue #27's script: a distributed CheckpointManager and a SummaryWriter on the
-writer rank) or ``run`` (the same loop through ``Run``). Each rank has its own dropout
+Usage: ``torchrun --nproc-per-node=N ... torchrun_loop.py DIR TOTAL SAVE_EVERY MODE BUCKETS``,
+MODE ``manager`` (issue #27's script: a distributed CheckpointManager and a SummaryWriter on
+the writer rank) or ``run`` (the same loop through ``Run``); BUCKETS ``default`` (DDP as
+it comes) or ``fixed`` (``find_unused_parameters=True``: DDP keeps its first gradient
+buckets instead of rebuilding them after a process's first update, which changes the
+order in which 3 or more ranks' gradients are summed at the first update after a restart;
+see docs/several-processes.md, "Restarts by torchrun"). Each rank has its own dropout
 stream (``torch.manual_seed(100 + rank)``, saved through ``RNGState``) and its own batches
 (``torch.Generator().manual_seed(1000 + rank)``, saved as a leaf); the model is DDP with
 dropout, the optimizer Adam. Lines marked ``# test`` are the test's instrumentation:
@@ -52,7 +56,7 @@ def _batch(data):
     return inputs, inputs.sum(1, keepdim=True) + 0.1 * torch.randn(16, 1, generator=data)
 
 
-def main(directory, total, save_every, mode):
+def main(directory, total, save_every, mode, buckets):
     """Trains to ``total`` updates, resuming from the newest committed checkpoint."""
     pause = float(os.environ.get("GS_SLEEP", "0.02"))  # test
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # test
@@ -63,7 +67,8 @@ def main(directory, total, save_every, mode):
     model = DistributedDataParallel(
         torch.nn.Sequential(
             torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 1)
-        )
+        ),
+        find_unused_parameters=buckets == "fixed",
     )
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     if mode == "run":
@@ -131,4 +136,4 @@ def run_loop(directory, total, save_every, model, opt, data, rank, attempt, paus
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
