@@ -17,7 +17,7 @@ from globalstep.checkpoint import CheckpointManager, PerRank
 from globalstep.checkpoint.adapters import Adapter
 from globalstep.checkpoint.flatten import Sharded, flatten, per_rank_nodes
 from globalstep.checkpoint.perrank import derived_seed, is_per_rank, reseed, reseedable
-from globalstep.errors import ConfigError
+from globalstep.errors import ConfigError, WorldSizeError, WorldSizeWarning
 from globalstep.run import GeneratorState
 
 
@@ -188,3 +188,85 @@ def test_derived_seeds_differ_by_rank_step_and_entropy():
     }
     assert base not in others
     assert len(others) == 3
+
+
+def _restore_as(manager, rank, world, template, **kwargs):
+    """Restores as rank ``rank`` of ``world`` (what a distributed manager's group says)."""
+    manager._reading._ranks = lambda: (rank, world)
+    return manager.restore(template, **kwargs)
+
+
+def test_one_copy_restored_on_several_ranks_is_reseeded_per_rank(tmp_path):
+    """A checkpoint of one process holds one copy of each generator: restored on 2 ranks,
+    each rank's generators are re-seeded (its own stream, the same at every such restore)
+    with one WorldSizeWarning saying 1 -> 2, and the rest restored as saved."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(7, {"w": np.arange(3.0), "g": np.random.default_rng(1), "r": random.Random(1)})
+    draws = {}
+    for rank in (0, 1, 0):
+        template = {"w": np.zeros(3), "g": np.random.default_rng(0), "r": random.Random(0)}
+        manager = CheckpointManager(tmp_path, read_only=True)
+        with pytest.warns(WorldSizeWarning) as caught:
+            _restore_as(manager, rank, 2, template)
+        assert len(caught) == 1
+        message = str(caught[0].message)
+        assert "saved as one copy (by one process, or before globalstep saved it per rank)" in (
+            message
+        )
+        assert "restored on 2 ranks (1 -> 2)" in message
+        assert "The random generators g, r were re-seeded" in message
+        assert template["w"].tolist() == [0.0, 1.0, 2.0]
+        seen = (template["g"].random(), template["r"].random())
+        assert draws.setdefault(rank, seen) == seen
+    assert draws[0][0] != draws[1][0]
+    assert draws[0][1] != draws[1][1]
+    assert draws[0][0] != np.random.default_rng(1).random()
+
+
+def test_one_copy_restored_on_one_process_is_as_before(tmp_path):
+    """On one rank the same checkpoint restores as saved, with no warning."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(7, {"g": np.random.default_rng(1)})
+        template = {"g": np.random.default_rng(0)}
+        _restore_as(manager, 0, 1, template)
+    assert template["g"].random() == np.random.default_rng(1).random()
+
+
+def test_one_copy_of_a_marked_array_on_several_ranks_is_named(tmp_path):
+    """A marked array of a one-process checkpoint, restored on 2 ranks: WorldSizeError."""
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(7, {"seen": np.ones(2), "g": np.random.default_rng(1)})
+    template = {"seen": PerRank(np.zeros(2)), "g": np.random.default_rng(0)}
+    manager = CheckpointManager(tmp_path, read_only=True)
+    with pytest.raises(
+        WorldSizeError,
+        match=r"'seen' \(ndarray\) of checkpoint step 7 was saved as one copy .* restored on "
+        r"2 ranks: .*Restore on 1 rank, ",
+    ):
+        _restore_as(manager, 1, 2, template)
+    assert template["seen"].value.tolist() == [0.0, 0.0]  # nothing restored
+
+
+def test_a_remappable_leaf_gets_the_one_copy(tmp_path):
+    """An object with load_state_from_ranks gets the one copy as the only old rank's."""
+
+    class Position:
+        globalstep_per_rank = True
+
+        def __init__(self):
+            self.value, self.got = 5, None
+
+        def state_dict(self):
+            return {"position": self.value}
+
+        def load_state_dict(self, state):
+            raise AssertionError("remapped, not loaded")
+
+        def load_state_from_ranks(self, states, *, rank, world_size, step):
+            self.got = (states, rank, world_size, step)
+
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(3, {"p": Position()})
+    template = {"p": Position()}
+    _restore_as(CheckpointManager(tmp_path, read_only=True), 1, 4, template)
+    assert template["p"].got == ([{"position": 5}], 1, 4, 3)

@@ -13,7 +13,8 @@ updates:
 - ``kill-K``: the same in ``OUT/resumed``; every rank SIGKILLs itself after update K.
 - ``resume``: a fresh start in ``OUT/resumed`` restores the newest checkpoint and goes on to
   40; then a save in which rank 1 has one more per-rank leaf than the writer, and an
-  async save of a per-rank array changed as soon as ``save`` returned (in ``OUT/async``).
+  async save of a per-rank array changed as soon as ``save`` returned (in ``OUT/async``),
+  and a read-only distributed manager's restore of the rank's own generator.
 """
 
 from __future__ import annotations
@@ -123,6 +124,19 @@ def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> d
     return {**observed(state), "restored": restored}
 
 
+def read_only_restore(rank: int, directory: Path) -> str:
+    """A read-only distributed manager (an evaluator on every rank) restores this rank's
+    own per-rank leaves: its batch generator's digest."""
+    import torch
+
+    from globalstep.checkpoint import CheckpointManager
+
+    data = torch.Generator()
+    with CheckpointManager(directory, read_only=True, distributed=True) as manager:
+        manager.restore({"data": data}, partial=True)
+    return digest(data.get_state().numpy())
+
+
 def async_save(rank: int, directory: Path) -> list[float]:
     """An async save of a per-rank array, changed in place as soon as ``save`` returns:
     the checkpoint holds the value at the save (the copy taken before the background
@@ -138,20 +152,27 @@ def async_save(rank: int, directory: Path) -> list[float]:
     return before
 
 
-def mismatched_save(rank: int, directory: Path) -> str:
-    """A save in which rank 1 has a per-rank leaf the writer lacks: every rank's error."""
+def mismatched_save(rank: int, directory: Path) -> list[str]:
+    """Two saves in which rank 1 has per-rank leaves the writer lacks (one more; where the
+    writer has none at all): every rank's error for each."""
     from globalstep.checkpoint import CheckpointManager, PerRank
     from globalstep.errors import DistributedCheckpointError
 
-    state: dict[str, Any] = {"w": np.ones(2), "mine": PerRank(np.full(1, rank))}
+    more: dict[str, Any] = {"w": np.ones(2), "mine": PerRank(np.full(1, rank))}
+    alone: dict[str, Any] = {"w": np.ones(2)}
     if rank == 1:
-        state["extra"] = PerRank(np.zeros(1))
+        more["extra"] = PerRank(np.zeros(1))
+        alone["mine"] = PerRank(np.zeros(1))
+    errors = []
     with CheckpointManager(directory, distributed=True) as manager:
-        try:
-            manager.save(1, state)
-        except DistributedCheckpointError as err:
-            return str(err)
-    return "no error"
+        for step, state in ((1, more), (2, alone)):
+            try:
+                manager.save(step, state)
+                errors.append("no error")
+            except DistributedCheckpointError as err:
+                errors.append(str(err))
+        errors.append(str(manager.steps()))
+    return errors
 
 
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
@@ -167,5 +188,6 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
         result = train(rank, out / "resumed", resume=True, kill_at=None)
         result["mismatch"] = mismatched_save(rank, out / "mismatch")
         result["async"] = async_save(rank, out / "async")
+        result["read_only"] = read_only_restore(rank, out / "resumed")
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

@@ -3,14 +3,16 @@ batches and marked state saved from every rank and restored to the same rank, bi
 a change of world size re-seeds the generators with one warning, or names the leaf.
 
 The fixture runs the issue's loop on 2 gloo ranks three times (rank_workers.py): 40
-updates uninterrupted; the same killed by SIGKILL on every rank after update 25; a fresh
-start that resumes from the newest checkpoint (step 20) to 40. The tests compare what each
+updates uninterrupted; the same killed by SIGKILL on every rank after a random update
+between 21 and 39 (the issue's script stops at 25); a fresh start that resumes from the
+newest checkpoint (step 20 or 30) to 40. The tests compare what each
 rank held, and restore the 2-rank checkpoint on one process (2 -> 1).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 import warnings
 from pathlib import Path
@@ -40,7 +42,8 @@ from ckpt_helpers import reseal  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-KILL_AT = 25
+KILL_AT = random.Random().randint(21, 39)
+"""The update after which every rank is killed; a new one each session (named on failure)."""
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +57,16 @@ def runs(tmp_path_factory):
 
 
 def test_every_rank_resumes_bit_exact(runs):
-    """Killed at update 25 and resumed from step 20, each rank ends at 40 holding exactly
-    what the uninterrupted run held: parameters, Adam's moments, its dropout RNG (and
-    Python's, NumPy's), its batch generator, its NumPy noise, its marked sum."""
+    """Killed after update KILL_AT and resumed from the step saved before, each rank ends
+    at 40 holding exactly what the uninterrupted run held: parameters, Adam's moments, its
+    dropout RNG (and Python's, NumPy's), its batch generator, its NumPy noise, its marked
+    sum."""
     for rank in (0, 1):
         full, resumed = runs["full"][rank], runs["resumed"][rank]
-        assert resumed["restored"] == 20
+        assert resumed["restored"] == KILL_AT // 10 * 10, f"killed after update {KILL_AT}"
         assert resumed["step"] == full["step"] == 40
         for key in ("params", "opt", "torch_rng", "python_rng", "numpy_rng", "data", "noise"):
-            assert resumed[key] == full[key], f"rank {rank}: {key}"
+            assert resumed[key] == full[key], f"rank {rank}: {key} (killed after {KILL_AT})"
         assert resumed["seen"] == full["seen"]
 
 
@@ -169,7 +173,7 @@ def test_two_ranks_to_one_reseeds_the_generators_with_one_warning(runs):
         assert [type(w.message) for w in caught] == [WorldSizeWarning]
         assert caught[0].filename == __file__  # pointing at the restore call
         message = str(caught[0].message)
-        assert "saved on 2 ranks and is restored on 1 (2 -> 1)" in message
+        assert "saved on 2 ranks and is restored on 1 rank (2 -> 1)" in message
         assert "exactness cannot hold across a change of world size" in message
         assert "rng, data, noise" in message
         assert template["clock"].step == 40
@@ -198,7 +202,7 @@ def test_two_ranks_to_one_names_a_leaf_it_cannot_remap(runs):
     with pytest.raises(
         WorldSizeError,
         match=r"per-rank leaf 'seen' \(ndarray\) of checkpoint step 40 was saved on 2 ranks "
-        r"and is restored on 1.*load_state_from_ranks.*partial=True",
+        r"and is restored on 1 rank: .*Restore on 2 ranks, .*load_state_from_ranks.*partial=True",
     ) as caught:
         manager.restore(template, step=40, partial=True)
     assert isinstance(caught.value, RestoreMismatchError)
@@ -263,12 +267,44 @@ def test_a_malformed_per_rank_section_is_corruption(runs, tmp_path):
 
 
 def test_ranks_with_other_per_rank_leaves_fail_the_save(runs):
-    """Rank 1 with a per-rank leaf the writer lacks fails the save on both ranks."""
+    """Rank 1 with a per-rank leaf the writer lacks fails the save on both ranks, as does
+    rank 1 with per-rank leaves where the writer has none; nothing is committed."""
     for rank in runs["resumed"]:
-        assert (
-            "rank 1's per-rank leaves ['extra', 'mine'] are not the writer's" in (rank["mismatch"])
-        )
-        assert "nothing was committed" in rank["mismatch"]
+        more, alone, steps = rank["mismatch"]
+        assert "rank 1's per-rank leaves ['extra', 'mine'] are not the writer's ['mine']" in more
+        assert "rank(s) [1] saved per-rank leaves where the writer (rank 0) has none" in alone
+        assert "nothing was committed" in more
+        assert "nothing was committed" in alone
+        assert steps == "[]"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_same_world_size_without_a_template_gives_the_rank_its_own(runs, rank, monkeypatch):
+    """Without a template, rank r of 2 gets rank r's per-rank leaves as values."""
+    from rank_workers import digest
+
+    manager = CheckpointManager(runs["dir"], read_only=True)
+    monkeypatch.setattr(manager._reading, "_ranks", lambda: (rank, 2))
+    tree = manager.restore(step=40)
+    assert tree["seen"].tolist() == runs["resumed"][rank]["seen"]
+    assert isinstance(tree["data"], torch.Generator)
+    assert digest(tree["data"].get_state().numpy()) == runs["resumed"][rank]["data"]
+
+
+def test_a_malformed_per_rank_entry_is_corruption(runs, tmp_path):
+    """A rank's entry naming a file outside its place (state.json rewritten and resealed)
+    is corruption, named before any file is opened."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["dir"], copy)
+    checkpoint = copy / step_name(40)
+    doc = json.loads((checkpoint / "state.json").read_text())
+    doc["per_rank"]["ranks"][1]["file"] = "../../elsewhere.safetensors"
+    reseal(checkpoint, state=json.dumps(doc).encode())
+    manager = CheckpointManager(copy, read_only=True)
+    with pytest.raises(CorruptCheckpointError, match="malformed per-rank entry of rank 1"):
+        manager.verify(40)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -280,3 +316,30 @@ def test_an_async_save_keeps_each_rank_value_at_the_save(runs, rank, monkeypatch
     template = {"w": np.zeros(2), "seen": PerRank(np.zeros(3))}
     manager.restore(template)
     assert template["seen"].value.tolist() == runs["resumed"][rank]["async"] == [10.0 * rank] * 3
+
+
+def test_two_ranks_to_three_give_each_new_rank_its_own_stream(runs, monkeypatch):
+    """Restored as each rank of 3 (2 -> 3): every new rank's generators are re-seeded to a
+    stream of its own, none an old rank's, the same on a second restore."""
+    from rank_workers import digest
+
+    def restore_as(rank):
+        manager = CheckpointManager(runs["dir"], read_only=True)
+        monkeypatch.setattr(manager._reading, "_ranks", lambda: (rank, 3))
+        template = {"clock": Clock(), "data": torch.Generator(), "noise": np.random.default_rng()}
+        with pytest.warns(WorldSizeWarning, match=r"restored on 3 ranks \(2 -> 3\)"):
+            manager.restore(template, step=40, partial=True)
+        return digest(template["data"].get_state().numpy()), template["noise"].random()
+
+    streams = [restore_as(rank) for rank in range(3)]
+    assert len({s[0] for s in streams}) == len({s[1] for s in streams}) == 3
+    assert restore_as(2) == streams[2]
+    assert not {s[0] for s in streams} & {r["data"] for r in runs["resumed"]}
+
+
+def test_a_read_only_distributed_manager_restores_the_rank_own(runs):
+    """A read-only manager with distributed=True (an evaluator on every rank) restores
+    each rank's own per-rank leaves: the group says which rank it is."""
+    for rank in runs["resumed"]:
+        assert rank["read_only"] == rank["data"]
+    assert runs["resumed"][0]["read_only"] != runs["resumed"][1]["read_only"]

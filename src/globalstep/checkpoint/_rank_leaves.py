@@ -22,6 +22,9 @@ ordinary one. With ``M != N``, for each per-rank leaf of the template:
   touched. Without a template a per-rank leaf comes back as the list of every old rank's
   value.
 
+A checkpoint without a per-rank section restored on several ranks holds one copy of each
+per-rank leaf: the template's are restored as from a checkpoint of one rank (``1 -> M``).
+
 Example:
     >>> rank_file(3)
     'per_rank/rank-00003.safetensors'
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,9 +42,10 @@ import xxhash
 
 from globalstep.checkpoint.arrays import read_arrays, write_arrays
 from globalstep.checkpoint.build import unflatten
+from globalstep.checkpoint.document import ARRAYS_FILE
 from globalstep.checkpoint.flatten import array_nodes, node_kind, per_rank_nodes
 from globalstep.checkpoint.perrank import derived_seed, reseed, reseedable
-from globalstep.checkpoint.templates import template_per_rank
+from globalstep.checkpoint.templates import template_marked, template_per_rank
 from globalstep.errors import CorruptCheckpointError, WorldSizeError, WorldSizeWarning
 from globalstep.storage import Storage, wrap_os_errors
 
@@ -138,24 +142,36 @@ def verify_rank_leaves(storage: Storage, name: str, state: Mapping[str, Any]) ->
         _read(storage, name, entry, keep=False)
 
 
-def _substituted(node: Any, tree: Mapping[str, Any]) -> Any:
-    """``node`` with each ``{"per_rank": name}`` node replaced by ``tree[name]``."""
-    kind = node_kind(node, "<per-rank>")
-    if kind == "per_rank":
-        return tree[node["per_rank"]]
+def _rewritten(node: Any, replace: Callable[[str, dict[str, Any]], Any], path: str = "") -> Any:
+    """``node`` with each node for which ``replace(flat name, node)`` is not None replaced."""
+    kind = node_kind(node, path or "<root>")
+    replaced = replace(path or "_", node)
+    if replaced is not None:
+        return replaced
+    prefix = f"{path}/" if path else ""
     if kind == "dict" and isinstance(node["dict"], dict):
-        return {"dict": {k: _substituted(v, tree) for k, v in node["dict"].items()}}
+        children = node["dict"]
+        return {"dict": {k: _rewritten(v, replace, prefix + k) for k, v in children.items()}}
     if kind in ("list", "tuple") and isinstance(node[kind], list):
-        return {kind: [_substituted(v, tree) for v in node[kind]]}
+        return {kind: [_rewritten(v, replace, f"{prefix}{i}") for i, v in enumerate(node[kind])]}
     if kind == "stateful":
-        return {"stateful": _substituted(node["stateful"], tree)}
+        return {"stateful": _rewritten(node["stateful"], replace, path)}
     if kind == "adapted":
-        return {**node, "state": _substituted(node["state"], tree)}
+        return {**node, "state": _rewritten(node["state"], replace, path)}
     return node
+
+
+def _ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
 
 
 class RankLeaves:
     """One restore's per-rank leaves, on rank ``rank`` of ``world_size``.
+
+    A checkpoint without a per-rank section (saved by one process, or before per-rank
+    leaves were saved per rank) restored on several ranks holds one copy of each: the
+    template's per-rank leaves are then restored as from a checkpoint of one rank
+    (``1 -> M``), so that no two ranks silently share a generator's stream.
 
     Args:
         storage: the directory's storage.
@@ -182,44 +198,71 @@ class RankLeaves:
         self.saved_world, self.entries = found if found else (world_size, [])
         self.present = bool(found) and bool(self.entries[0]["tree"])
         self.same = self.saved_world == world_size
+        self._main = state.get("files", {}).get(ARRAYS_FILE, {}).get("xxh3_64")
+        self._single = False  # one copy of each leaf, in the main tree and arrays
         self._targets: dict[str, Any] = {}
         self._read: dict[int, dict[str, Any]] = {}
 
-    def structure(self, structure: Any) -> Any:
-        """The tree to restore: with the same world size, this rank's own leaves in it."""
-        if not self.present or not self.same:
-            return structure
-        return _substituted(structure, self.entries[self.rank]["tree"])
-
-    def check(self, structure: Any, template: Any) -> None:
-        """Before anything is read: with another world size, finds how each per-rank leaf
-        of the template is restored.
+    def structure(self, structure: Any, template: Any) -> Any:
+        """The tree to restore, checked before anything is read: with the same world size,
+        this rank's own leaves in it; with another, the per-rank nodes left for
+        :meth:`remap`, each template leaf's way of restoring found.
 
         Raises:
-            WorldSizeError: a leaf is neither remappable nor a random generator.
+            WorldSizeError: with another world size, a leaf is neither remappable nor a
+                random generator.
         """
-        if not self.present or self.same or template is None:
-            return
-        self._targets = template_per_rank(structure, template)
-        for key, obj in self._targets.items():
-            if callable(getattr(obj, "load_state_from_ranks", None)) or reseedable(obj):
-                continue
-            raise WorldSizeError(
-                f"the per-rank leaf {key!r} ({type(obj).__name__}) of checkpoint step "
-                f"{self.step} was saved on {self.saved_world} ranks and is restored on "
-                f"{self.world_size}: globalstep cannot tell which rank's value this rank "
-                f"should get. Restore on {self.saved_world} ranks, give the object a "
-                "load_state_from_ranks(states, *, rank, world_size, step) method (states "
-                "indexed by the old rank), or leave the leaf out of the template and pass "
-                "partial=True",
-                key=key,
-                saved_world_size=self.saved_world,
-                world_size=self.world_size,
+        if self.present and self.same:
+            tree = self.entries[self.rank]["tree"]
+            return _rewritten(
+                structure, lambda _, n: tree[n["per_rank"]] if "per_rank" in n else None
             )
+        if template is None:
+            return structure
+        if self.present:
+            self._targets = template_per_rank(structure, template)
+        elif self.world_size > 1:
+            self._targets = template_marked(structure, template)
+            if not self._targets:
+                return structure
+            saved: dict[str, Any] = {}
+
+            def single(path: str, node: dict[str, Any]) -> Any:
+                if path not in self._targets:
+                    return None
+                saved[path] = node
+                return {"per_rank": path}
+
+            structure = _rewritten(structure, single)
+            self._single, self.saved_world = True, 1
+            self.entries = [{"tree": saved, "xxh3_64": self._main}]
+        for key, obj in self._targets.items():
+            if not (callable(getattr(obj, "load_state_from_ranks", None)) or reseedable(obj)):
+                raise self._error(key, obj)
+        return structure
+
+    def _error(self, key: str, obj: Any) -> WorldSizeError:
+        return WorldSizeError(
+            f"the per-rank leaf {key!r} ({type(obj).__name__}) of checkpoint step "
+            f"{self.step} was saved {self._saved_on()} and is restored on "
+            f"{_ranks(self.world_size)}: globalstep cannot tell which rank's value this "
+            f"rank should get. Restore on {_ranks(self.saved_world)}, give the object a "
+            "load_state_from_ranks(states, *, rank, world_size, step) method (states "
+            "indexed by the old rank), or leave the leaf out of the template and pass "
+            "partial=True",
+            key=key,
+            saved_world_size=self.saved_world,
+            world_size=self.world_size,
+        )
+
+    def _saved_on(self) -> str:
+        if self._single:
+            return "as one copy (by one process, or before globalstep saved it per rank)"
+        return f"on {_ranks(self.saved_world)}"
 
     def read(self, into: Mapping[str, np.ndarray[Any, Any]] | None) -> dict[str, Any]:
         """With the same world size: this rank's arrays, read into ``into`` where it fits."""
-        if not self.present or not self.same:
+        if not (self.present and self.same):
             return {}
         return _read(self.storage, self.name, self.entries[self.rank], into)
 
@@ -239,12 +282,14 @@ class RankLeaves:
             return {}
         return {key: self.states(key) for key in self.entries[0]["tree"]}
 
-    def remap(self) -> None:
+    def remap(self, arrays: Mapping[str, Any]) -> None:
         """After the rest is restored, with another world size: restores each template
-        leaf found by :meth:`check` from every old rank's state, or re-seeds it; warns
-        once for the generators re-seeded."""
+        leaf found by :meth:`structure` from every old rank's state, or re-seeds it; warns
+        once for the generators re-seeded. ``arrays``: the main file's, as read."""
         if not self._targets:
             return
+        if self._single:
+            self._read[0] = dict(arrays)
         reseeded = []
         for key, obj in self._targets.items():
             remap = getattr(obj, "load_state_from_ranks", None)
@@ -259,8 +304,8 @@ class RankLeaves:
         if reseeded:
             warnings.warn(
                 WorldSizeWarning(
-                    f"checkpoint step {self.step} was saved on {self.saved_world} ranks and "
-                    f"is restored on {self.world_size} ({self.saved_world} -> "
+                    f"checkpoint step {self.step} was saved {self._saved_on()} and is "
+                    f"restored on {_ranks(self.world_size)} ({self.saved_world} -> "
                     f"{self.world_size}): exactness cannot hold across a change of world "
                     f"size. The random generators {', '.join(reseeded)} were re-seeded "
                     "deterministically from the saved states, this rank and the step"

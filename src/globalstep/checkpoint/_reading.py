@@ -231,8 +231,7 @@ class Reading:
             nodes = array_nodes(state["tree"])  # one walk, for the fit check and the read
             # This rank's own per-rank leaves in the tree (the same world size), or the
             # remap of another world size checked before anything is touched.
-            structure = leaves.structure(state["tree"])
-            leaves.check(structure, template)
+            structure = leaves.structure(state["tree"], template)
             # Check the fit first, so that a misfit touches nothing in the template; the
             # same walk finds the template's arrays to fill in place and builds the tree.
             fit = (
@@ -257,8 +256,8 @@ class Reading:
             arrays.update(load_sharded(self.storage, name, state, targets, rebuild=self._rebuild))
         restored = None if fit is None else fit.restored(arrays)
         if restored is None:
-            restored = unflatten(
-                structure, arrays, template, partial=partial, ranks=leaves.without_template()
-            )
-        leaves.remap()
+            # Without a template, each per-rank leaf of another world size: every rank's.
+            ranks = leaves.without_template() if template is None else None
+            restored = unflatten(structure, arrays, template, partial=partial, ranks=ranks)
+        leaves.remap(arrays)
         return restored

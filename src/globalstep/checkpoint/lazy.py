@@ -34,7 +34,9 @@ class CheckpointReader(Closing):
     Local files are memory-mapped and each array is a read-only view of the mapping; on
     fsspec storage each array is read when asked for. The marker and state.json are
     checked on open; array bytes are not (their checksum covers the whole file), so use
-    :meth:`CheckpointManager.verify` or a full restore where that matters.
+    :meth:`CheckpointManager.verify` or a full restore where that matters. The arrays are
+    the main file's: a distributed checkpoint's per-rank leaves (each rank's own file,
+    see :mod:`globalstep.checkpoint.perrank`) are not among them; restore them instead.
 
     Attributes:
         step: the checkpoint's step.

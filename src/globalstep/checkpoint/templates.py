@@ -25,40 +25,49 @@ from globalstep.checkpoint.flatten import (
 from globalstep.checkpoint.leaves import (
     dataclass_fields,
 )
-from globalstep.checkpoint.perrank import PerRank
+from globalstep.checkpoint.perrank import PerRank, is_per_rank
 
-__all__ = ["template_arrays", "template_per_rank", "template_sharded"]
+__all__ = ["template_arrays", "template_marked", "template_per_rank", "template_sharded"]
+
+
+Leaf = Callable[[str, dict[str, Any], Any], bool]
+"""``leaf(kind, node, tmpl)``: sees a node and the template's object there (a PerRank mark
+taken off); True where it took the node (no descent there)."""
 
 
 def _walk_template(
-    structure: Any, template: Any, leaf: Callable[[str, dict[str, Any], Any], bool]
+    structure: Any, template: Any, leaf: Leaf, *, at: Callable[[str, Any], bool] | None = None
 ) -> None:
-    """Walks the saved structure and the template side by side; ``leaf(kind, node, tmpl)``
-    sees every node first and returns True where it took the node (no descent there)."""
+    """Walks the saved structure and the template side by side; ``leaf`` sees every node
+    first, and ``at(path, tmpl)`` (the node's flat name, the template's object as it is,
+    marked or not) before it, where given: True takes the node too."""
 
-    def walk(node: Any, tmpl: Any) -> None:
+    def walk(node: Any, tmpl: Any, path: str) -> None:
+        if at is not None and at(path, tmpl):
+            return
         if isinstance(tmpl, PerRank):
             tmpl = tmpl.value
         kind = node_kind(node, "<template>")
         if leaf(kind, node, tmpl):
             return
         fields = dataclass_fields(tmpl)
+        prefix = f"{path}/" if path else ""
         if kind == "dict" and fields is not None:
-            walk(node, fields)
+            walk(node, fields, path)
         elif kind == "dict" and isinstance(tmpl, Mapping):
             for k, child in node["dict"].items():
                 if k in tmpl:
-                    walk(child, tmpl[k])
+                    walk(child, tmpl[k], prefix + k)
         elif kind in ("list", "tuple") and isinstance(tmpl, list | tuple):
-            for child, sub in zip(node[kind], tmpl, strict=False):
-                walk(child, sub)
+            for i, (child, sub) in enumerate(zip(node[kind], tmpl, strict=False)):
+                walk(child, sub, f"{prefix}{i}")
         elif kind == "adapted":
             adapter = _template_adapter(node, tmpl)
             if adapter is not None:
-                walk(node["state"], adapter.template(tmpl))
+                walk(node["state"], adapter.template(tmpl), path)
 
     if template is not None:
-        walk(structure, template)
+        walk(structure, template, "")
 
 
 def template_arrays(structure: Any, template: Any) -> dict[str, np.ndarray[Any, Any]]:
@@ -100,6 +109,24 @@ def template_per_rank(structure: Any, template: Any) -> dict[str, Any]:
         return kind == "per_rank"
 
     _walk_template(structure, template, leaf)
+    return found
+
+
+def template_marked(structure: Any, template: Any) -> dict[str, Any]:
+    """Returns the template's per-rank objects (unmarked; see
+    :func:`~globalstep.checkpoint.perrank.is_per_rank`) that sit where the saved structure
+    has an ordinary node (a checkpoint holding one copy of them), by flat name."""
+    found: dict[str, Any] = {}
+
+    def at(path: str, tmpl: Any) -> bool:
+        if tmpl is None or isinstance(tmpl, np.ndarray | Mapping | list | tuple):
+            return False  # the common nodes first: no adapter lookup for them
+        if not is_per_rank(tmpl):
+            return False
+        found[path or "_"] = tmpl.value if isinstance(tmpl, PerRank) else tmpl
+        return True
+
+    _walk_template(structure, template, lambda kind, node, tmpl: kind == "per_rank", at=at)
     return found
 
 
