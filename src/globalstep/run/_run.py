@@ -69,8 +69,8 @@ class Run(Closing):
         stream: where messages and the display go; standard output by default.
         handle_signals: False catches no signal (they are caught only where the Run is
             made in the main thread).
-        stop_signals: the signals that save and exit (status 128 + the number; a second
-            exits at once); on several ranks one to any rank stops all (see :class:`Ranks`).
+        stop_signals: the signals that save and exit (status 128 + the number; a second,
+            1 s later, exits at once); on several ranks one to any rank stops all.
         checkpoint_options: keywords for the :class:`~globalstep.checkpoint.CheckpointManager`
             (``max_to_keep``, ``keep_best``, ``async_save``, ...).
         writer_options: keywords for the :class:`~globalstep.summary.SummaryWriter`
