@@ -16,8 +16,11 @@ for ``--rounds`` rounds:
 - ``run+stop10``: as ``run+stop`` with ``Ranks(stop_every=10)``.
 
 Printed per contender (rank 0's times): the median time per update over the rounds, the
-spread (min-max), and the median per-round ratio to its baseline of the same round
-(``ddp`` for the ``ddp+`` contenders, ``run`` for the ``run+`` ones): the agreement's cost.
+spread (min-max), the median per-round ratio to its baseline of the same round (``ddp``
+for the ``ddp+`` contenders, ``run`` for the ``run+`` ones): the agreement's cost; and for
+the ``ddp+poll`` ones the median time per update spent inside ``poll()`` itself (issuing
+the reduction, and waiting where the previous one had not completed): the rest of the
+cost is the reductions' work on gloo's threads, competing for the cores.
 
 Run: `PYTHONPATH=src .venv/bin/python bench/bench_preemption.py [--n 500] [--rounds 5]`.
 """
@@ -37,6 +40,7 @@ import time
 from typing import Any
 
 CONTENDERS = ("ddp", "ddp+poll", "ddp+poll10", "run", "run+stop", "run+stop10")
+_IN_POLL: dict[str, list[float]] = {}  # contender: seconds per update inside poll()
 
 
 def _loop(name: str, n: int, directory: str) -> float:
@@ -67,6 +71,7 @@ def _loop(name: str, n: int, directory: str) -> float:
         run.restore()
     elif name != "ddp":
         stop = Preemption((), every=10 if name == "ddp+poll10" else 1)
+    in_poll = 0.0
     dist.barrier()
     start = time.perf_counter()
     for _ in range(n):
@@ -76,9 +81,14 @@ def _loop(name: str, n: int, directory: str) -> float:
         optimizer.step()
         if run is not None:
             run.update(loss=loss.item())
-        elif stop is not None and stop.poll():
-            raise AssertionError("no stop was asked for")
+        elif stop is not None:
+            polled = time.perf_counter()
+            if stop.poll():
+                raise AssertionError("no stop was asked for")
+            in_poll += time.perf_counter() - polled
     elapsed = time.perf_counter() - start
+    if stop is not None:
+        _IN_POLL.setdefault(name, []).append(in_poll / n)
     if run is not None:
         run.close()
     if stop is not None:
@@ -111,7 +121,7 @@ def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
             print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
     if rank == 0:
         with open(out, "w") as file:
-            json.dump(times, file)
+            json.dump({"times": times, "in_poll": _IN_POLL}, file)
     dist.destroy_process_group()
 
 
@@ -132,11 +142,15 @@ def main(argv: list[str] | None = None) -> None:
             _rank, args=(port, args.n, args.rounds, out), nprocs=2, start_method="spawn"
         )
         with open(out) as file:
-            times: dict[str, list[float]] = json.load(file)
+            found = json.load(file)
+    times: dict[str, list[float]] = found["times"]
+    in_poll: dict[str, list[float]] = found["in_poll"]
     print(f"2 ranks (gloo, 127.0.0.1), {args.n} updates x {args.rounds} rounds; load: ", end="")
     print(" ".join(f"{x:.2f}" for x in os.getloadavg()))
-    print("| contender | µs/update (median) | spread | x baseline (median of rounds) |")
-    print("|---|---:|---:|---:|")
+    print(
+        "| contender | µs/update (median) | spread | x baseline (median of rounds) | µs in poll() |"
+    )
+    print("|---|---:|---:|---:|---:|")
     for name, values in times.items():
         base = times["run" if name.startswith("run") else "ddp"]
         ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
@@ -145,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{statistics.median(values) * 1e6:.0f}",
             f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f}",
             f"{ratio:.3f}",
+            f"{statistics.median(in_poll[name]) * 1e6:.0f}" if name in in_poll else "",
         )
         print("| " + " | ".join(row) + " |")
 

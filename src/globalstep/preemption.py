@@ -175,8 +175,8 @@ class Preemption(Closing):
             it (on one process: in the handler, as the stop is agreed at once).
 
     Raises:
-        ConfigError: a bad ``signals``, ``every``, ``delay`` or ``group``, or ``signals`` given off
-            the main thread.
+        ConfigError: a bad ``signals``, ``every``, ``delay`` or ``group``, or
+            ``signals`` given off the main thread.
 
     Example:
         A plain loop (here on one process; under torchrun the same code agrees across

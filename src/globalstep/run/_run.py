@@ -151,7 +151,7 @@ class Run(Closing):
         self._messages = Messages(
             self._stream, self.is_writer, self.directory, manager.directory, total_steps
         )
-        self._signals = stop_for(signals, handle_signals, plan, self._messages, self._on_signal)
+        self._signals = stop_for(signals, handle_signals, plan, self._messages, self._on_stop)
         self._plan = plan = plan.polling(self._signals)
         self._per_rank = plan.per_update  # update()'s one extra check on several ranks
 
@@ -344,7 +344,7 @@ class Run(Closing):
         self._check_usable()
         self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
 
-    def _on_signal(self, signum: int) -> None:
+    def _on_stop(self, signum: int) -> None:
         """A stop agreed (``_signals.agreed``): this update's end saves and exits."""
         self._saves.next_check = self._next_check = 0
 
