@@ -1,5 +1,5 @@
 """Preemption on one process: the signals' checks, the handlers, the local stop, and a
-Run's ``stop_signals`` (the agreement over ranks is in tests/distributed/test_preemption.py).
+Run's ``stop_signals`` (the agreement over ranks is in tests/distributed/test_preemption_ranks.py).
 """
 
 from __future__ import annotations
