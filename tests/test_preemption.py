@@ -1,5 +1,5 @@
 """Preemption on one process: the signals' checks, the handlers, the local stop, and a
-Run's ``stop_signals`` (the agreement over ranks is in tests/distributed/test_preemption.py).
+Run's ``stop_signals`` (the agreement over ranks is in tests/distributed/test_preemption_ranks.py).
 """
 
 from __future__ import annotations
@@ -125,14 +125,17 @@ def test_a_bad_request_is_refused(signum):
 
 
 def test_a_second_signal_exits_at_once(tmp_path):
-    """A plain loop: the first SIGTERM is noted, the second kills the process by SIGTERM."""
+    """A plain loop: the first SIGTERM is noted, a repeat right after it is the same
+    delivery (ignored), one after SAME_DELIVERY_SECONDS kills the process by SIGTERM."""
     script = textwrap.dedent(
         """
-        import os, signal
-        from globalstep.preemption import Preemption
+        import os, signal, time
+        from globalstep.preemption import SAME_DELIVERY_SECONDS, Preemption
         stop = Preemption()
         os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # directly and through torchrun's agent
         print("noted", stop.poll(), flush=True)
+        time.sleep(SAME_DELIVERY_SECONDS + 0.1)
         os.kill(os.getpid(), signal.SIGTERM)
         print("not reached", flush=True)
         """

@@ -26,7 +26,11 @@ its ``stop_signals``; a plain loop uses it directly (see :class:`Preemption`).
 The exit status of a process stopped by signal ``n`` is ``128 + n``
 (:func:`exit_status`), as a shell reports a process killed by it: 130 for SIGINT, 143 for
 SIGTERM, 138 for SIGUSR1. A second signal, while the first is being handled, exits at
-once as the signal's default action does.
+once as the signal's default action does; one that comes less than
+:data:`SAME_DELIVERY_SECONDS` after the first is taken as the same pre-emption delivered
+twice and ignored: a cloud VM's shutdown (systemd signals every process of the session)
+and SLURM's ``scancel`` (every process of the step) reach each worker directly *and*
+through torchrun's agent, which forwards what it gets.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import collections
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
@@ -43,10 +48,19 @@ from globalstep._closing import Closing
 from globalstep._optional import require
 from globalstep.errors import ConfigError
 
-__all__ = ["DEFAULT_STOP_SIGNALS", "Preemption", "check_signals", "exit_status"]
+__all__ = [
+    "DEFAULT_STOP_SIGNALS",
+    "SAME_DELIVERY_SECONDS",
+    "Preemption",
+    "check_signals",
+    "exit_status",
+]
 
 DEFAULT_STOP_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 """The signals that stop a run by default: Ctrl-C, the schedulers' SIGTERM and SIGUSR1."""
+
+SAME_DELIVERY_SECONDS = 1.0
+"""A stop signal this soon after the first is the same pre-emption, delivered twice."""
 
 _UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 
@@ -161,8 +175,8 @@ class Preemption(Closing):
             it (on one process: in the handler, as the stop is agreed at once).
 
     Raises:
-        ConfigError: a bad ``signals``, ``every``, ``delay`` or ``group``, or ``signals`` given off
-            the main thread.
+        ConfigError: a bad ``signals``, ``every``, ``delay`` or ``group``, or
+            ``signals`` given off the main thread.
 
     Example:
         A plain loop (here on one process; under torchrun the same code agrees across
@@ -209,7 +223,7 @@ class Preemption(Closing):
         self.requested: int | None = None
         self.agreed: int | None = None
         self.polls = 0
-        self._signalled = False
+        self._first_signal_at: float | None = None
         self._pending: collections.deque[tuple[Any, Any]] = collections.deque()
         self._torch: Any = (
             require("torch", "torch", "globalstep.preemption") if self._dist else None
@@ -292,13 +306,17 @@ class Preemption(Closing):
         self._pending.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._signalled:
+        now = time.monotonic()
+        first = self._first_signal_at
+        if first is not None:
+            if now - first < SAME_DELIVERY_SECONDS:
+                return  # the same pre-emption again (directly and through torchrun's agent)
             # The second signal: exit at once, as the default action does.
             self.close()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        self._signalled = True
+        self._first_signal_at = now
         if self._on_signal is not None:
             self._on_signal(signum)
         self.request(signal.Signals(signum))

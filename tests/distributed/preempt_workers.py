@@ -9,7 +9,8 @@ at, the exit status, and its weights. ``ready-<rank>`` appears after update 5.
 
 Scenarios: ``every1`` (the default ``Ranks()``) and ``every3`` (``Ranks(stop_every=3)``);
 ``plain``: a :class:`~globalstep.preemption.Preemption` in a plain loop (no Run), rank 1
-asking for a stop before poll 7, every rank recording what each of 16 polls returned.
+asking for a stop before poll 7, every rank recording what each of 16 polls returned; then
+one on the default group with rank 0 asking for SIGUSR1 and rank 1 for SIGTERM.
 """
 
 from __future__ import annotations
@@ -106,7 +107,12 @@ def plain(rank: int) -> dict[str, Any]:
                 stop.request(signal.SIGUSR1)
             answers.append(stop.poll())
         distributed = stop.distributed
-    return {"answers": answers, "distributed": distributed}
+    # Different signals on different ranks: every rank gets the highest number.
+    stops: list[int] = []
+    with Preemption((), on_stop=lambda s: stops.append(int(s))) as stop:
+        stop.request(signal.SIGUSR1 if rank == 0 else signal.SIGTERM)
+        mixed = [stop.poll() for _ in range(3)]
+    return {"answers": answers, "distributed": distributed, "mixed": mixed, "stops": stops}
 
 
 def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:

@@ -16,8 +16,9 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
 - SIGINT (Ctrl-C), SIGTERM and SIGUSR1 (what schedulers send before pre-emption; the
   Run's ``stop_signals``) save a checkpoint after the update in flight and exit with
   status 128 + the signal's number (130, 143, 138); on several ranks a signal to any rank
-  stops every rank at one common update (see :class:`Ranks`). A second signal exits at
-  once. Leaving the ``with`` block normally saves a final checkpoint.
+  stops every rank at one common update (see :class:`Ranks`). A second signal (a second
+  or more after the first) exits at once. Leaving the ``with`` block normally saves a
+  final checkpoint.
 - The run's configuration (schedules, the clocks' batch size and steps per epoch, and the
   ``config`` given) is stored with each checkpoint; resuming with another one warns with
   the differences (:class:`ConfigDriftWarning`), or raises with ``strict=True``.

@@ -69,8 +69,8 @@ class Run(Closing):
         stream: where messages and the display go; standard output by default.
         handle_signals: False catches no signal (they are caught only where the Run is
             made in the main thread).
-        stop_signals: the signals that save and exit (status 128 + the number; a second
-            exits at once); on several ranks one to any rank stops all (see :class:`Ranks`).
+        stop_signals: the signals that save and exit (status 128 + the number; a second,
+            1 s later, exits at once); on several ranks one to any rank stops all.
         checkpoint_options: keywords for the :class:`~globalstep.checkpoint.CheckpointManager`
             (``max_to_keep``, ``keep_best``, ``async_save``, ...).
         writer_options: keywords for the :class:`~globalstep.summary.SummaryWriter`
@@ -151,7 +151,7 @@ class Run(Closing):
         self._messages = Messages(
             self._stream, self.is_writer, self.directory, manager.directory, total_steps
         )
-        self._signals = stop_for(signals, handle_signals, plan, self._messages, self._on_signal)
+        self._signals = stop_for(signals, handle_signals, plan, self._messages, self._on_stop)
         self._plan = plan = plan.polling(self._signals)
         self._per_rank = plan.per_update  # update()'s one extra check on several ranks
 
@@ -344,7 +344,7 @@ class Run(Closing):
         self._check_usable()
         self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
 
-    def _on_signal(self, signum: int) -> None:
+    def _on_stop(self, signum: int) -> None:
         """A stop agreed (``_signals.agreed``): this update's end saves and exits."""
         self._saves.next_check = self._next_check = 0
 

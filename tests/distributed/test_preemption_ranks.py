@@ -84,6 +84,10 @@ def test_a_plain_loop_agrees_at_the_poll_the_bound_names(tmp_path):
     expected = [0] * 11 + [signal.SIGUSR1] * 5
     assert [rank["answers"] for rank in seen] == [expected, expected]
     assert [rank["distributed"] for rank in seen] == [True, True]
+    # SIGUSR1 on rank 0, SIGTERM on rank 1: both stop at poll 2 on SIGTERM, the highest.
+    term = int(signal.SIGTERM)
+    assert [rank["mixed"] for rank in seen] == [[0, term, term]] * 2
+    assert [rank["stops"] for rank in seen] == [[term]] * 2
 
 
 def test_sigterm_to_one_rank_stops_all_at_one_step(tmp_path):
