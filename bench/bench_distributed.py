@@ -16,11 +16,29 @@ Two ranks (processes on 127.0.0.1) train the same small model (``Linear(64, 64)`
 - ``ddp+8allreduce``: the bare loop plus 8 ``all_reduce`` calls of one scalar each per
   update: how per-value synchronisation (Lightning's ``self.log(..., sync_dist=True)``,
   one collective per logged value) costs, beside ``run+reduce``'s one collective.
+- ``ddp+poll``: the bare loop plus ``Preemption(()).poll()`` once per update: the
+  preemption agreement (issue #27) alone, one asynchronous ``all_reduce(MAX)`` of one int64
+  issued per update on a gloo group of its own, the one issued the update before waited for.
+- ``ddp+poll10``: ``Preemption((), every=10)``: one reduction issued every 10 updates.
+- ``run+stop``: ``run`` with ``handle_signals=True`` (the default stop signals, SIGINT,
+  SIGTERM and SIGUSR1): the agreement polled by every ``run.update``; ``run`` has it off.
+- ``run+stop10``: as ``run+stop`` with ``Ranks(stop_every=10)``.
 
 Printed per contender (rank 0's times): the median time per update over the rounds, the
-spread (min-max), and the median per-round ratio to ``ddp`` of the same round.
+spread (min-max), and the median per-round ratio to ``ddp`` of the same round; then the
+agreement's cost: the median per-round ratio of each ``ddp+poll`` contender to ``ddp`` and
+of each ``run+stop`` one to ``run``.
 
-Run: `PYTHONPATH=src .venv/bin/python bench/bench_distributed.py [--n 500] [--rounds 5]`.
+Then the saves (issue #27), bench_per_rank_save.py's trees and timing: each round, on both
+ranks, ``--saves`` distributed saves of the DDP model with Adam and a clock
+(``replicated``), alternated with as many of the same tree plus each rank's own
+``RNGState()``, data ``torch.Generator``, NumPy generator and a ``PerRank`` array
+(``per-rank``: every rank writes its own file, the writer records them); printed: the
+median time of one save (rank 0's, from a barrier: written, reported, committed) and the
+median per-round ratio.
+
+Run: `PYTHONPATH=src .venv/bin/python bench/bench_distributed.py [--n 500] [--rounds 5]
+[--saves 20]`.
 """
 
 from __future__ import annotations
@@ -35,7 +53,20 @@ import tempfile
 import time
 from typing import Any
 
-CONTENDERS = ("ddp", "run", "run+check100", "run+check1", "run+reduce", "ddp+8allreduce")
+CONTENDERS = (
+    "ddp",
+    "run",
+    "run+check100",
+    "run+check1",
+    "run+reduce",
+    "ddp+8allreduce",
+    "ddp+poll",
+    "ddp+poll10",
+    "run+stop",
+    "run+stop10",
+)
+# The preemption agreement's cost: each contender beside the same loop without it.
+AGREEMENT = {"ddp+poll": "ddp", "ddp+poll10": "ddp", "run+stop": "run", "run+stop10": "run"}
 
 
 def _loop(name: str, n: int, directory: str) -> float:
@@ -45,6 +76,7 @@ def _loop(name: str, n: int, directory: str) -> float:
     from torch.nn.parallel import DistributedDataParallel
 
     from globalstep import Clock, Run
+    from globalstep.distributed import Preemption
     from globalstep.run import Ranks
 
     torch.manual_seed(0)
@@ -54,6 +86,8 @@ def _loop(name: str, n: int, directory: str) -> float:
     inputs, targets = torch.randn(32, 64, generator=data), torch.randn(32, 1, generator=data)
     ranks = {
         "run": Ranks(check_every=None),
+        "run+stop": Ranks(check_every=None),
+        "run+stop10": Ranks(check_every=None, stop_every=10),
         "run+check100": Ranks(),
         "run+check1": Ranks(check_every=1),
         "run+reduce": Ranks(reduce="mean", check_every=None),
@@ -64,13 +98,15 @@ def _loop(name: str, n: int, directory: str) -> float:
             directory,
             progress=False,
             stream=io.StringIO(),
-            handle_signals=False,
+            handle_signals=name.startswith("run+stop"),
             ranks=ranks,
             writer_options={"formats": ("jsonl",)},
         )
         run.restore()
     clock = Clock()
     extra = [torch.zeros(1, dtype=torch.float64) for _ in range(8)]
+    # No signal is sent: the agreement's own cost.
+    stop = Preemption((), every=10 if name == "ddp+poll10" else 1) if "poll" in name else None
     dist.barrier()
     start = time.perf_counter()
     for _ in range(n):
@@ -84,6 +120,8 @@ def _loop(name: str, n: int, directory: str) -> float:
                 for tensor in extra:
                     tensor.fill_(loss.item())
                     dist.all_reduce(tensor)
+            if stop is not None and stop.poll():
+                raise AssertionError("no stop was asked for")
         elif name == "run+reduce":
             value = loss.item()
             run.update(**{f"m{i}": value for i in range(8)})
@@ -92,10 +130,22 @@ def _loop(name: str, n: int, directory: str) -> float:
     elapsed = time.perf_counter() - start
     if run is not None:
         run.close()
+    if stop is not None:
+        stop.close()
     return elapsed / n
 
 
-def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
+SAVES = ("replicated", "per-rank")  # bench_per_rank_save.py's two trees
+
+
+def _saves(rank: int, count: int, directory: str) -> dict[str, float]:
+    """The median time of one distributed save of each of bench_per_rank_save.py's trees."""
+    from bench_per_rank_save import states, time_saves
+
+    return time_saves(directory, states(rank), count)
+
+
+def _rank(rank: int, port: int, n: int, rounds: int, saves: int, base: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -108,16 +158,21 @@ def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
         world_size=2,
         timeout=datetime.timedelta(seconds=120),
     )
-    times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    with tempfile.TemporaryDirectory() as base:
-        for index in range(rounds):
-            for name in CONTENDERS:
-                directory = os.path.join(base, f"{name}-{index}")
-                times[name].append(_loop(name, n, directory))
-            if rank == 0:
-                print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
+    times: dict[str, list[float]] = {name: [] for name in CONTENDERS + SAVES}
+    # One directory for both ranks (``base``, made by main): every rank of a Run takes part
+    # in its distributed saves, so the ranks must open the same checkpoint directory (one
+    # of each rank's own leaves the writer waiting for a rank that saves elsewhere).
+    for index in range(rounds):
+        for name in CONTENDERS:
+            directory = os.path.join(base, f"{name}-{index}")
+            times[name].append(_loop(name, n, directory))
+        if saves:
+            for name, median in _saves(rank, saves, os.path.join(base, f"saves-{index}")).items():
+                times[name].append(median)
+        if rank == 0:
+            print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
     if rank == 0:
-        with open(out, "w") as file:
+        with open(os.path.join(base, "times.json"), "w") as file:
             import json
 
             json.dump(times, file)
@@ -134,17 +189,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--saves", type=int, default=20, help="saves per variant and round")
     args = parser.parse_args(argv)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as scratch:
-        out = os.path.join(scratch, "times.json")
         mp.start_processes(
-            _rank, args=(port, args.n, args.rounds, out), nprocs=2, start_method="spawn"
+            _rank,
+            args=(port, args.n, args.rounds, args.saves, scratch),
+            nprocs=2,
+            start_method="spawn",
         )
-        with open(out) as file:
+        with open(os.path.join(scratch, "times.json")) as file:
             times: dict[str, list[float]] = json.load(file)
+    saved = {name: times.pop(name) for name in SAVES}
     base = times["ddp"]
     print(f"2 ranks (gloo, 127.0.0.1), {args.n} updates x {args.rounds} rounds; load: ", end="")
     print(" ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -156,6 +215,26 @@ def main(argv: list[str] | None = None) -> None:
             name,
             f"{statistics.median(values) * 1e6:.0f}",
             f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f}",
+            f"{ratio:.3f}",
+        )
+        print("| " + " | ".join(row) + " |")
+    print("\nthe preemption agreement, beside the same loop without it")
+    print("| contender | baseline | x baseline (median of rounds) |")
+    print("|---|---|---:|")
+    for name, baseline in AGREEMENT.items():
+        ratio = statistics.median(v / b for v, b in zip(times[name], times[baseline], strict=True))
+        print(f"| {name} | {baseline} | {ratio:.3f} |")
+    if not args.saves:
+        return
+    print(f"\nsaves: {args.saves} per variant and round, median of each round's median")
+    print("| save | ms/save (median) | spread | x replicated (median of rounds) |")
+    print("|---|---:|---:|---:|")
+    for name, values in saved.items():
+        ratio = statistics.median(v / b for v, b in zip(values, saved["replicated"], strict=True))
+        row = (
+            name,
+            f"{statistics.median(values) * 1e3:.2f}",
+            f"{min(values) * 1e3:.2f}-{max(values) * 1e3:.2f}",
             f"{ratio:.3f}",
         )
         print("| " + " | ".join(row) + " |")

@@ -17,6 +17,8 @@ collect_ignore = [
     "distributed/sampler_workers.py",
     "distributed/spawn.py",
     "distributed/workers.py",
+    "distributed/restart_workers.py",
+    "distributed/torchrun_loop.py",
     "integrations/tf_resume_loop.py",
     "integrations/torch_resume_loop.py",
     "integrations/torch_standalone_loop.py",

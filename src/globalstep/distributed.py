@@ -9,7 +9,9 @@ until its schedules, checkpoints and curves disagree with the others'.
 :class:`~globalstep.errors.StepMismatchError` naming the ranks that differ;
 :class:`StepAgreement` runs it every N calls. :func:`rank`, :func:`world_size` and
 :func:`is_writer` pick the one rank that logs and commits; :func:`reduce_metrics` averages
-(or sums, ...) scalars across ranks before that rank writes them.
+(or sums, ...) scalars across ranks before that rank writes them. :class:`Preemption`
+(from :mod:`globalstep.preemption`) stops every rank at one common update when any rank
+receives a stop signal.
 
 With asynchronous workers (TensorFlow's parameter-server training) the ranks do not share
 updates; each takes the next step index from a :class:`SharedStepCounter` on the
@@ -48,9 +50,11 @@ from typing import Any
 from globalstep._optional import require
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError, StepMismatchError
+from globalstep.preemption import Preemption
 
 __all__ = [
     "REDUCE_OPS",
+    "Preemption",
     "SharedStepCounter",
     "StepAgreement",
     "assert_steps_agree",

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,25 +40,33 @@ def spawn(
     *,
     killed: tuple[int, ...] = (),
     module: str = "workers",
+    statuses: Mapping[int, int] | None = None,
+    during: Callable[[list[Any]], None] | None = None,
+    store: Any = None,
 ) -> list[dict[str, Any]]:
     """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
 
     The ranks in ``killed`` must end by SIGKILL (the scenario kills them; their result
-    is ``{}`` where they wrote none); the others must exit with status 0. ``module``
-    names the workers module (on this directory's path) whose ``main`` runs the scenario.
+    is ``{}`` where they wrote none); those in ``statuses`` with the status given there;
+    the others must exit with status 0. ``module`` names the workers module (on this
+    directory's path) whose ``main`` runs the scenario. ``during``, where given, is called
+    with the started processes (to signal them from outside) before they are joined.
+    ``store``, where given, is the TCPStore to use (one that outlives a call, as torchrun's
+    agent's does its workers), else a new one is made for the call.
 
     The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
     Ranks that do not finish within the timeout are killed and the call fails.
     """
     import torch.distributed as dist
 
-    store = dist.TCPStore(
-        "127.0.0.1",
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
-    )
+    if store is None:
+        store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
+        )
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers", module])
     children = [
@@ -68,6 +77,8 @@ def spawn(
         child.start()
     deadline = time.monotonic() + CHILD_TIMEOUT_SECONDS
     try:
+        if during is not None:
+            during(children)
         for child in children:
             child.join(max(0.0, deadline - time.monotonic()))
     finally:
@@ -79,7 +90,7 @@ def spawn(
         f"rank {r} of {scenario!r} exited with {child.exitcode}: "
         + _read(out / f"{scenario}-{r}.error")
         for r, child in enumerate(children)
-        if child.exitcode != (-signal.SIGKILL if r in killed else 0)
+        if child.exitcode != (-signal.SIGKILL if r in killed else (statuses or {}).get(r, 0))
     ]
     assert not failed, "\n".join(failed)
     del store

@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,23 @@ def _default_store(dist: Any) -> Any:
         ) from err
 
 
+def _attempt() -> str:
+    """The key prefix's part that tells a torchrun restart of the workers from the last.
+
+    torchrun (torch >= 2.5, c10d rendezvous) hands its workers the agent's own TCPStore
+    (``TORCHELASTIC_USE_AGENT_STORE=True``), which outlives them: after a restart the
+    Store still holds the previous workers' save keys, under the same names a fresh
+    process counts to, and a rank would take the old writer's directory and "committed"
+    for this save's (its per-rank file written into the old directory, the checkpoint
+    committed without it). The restart count, the same on every worker an agent starts,
+    keeps each restart's keys apart. Empty where the Store is the group's own.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return ""
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return f"/{run}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
 class Coordinator:
     """One manager's side of the save protocol, on one rank."""
 
@@ -170,7 +188,7 @@ class Coordinator:
         # tells this manager's keys from an earlier one's (whose keys the Store still holds).
         _OPENED[where] = opened = _OPENED.get(where, 0) + 1
         digest = hashlib.sha1(where.encode()).hexdigest()[:16]
-        self.prefix = f"{_KEY_ROOT}/{digest}/{opened}"
+        self.prefix = f"{_KEY_ROOT}/{digest}{_attempt()}/{opened}"
         self.storage = storage
         self._seq = 0
 

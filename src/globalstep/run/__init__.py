@@ -13,9 +13,12 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
 - Before a checkpoint at step S commits, every scalar logged at steps <= S is flushed and
   fsynced, so a crash at any moment loses only points after the newest checkpoint, which
   the resumed run writes again.
-- SIGINT (Ctrl-C) and SIGTERM (what schedulers send before pre-emption) save a checkpoint
-  after the update in flight and exit with status 130 or 143; a second signal exits at
-  once. Leaving the ``with`` block normally saves a final checkpoint.
+- SIGINT (Ctrl-C), SIGTERM and SIGUSR1 (what schedulers send before pre-emption; the
+  Run's ``stop_signals``) save a checkpoint after the update in flight and exit with
+  status 128 + the signal's number (130, 143, 138); on several ranks a signal to any rank
+  stops every rank at one common update (see :class:`Ranks`). A second signal (a second
+  or more after the first) exits at once. Leaving the ``with`` block normally saves a
+  final checkpoint.
 - The run's configuration (schedules, the clocks' batch size and steps per epoch, and the
   ``config`` given) is stored with each checkpoint; resuming with another one warns with
   the differences (:class:`ConfigDriftWarning`), or raises with ``strict=True``.
@@ -76,7 +79,7 @@ The parts, one module each: :mod:`~globalstep.run._run` (the Run: wiring only),
 as values), :mod:`~globalstep.run._ranks` (:class:`Ranks` and what a rank does),
 :mod:`~globalstep.run._config` (the stored configuration and its drift),
 :mod:`~globalstep.run._rollback` (:class:`Rollback` and its watch),
-:mod:`~globalstep.run._signals` (SIGINT and SIGTERM) and :mod:`~globalstep.run._generator`
+:mod:`~globalstep.run._signals` (the stop signals) and :mod:`~globalstep.run._generator`
 (:class:`GeneratorState`). When to save is the part that the CheckpointManager's
 ``save_every`` uses too: :class:`~globalstep.checkpoint.save_trigger.SaveTrigger`.
 """

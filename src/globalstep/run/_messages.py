@@ -66,13 +66,16 @@ class Messages:
         """The run ended, with its final checkpoint saved."""
         self.say(f"finished at step {step}; checkpoint saved in {self._checkpoints}")
 
-    def got_signal(self, signum: int) -> None:
-        """The first SIGINT or SIGTERM arrived."""
+    def got_signal(self, signum: int, within: int = 0) -> None:
+        """The first stop signal arrived; on several ranks, every rank stops ``within``
+        updates of it (0: one process, after the update in flight)."""
         name = _name(signum)
-        self.say(
-            f"got {name}: saving a checkpoint after the update in flight, then exiting "
-            f"(send {name} again to exit at once)"
+        when = (
+            f"every rank saves a checkpoint within {within} updates"
+            if within
+            else "saving a checkpoint after the update in flight"
         )
+        self.say(f"got {name}: {when}, then exiting (send {name} again to exit at once)")
 
     def saved_after_signal(self, signum: int, step: int) -> None:
         """The checkpoint at ``step`` was saved after the signal."""

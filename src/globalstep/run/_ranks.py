@@ -7,12 +7,14 @@ Run is made (whether it writes, whether every rank saves, what it does per updat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from globalstep import distributed
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError
+from globalstep.preemption import Preemption
 
 __all__ = ["RankPlan", "Ranks"]
 
@@ -32,7 +34,11 @@ class Ranks:
     (:func:`globalstep.distributed.assert_steps_agree`, one small collective); with
     ``reduce``, the scalars given to :meth:`Run.update` are reduced across the ranks
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
-    the writer logs them. A Run on several ranks uses ``Ranks()`` unless told otherwise.
+    the writer logs them. A stop signal received by any rank (see the Run's
+    ``stop_signals``) stops every rank at one common update, within ``2 * stop_every``
+    updates of it (:class:`~globalstep.preemption.Preemption`: one asynchronous reduction
+    of one int64 every ``stop_every`` updates, never waited for while it may still run).
+    A Run on several ranks uses ``Ranks()`` unless told otherwise.
 
     Args:
         writer: the rank that writes, >= 0 (and below the world size).
@@ -42,18 +48,21 @@ class Ranks:
             tag, gathered at each update (one small collective), reduced by this operation
             (the mean where it is None): the same decision on every rank.
         check_every: updates between step agreement checks, >= 1; None never checks.
+        stop_every: updates between the stop agreement's reductions, >= 1 (more: fewer
+            collectives, a later stop).
 
     Raises:
         ConfigError: a field breaks its rule.
 
     Example:
         >>> Ranks(reduce="mean")
-        Ranks(writer=0, reduce='mean', check_every=100)
+        Ranks(writer=0, reduce='mean', check_every=100, stop_every=1)
     """
 
     writer: int = 0
     reduce: str | None = None
     check_every: int | None = 100
+    stop_every: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.writer, bool) or not isinstance(self.writer, int) or self.writer < 0:
@@ -69,6 +78,9 @@ class Ranks:
             isinstance(every, bool) or not isinstance(every, int) or every < 1
         ):
             raise ConfigError("check_every", "must be an int >= 1 or None", every)
+        stop = self.stop_every
+        if isinstance(stop, bool) or not isinstance(stop, int) or stop < 1:
+            raise ConfigError("stop_every", "must be an int >= 1", stop)
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,7 @@ class RankPlan:
         check: the step agreement that each update calls, or None.
         grouped: several ranks in an initialised process group (every rank can save).
         per_update: whether :meth:`update` has anything to do on this rank.
+        stop: the stop agreement :meth:`update` polls (see :meth:`polling`), or None.
     """
 
     ranks: Ranks | None
@@ -90,6 +103,7 @@ class RankPlan:
     check: distributed.StepAgreement | None
     grouped: bool
     per_update: bool
+    stop: Preemption | None = None
 
     @classmethod
     def build(cls, ranks: Ranks | None, rollback: Any) -> RankPlan:
@@ -129,9 +143,18 @@ class RankPlan:
         )
         return cls(ranks, size, is_writer, check, grouped, per_update)
 
+    def polling(self, stop: Preemption) -> RankPlan:
+        """Returns this plan polling ``stop`` at each update, where it agrees over ranks."""
+        if not stop.distributed:
+            return self
+        return dataclasses.replace(self, stop=stop, per_update=True)
+
     def update(self, scalars: dict[str, Any], clock: Clock) -> dict[str, Any]:
-        """Checks the steps when due, reduces the scalars, and returns what this rank logs
-        (nothing, off the writer rank)."""
+        """Polls the stop agreement, checks the steps when due, reduces the scalars, and
+        returns what this rank logs (nothing, off the writer rank)."""
+        stop = self.stop
+        if stop is not None:
+            stop.poll()  # an agreed stop calls the Run back (see run._signals)
         check = self.check
         if check is not None:
             check(clock)

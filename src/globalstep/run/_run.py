@@ -20,6 +20,7 @@ from globalstep._unchanged import Unchanged
 from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError
+from globalstep.preemption import DEFAULT_STOP_SIGNALS, check_signals
 from globalstep.run import _refusals
 from globalstep.run._checkpoints import RunCheckpoints
 from globalstep.run._config import run_config
@@ -34,7 +35,7 @@ from globalstep.run._options import (
 from globalstep.run._ranks import RankPlan, Ranks
 from globalstep.run._rollback import Rollback, Watch
 from globalstep.run._schedules import Memos, first_value, schedules_of
-from globalstep.run._signals import SignalStop, exit_status
+from globalstep.run._signals import exit_status, stop_for
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter
@@ -66,8 +67,10 @@ class Run(Closing):
             ``log_every`` steps).
         log_every: steps between the display's lines.
         stream: where messages and the display go; standard output by default.
-        handle_signals: save and exit on SIGINT and SIGTERM (only where the Run is made in
-            the main thread).
+        handle_signals: False catches no signal (they are caught only where the Run is
+            made in the main thread).
+        stop_signals: the signals that save and exit (status 128 + the number; a second,
+            1 s later, exits at once); on several ranks one to any rank stops all.
         checkpoint_options: keywords for the :class:`~globalstep.checkpoint.CheckpointManager`
             (``max_to_keep``, ``keep_best``, ``async_save``, ...).
         writer_options: keywords for the :class:`~globalstep.summary.SummaryWriter`
@@ -110,6 +113,7 @@ class Run(Closing):
         log_every: int = 100,
         stream: TextIO | None = None,
         handle_signals: bool = True,
+        stop_signals: Sequence[int] = DEFAULT_STOP_SIGNALS,
         checkpoint_options: Mapping[str, Any] | None = None,
         writer_options: Mapping[str, Any] | None = None,
         ranks: Ranks | None = None,
@@ -120,9 +124,9 @@ class Run(Closing):
         self.clock = next(iter(self.clocks.values()))
         self.schedules: dict[str, Any] = schedules_of(schedules)
         self._writer_options = WriterOptions.build(writer_options)
-        plan = self._plan = RankPlan.build(ranks, rollback)
+        signals = check_signals(stop_signals, "stop_signals")
+        plan = RankPlan.build(ranks, rollback)
         self.ranks, self.is_writer, self.ranks_check = plan.ranks, plan.is_writer, plan.check
-        self._per_rank = plan.per_update  # update()'s one extra check on several ranks
         options = CheckpointOptions.build(checkpoint_options, plan)
         saves = SaveTrigger.of(save_every)  # checked before the manager takes the lock
         self.directory, self.total_steps = Path(directory), total_steps
@@ -139,7 +143,6 @@ class Run(Closing):
         self.progress: ProgressDisplay | None = None
         self._restored, self._closed, self._careful = False, False, True
         self._started_at = self._ticked_to = 0  # _ticked_to: the step after the last update
-        self._signal: int | None = None
         self._stale_check: Unchanged | None = None  # see save()
         self.checkpoints = manager = options.open(self.directory / "checkpoints")
         writes = plan.is_writer or options.all_ranks_save
@@ -148,9 +151,9 @@ class Run(Closing):
         self._messages = Messages(
             self._stream, self.is_writer, self.directory, manager.directory, total_steps
         )
-        self._signals = SignalStop(self._on_signal)
-        if handle_signals:
-            self._signals.install()
+        self._signals = stop_for(signals, handle_signals, plan, self._messages, self._on_stop)
+        self._plan = plan = plan.polling(self._signals)
+        self._per_rank = plan.per_update  # update()'s one extra check on several ranks
 
     def restore(self, state: Any = None) -> Any:
         """Restores the newest checkpoint into ``state``, or starts a new run with it.
@@ -246,11 +249,12 @@ class Run(Closing):
         Call it once per optimizer update, after the update, in Python (not inside a
         function that ``tf.function`` or ``jax.jit`` traces). A bad value of a
         :class:`Rollback` policy's tag rolls the run back instead (the clock does not
-        tick); after a SIGINT or SIGTERM it saves at the step reached and raises
-        ``SystemExit`` (status 130 or 143). The clock ticks here unless an owner claimed
-        its ticks (:meth:`Clock.claim_ticks <globalstep.clock.Clock.claim_ticks>`, as
-        ``globalstep.integrations.torch.attach`` does): the owner's tick is the update's
-        one. A clock advanced by anything else between two updates is refused.
+        tick); after a stop signal it saves (on several ranks, at the update they agree on)
+        and raises ``SystemExit`` (128 + the signal's number). The clock ticks here unless
+        an owner claimed its ticks (:meth:`Clock.claim_ticks
+        <globalstep.clock.Clock.claim_ticks>`, as ``globalstep.integrations.torch.attach``
+        does): the owner's tick is the update's one. A clock advanced by anything else
+        between two updates is refused.
 
         Args:
             applied: False for an update that was skipped (a mixed-precision overflow):
@@ -318,14 +322,13 @@ class Run(Closing):
         saves = self._saves
         if step >= saves.next_check and saves.due(scalars):
             self.save()
-        signum = self._signal
-        if signum is not None:
-            self._stop_for_signal(signum)
+        if self._signals.agreed is not None:
+            self._stop_for_signal(self._signals.agreed)
         upcoming = saves.next_check
         if progress is not None:
             upcoming = min(upcoming, progress.next_due)
         # A signal that came while this ran: the next update stops.
-        self._next_check = upcoming if self._signal is None else 0
+        self._next_check = upcoming if self._signals.agreed is None else 0
 
     def save(self) -> None:
         """Saves a checkpoint at the clock's step, after flushing and fsyncing the logs.
@@ -341,11 +344,9 @@ class Run(Closing):
         self._check_usable()
         self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
 
-    def _on_signal(self, signum: int) -> None:
-        """The first SIGINT or SIGTERM: the next update saves and exits."""
-        self._signal = signum
+    def _on_stop(self, signum: int) -> None:
+        """A stop agreed (``_signals.agreed``): this update's end saves and exits."""
         self._saves.next_check = self._next_check = 0
-        self._messages.got_signal(signum)
 
     def _stop_for_signal(self, signum: int) -> None:
         self.save()
@@ -388,7 +389,7 @@ class Run(Closing):
                 self._messages.finished(steps_done)
         finally:
             self._closed = True
-            self._signals.restore()
+            self._signals.close()
             # The checkpoints first: an async save fsyncs the logs before it commits.
             close_in_order(self.checkpoints, self.progress, self._writer)
 

@@ -1,61 +1,51 @@
-"""Signals: SIGINT and SIGTERM while a :class:`~globalstep.run.Run` is open.
+"""Signals: the stop signals while a :class:`~globalstep.run.Run` is open (SIGINT,
+SIGTERM and SIGUSR1 by default), agreed over the ranks.
 
-The first signal is handed to the Run (which saves a checkpoint after the update in
-flight and exits with status 130 or 143, :func:`exit_status`); a second one exits at once,
-as the default action does. The handlers that were there before are given back on close.
+The first signal is handed to a :class:`~globalstep.preemption.Preemption`: on one process
+the Run saves a checkpoint after the update in flight and exits with status 128 + the
+signal's number (:func:`exit_status`: 130, 143, 138); on several ranks of a process group
+every rank does so at one common update, within ``2 * Ranks.stop_every`` updates of the
+signal. A second one exits at once, as the default action does. The handlers that were
+there before are given back on close.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
-__all__ = ["SignalStop", "exit_status"]
+from globalstep.preemption import Preemption, exit_status
+from globalstep.run._messages import Messages
+from globalstep.run._ranks import RankPlan
 
-_EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
-
-
-def exit_status(signum: int) -> int:
-    """Returns the exit status of a run stopped by ``signum``: 128 + its number, as a shell
-    reports a process killed by it (130 for SIGINT, 143 for SIGTERM)."""
-    return _EXIT_STATUS[signum]
+__all__ = ["exit_status", "stop_for"]
 
 
-class SignalStop:
-    """Handles SIGINT and SIGTERM: the first goes to ``on_first``, a second exits at once.
+def stop_for(
+    signals: tuple[int, ...],
+    handle: bool,
+    plan: RankPlan,
+    messages: Messages,
+    on_stop: Callable[[int], None],
+) -> Preemption:
+    """Returns the Preemption a Run holds: ``signals`` caught where ``handle`` and this is
+    the main thread (only it can have handlers), agreed over the ranks of ``plan`` where
+    they form a process group (a collective: every rank makes its Run at the same point).
 
     Args:
-        on_first: called with the signal's number when the first one arrives (in the
-            handler, so it only notes the request).
+        signals: the signals, checked (see :func:`~globalstep.preemption.check_signals`).
+        handle: the Run's ``handle_signals``.
+        plan: the Run's ranks.
+        messages: where the first signal is told (the writer rank).
+        on_stop: called with the agreed signal number at the update that stops.
     """
+    if not handle or threading.current_thread() is not threading.main_thread():
+        signals = ()
+    every = plan.ranks.stop_every if plan.ranks is not None else 1
+    agree = bool(signals) and plan.grouped
+    within = 2 * every if agree else 0
 
-    def __init__(self, on_first: Callable[[int], None]) -> None:
-        self._on_first = on_first
-        self._received: int | None = None
-        self._old_handlers: dict[int, Any] = {}
+    def told(signum: int) -> None:
+        messages.got_signal(signum, within)
 
-    def install(self) -> None:
-        """Installs the handlers, where this is the main thread (only it can have them)."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in _EXIT_STATUS:
-                self._old_handlers[signum] = signal.signal(signum, self._handle)
-
-    def restore(self) -> None:
-        """Gives the handlers that were there before back; twice does nothing."""
-        handlers, self._old_handlers = self._old_handlers, {}
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._received is not None:
-            # The second signal: exit at once, as the default action does.
-            self.restore()
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        self._received = signum
-        self._on_first(signum)
+    return Preemption(signals, every=every, agree=agree, on_signal=told, on_stop=on_stop)
