@@ -37,7 +37,8 @@ class Ranks:
     the writer logs them. A stop signal received by any rank (see the Run's
     ``stop_signals``) stops every rank at one common update, within ``2 * stop_every``
     updates of it (:class:`~globalstep.preemption.Preemption`: one asynchronous reduction
-    of one int64 every ``stop_every`` updates, never waited for while it may still run).
+    of one int64 every ``stop_every`` updates, read at the next one: nothing waits unless
+    a reduction takes longer than ``stop_every`` updates).
     A Run on several ranks uses ``Ranks()`` unless told otherwise.
 
     Args:
