@@ -26,6 +26,8 @@ The tree::
     │   └── DistributedCheckpointError            a rank failed or did not answer: .ranks
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
+    ├── TrackerRefusedError (ValueError)          a tracker refused points for good (a tracker
+    │                                             client raises it; never retried)
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
@@ -36,7 +38,8 @@ The warnings (each a ``UserWarning``, exported also by the module that gives it)
 (a curve folding back), ``FrozenStepWarning`` (a step that does not move),
 ``UncountedEpochWarning``, ``ConfigDriftWarning`` (a resume with another configuration),
 ``CompatDifferenceWarning``, ``KerasDifferenceWarning`` and ``OptaxScheduleWarning`` (where
-a compat schedule deliberately differs from its peer).
+a compat schedule deliberately differs from its peer), ``TrackerWarning`` (points a tracker
+format could not send: dropped past its buffer, refused, or still unsent at close).
 
 Example:
     >>> from globalstep.errors import ConfigError
@@ -316,3 +319,18 @@ class CheckpointWarning(UserWarning):
 
     The save that met it succeeded; the entry is named once, and retried at later saves.
     """
+
+
+class TrackerRefusedError(GlobalStepError, ValueError):
+    """A tracker refused points for good (an invalid metric name, a value it cannot hold):
+    raised by a tracker format's client (``summary/_mlflow.py``, ``summary/_wandb.py``) so
+    that the points are not retried; the writer drops them and counts them in its
+    :class:`TrackerWarning`."""
+
+
+class TrackerWarning(UserWarning):
+    """A tracker format (MLflow, W&B) could not send every point: given once, at the
+    writer's close, counting the points dropped past the bound of its buffer, refused by
+    the tracker, or not sent within ``close_seconds`` (those stay in the local record and
+    are sent when a writer opens the directory again). TensorBoard and JSONL files are
+    not affected: they hold every point."""
