@@ -240,7 +240,7 @@ class _Loaded:
     committed: int
     sent: _Ranges
     count: int  # point lines read (the next point's number)
-    torn: bool  # the last line was cut short (a crash while writing it)
+    torn: int  # the bytes of complete lines where the last was cut short (a crash), or 0
 
 
 def _load(path: str) -> _Loaded:
@@ -249,7 +249,7 @@ def _load(path: str) -> _Loaded:
     Raises:
         ConfigError: a line before the last cannot be read (the record is damaged).
     """
-    loaded = _Loaded(None, {}, -1, _Ranges(), 0, False)
+    loaded = _Loaded(None, {}, -1, _Ranges(), 0, 0)
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -260,7 +260,7 @@ def _load(path: str) -> _Loaded:
         lines.pop()
     elif lines:
         lines.pop()
-        loaded.torn = True
+        loaded.torn = data.rfind(b"\n") + 1 or -1
     for index, line in enumerate(lines):
         try:
             entry = json.loads(line)
@@ -344,6 +344,7 @@ class TrackerBackend:
         self._first = loaded.count  # this process's first point number
         self._in_flight = self._unsent = 0
         self._opened: str | None = None
+        self._connected = False  # whether the client opened (or continued) the run
         self._params: Mapping[str, Any] | None = None
         self._params_failures = 0
         self._lock = threading.Condition()
@@ -358,8 +359,8 @@ class TrackerBackend:
         self._params_lost: BaseException | None = None
         self._open_refused: BaseException | None = None
         self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        if loaded.torn:
-            self._file.write(b"\n")
+        if loaded.torn:  # a crash cut the last line short: it goes
+            self._file.truncate(max(loaded.torn, 0))
         self._listening = _durability.listen(self.committed)
         self._thread = threading.Thread(
             target=self._send_loop, name=f"globalstep-{tracker.name}-{logdir}", daemon=True
@@ -445,7 +446,7 @@ class TrackerBackend:
     # --- the sender thread --------------------------------------------------------------
 
     def _idle(self) -> bool:
-        return self._run_id is not None and self._params is None and not self._ready
+        return self._connected and self._params is None and not self._ready
 
     def _wait_for_work(self, retry_at: float) -> bool:
         """Waits (holding the lock) until a task is due and its retry time has come;
@@ -476,14 +477,14 @@ class TrackerBackend:
             else:
                 delay = 0.0
                 self._done(task, batch)
-        if self._run_id is not None:
+        if self._connected:
             try:
                 self._client.close()
             except Exception as err:
                 self._last_error = err
 
     def _next_task(self) -> tuple[str, list[_Entry]]:
-        if self._run_id is None:
+        if not self._connected:
             return "open", []
         if self._params is not None:
             return "params", []
@@ -503,6 +504,9 @@ class TrackerBackend:
     def _done(self, task: str, batch: list[_Entry]) -> None:
         with self._lock:
             if task == "open":
+                self._connected = True
+                if self._opened == self._run_id:  # the recorded run, continued
+                    return
                 self._run_id = self._opened
                 self._write(json.dumps({"run": self._run_id}) + "\n")
                 if not self._file_closed:
