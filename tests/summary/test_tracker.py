@@ -31,6 +31,7 @@ class FakeClient:
     def __init__(self) -> None:
         self.sent: list[tuple[str, int, float, float]] = []
         self.opened: list[str | None] = []
+        self.keys: list[str] = []
         self.params: list[dict[str, object]] = []
         self.closed = 0
         self.down = False
@@ -38,8 +39,9 @@ class FakeClient:
         self.calls = 0
         self.event = threading.Event()
 
-    def open(self, run_id: str | None, *, logdir: str) -> str:
+    def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
         self.calls += 1
+        self.keys.append(key)
         if self.down:
             raise ConnectionError("tracker down")
         self.opened.append(run_id)
@@ -198,9 +200,9 @@ def test_past_the_bound_points_are_dropped_and_counted_once(tmp_path):
         writer.scalars({"loss": float(clock.step)})
     writer.flush()
     client.down = False
-    with pytest.warns(TrackerWarning, match=r"dropped 30 points past its buffer \(max_pending=20"):
+    with pytest.warns(TrackerWarning, match=r"dropped 30 points past its buffer, the oldest"):
         writer.close()
-    assert steps(client) == list(range(1, 21))
+    assert steps(client) == list(range(31, 51))  # the newest points are kept
     assert len(read_run(tmp_path).scalars["loss"]) == 50  # JSONL holds every point
 
 
@@ -289,3 +291,14 @@ def test_a_damaged_record_is_refused_with_the_line(tmp_path):
         file.write('{"run": "abc"}\nnot json\n["loss", 1, 1.0, 1.0]\n')
     with pytest.raises(ConfigError, match=r"line 2 of .*mlflow.tracker.jsonl is not JSON"):
         SummaryWriter(tmp_path, formats=(tracker(FakeClient()),))
+
+
+def test_the_training_runs_key_is_made_once_and_given_to_every_open(tmp_path):
+    first, second = FakeClient(), FakeClient()
+    SummaryWriter(tmp_path, formats=(tracker(first),)).close()
+    SummaryWriter(tmp_path, formats=(tracker(second),)).close()
+    assert len(first.keys[0]) == 32
+    assert second.keys == first.keys
+    other = FakeClient()  # a new directory: a new training run, a new key
+    SummaryWriter(tmp_path / "other", formats=(tracker(other),)).close()
+    assert other.keys != first.keys
