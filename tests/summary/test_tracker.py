@@ -302,3 +302,42 @@ def test_the_training_runs_key_is_made_once_and_given_to_every_open(tmp_path):
     other = FakeClient()  # a new directory: a new training run, a new key
     SummaryWriter(tmp_path / "other", formats=(tracker(other),)).close()
     assert other.keys != first.keys
+
+
+class StallingClient(FakeClient):
+    """The first send waits until released, then fails (a send in flight at a restart)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_send, self.release = threading.Event(), threading.Event()
+
+    def send(self, points: list[tuple[str, int, float, float]]) -> None:
+        if not self.release.is_set():
+            self.in_send.set()
+            assert self.release.wait(60)
+            raise ConnectionError("dropped while a restart came")
+        super().send(points)
+
+
+def test_a_restart_while_a_batch_is_out_voids_its_points_if_it_comes_back(tmp_path):
+    client, clock = StallingClient(), Clock()
+    options = {"retry_seconds": 0.01, "max_retry_seconds": 0.02}
+    writer = SummaryWriter(tmp_path / "logs", clock=clock, formats=(tracker(client, **options),))
+    with CheckpointManager(tmp_path / "ckpt") as manager:
+        for _ in range(5):
+            clock.tick()
+            writer.scalars({"loss": float(clock.step)})
+        manager.save(clock, {"clock": clock})
+        assert client.in_send.wait(60)
+        writer.restart(3)  # rolled back: steps 3 and above are void
+        writer.flush()
+        client.release.set()
+        for step in (3, 4):
+            writer.scalar("loss", 10.0 * step, step=step)
+        writer.close()
+    assert [(t, s, v) for t, s, v, _ in client.sent] == [
+        ("loss", 1, 1.0),
+        ("loss", 2, 2.0),
+        ("loss", 3, 30.0),
+        ("loss", 4, 40.0),
+    ]

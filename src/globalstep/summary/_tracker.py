@@ -323,9 +323,16 @@ def recorded_max_step(logdir: str) -> int | None:
     return max(steps) if steps else None
 
 
+_TAGS: dict[str, str] = {}  # a tag's JSON text, made once (the drain writes one per point)
+
+
 def _line(tag: str, step: int, value: float, wall_time: float) -> str:
+    """A point's line in the record."""
+    text = _TAGS.get(tag)
+    if text is None:
+        text = _TAGS.setdefault(tag, json.dumps(tag, ensure_ascii=False))
     number = repr(value) if value - value == 0.0 else json.dumps(value)
-    return f"[{json.dumps(tag, ensure_ascii=False)}, {step}, {number}, {wall_time!r}]\n"
+    return f"[{text}, {step}, {number}, {wall_time!r}]\n"
 
 
 class TrackerBackend:
@@ -358,6 +365,7 @@ class TrackerBackend:
                 (self._ready if final or step <= self._committed else self._waiting).append(entry)
         self._first = loaded.count  # this process's first point number
         self._in_flight = self._unsent = 0
+        self._purged_since = MAX_STEP + 1
         self._opened: str | None = None
         self._connected = False  # whether the client opened (or continued) the run
         self._params: Mapping[str, Any] | None = None
@@ -402,6 +410,7 @@ class TrackerBackend:
         self._committed = min(self._committed, purge - 1)
         if self._max_sent >= purge:
             self._voided_sent.append(purge)
+        self._purged_since = min(self._purged_since, purge)
         self._write(f'{{"restart": {purge}}}\n')
 
     def write(self, items: list[Item]) -> None:
@@ -516,6 +525,7 @@ class TrackerBackend:
         size = min(self._batch_limit, len(self._ready))
         batch = [self._ready.popleft() for _ in range(size)]
         self._in_flight = len(batch)
+        self._purged_since = MAX_STEP + 1  # the lowest restart while this batch is out
         return "send", batch
 
     def _do(self, task: str, batch: list[_Entry]) -> None:
@@ -543,6 +553,8 @@ class TrackerBackend:
                 self._in_flight = 0
                 self._batch_limit = self._options.batch_points
                 self._max_sent = max([self._max_sent, *(e[2] for e in batch)])
+                if self._max_sent >= self._purged_since:  # a restart voided some in flight
+                    self._voided_sent.append(self._purged_since)
                 self._write(json.dumps({"sent": _runs([e[0] for e in batch])}) + "\n")
                 if not self._file_closed:
                     self._file.flush()
@@ -559,7 +571,8 @@ class TrackerBackend:
                     return 0.0
                 if isinstance(err, TrackerRefusedError):  # find the refused ones: halve
                     self._batch_limit = max(1, len(batch) // 2)
-                self._ready.extendleft(reversed(batch))
+                # back at the front, but for the points a restart voided while it was out
+                self._ready.extendleft(e for e in reversed(batch) if e[2] < self._purged_since)
                 if isinstance(err, TrackerRefusedError):
                     return 0.0
             elif isinstance(err, TrackerRefusedError):  # the run cannot be opened: give up
