@@ -346,7 +346,7 @@ class TrackerBackend:
     Args:
         logdir: the writer's local directory.
         tracker: the format and its options.
-        client: the tool's client (``tracker.client()`` if None).
+        client: the tool's client (``tracker.build()`` if None).
 
     Raises:
         ConfigError: the record cannot be read or written.
