@@ -28,6 +28,8 @@ The tree::
     │   └── WorldSizeError                        a per-rank leaf saved on N ranks, restored
     │                                             on M, that cannot be remapped: .key
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
+    ├── TrackerRefusedError (ValueError)          a tracker refused points for good (a tracker
+    │                                             client raises it; never retried)
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
@@ -39,7 +41,9 @@ The warnings (each a ``UserWarning``, exported also by the module that gives it)
 ``UncountedEpochWarning``, ``ConfigDriftWarning`` (a resume with another configuration),
 ``CompatDifferenceWarning``, ``KerasDifferenceWarning`` and ``OptaxScheduleWarning`` (where
 a compat schedule deliberately differs from its peer), ``WorldSizeWarning`` (random
-generators re-seeded on restoring a checkpoint of another number of ranks).
+generators re-seeded on restoring a checkpoint of another number of ranks),
+``TrackerWarning`` (points a tracker format could not send: dropped past its buffer,
+refused, or still unsent at close).
 
 Example:
     >>> from globalstep.errors import ConfigError
@@ -343,3 +347,18 @@ class WorldSizeWarning(UserWarning):
     """A checkpoint saved on N ranks was restored on M: its per-rank random generators were
     re-seeded deterministically (from the saved states, the new rank and the step), so the
     run cannot continue exactly as the uninterrupted one would."""
+
+
+class TrackerRefusedError(GlobalStepError, ValueError):
+    """A tracker refused points for good (an invalid metric name, a value it cannot hold):
+    raised by a tracker format's client (``summary/_mlflow.py``, ``summary/_wandb.py``) so
+    that the points are not retried; the writer drops them and counts them in its
+    :class:`TrackerWarning`."""
+
+
+class TrackerWarning(UserWarning):
+    """A tracker format (MLflow, W&B) could not send every point: given once, at the
+    writer's close, counting the points dropped past the bound of its buffer, refused by
+    the tracker, or not sent within ``close_seconds`` (those stay in the local record and
+    are sent when a writer opens the directory again). TensorBoard and JSONL files are
+    not affected: they hold every point."""

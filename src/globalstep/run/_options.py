@@ -171,15 +171,24 @@ class WriterOptions:
         keywords.setdefault("formats", available_formats())
         return cls(MappingProxyType(keywords))
 
-    def open(self, directory: Path, clock: Clock, *, is_writer: bool) -> SummaryWriter:
-        """Opens the writer in ``directory`` on ``clock`` with these options.
+    def open(
+        self, directory: Path, clock: Clock, config: Mapping[str, Any], *, is_writer: bool
+    ) -> SummaryWriter:
+        """Opens the writer in ``directory`` on ``clock`` with these options, and hands the
+        run's ``config`` (:func:`~globalstep.run._config.run_config`'s) to its tracker
+        formats as the tracker run's parameters: the user's ``config`` at the top, the
+        schedules and clocks under ``globalstep`` (``globalstep.schedules.lr...``).
 
         Raises:
             ConfigError: this is not the writer rank (``is_writer`` False).
         """
         if not is_writer:
             not_the_writer()
-        return SummaryWriter(directory, clock=clock, **self.keywords)
+        writer = SummaryWriter(directory, clock=clock, **self.keywords)
+        params = dict(config.get("config") or {})
+        params["globalstep"] = {k: v for k, v in config.items() if k != "config"}
+        writer.set_params(params)
+        return writer
 
 
 @dataclass(frozen=True)
