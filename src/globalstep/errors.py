@@ -76,6 +76,7 @@ __all__ = [
     "StepMismatchError",
     "SummaryWriteError",
     "TracingError",
+    "TrackerRefusedError",
     "WorldSizeError",
 ]
 
