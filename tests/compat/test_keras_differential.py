@@ -127,6 +127,20 @@ def steps(draw, edges):
     return step
 
 
+TINY = float(np.finfo(np.float32).tiny)
+
+
+def _subnormal_intermediate(kwargs, expected, got):
+    """The deliberate difference (see DELIBERATE): Keras gives 0 where a product before the
+    last multiplication by ``initial_learning_rate`` was subnormal and TF flushed it; compat
+    keeps that product, so its rate is nonzero and below ``tiny * initial_learning_rate``
+    (found by the long search: CosineDecayRestarts with ``m_mul`` 2**-14 after 9 restarts)."""
+    if expected.dtype.kind != "f" or float(expected) != 0.0 or float(got) == 0.0:
+        return False
+    scale = abs(float(kwargs.get("initial_learning_rate", 1.0)))
+    return abs(float(got)) < TINY * max(scale, 1.0)
+
+
 def _compare(name, kwargs, step_list):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -145,7 +159,7 @@ def _compare(name, kwargs, step_list):
         got = np.asarray(ours(step), dtype=expected.dtype)
         if expected.dtype.kind == "f" and np.isnan(expected):  # a NaN's sign bit aside
             assert np.isnan(got), (name, kwargs, step, got)
-        else:
+        elif not _subnormal_intermediate(kwargs, expected, got):
             assert got.tobytes() == expected.tobytes(), (name, kwargs, step, got, expected)
         assert ours.values([step]).dtype == expected.dtype, (name, kwargs, step)
         counts[1] += 1
