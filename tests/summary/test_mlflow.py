@@ -116,13 +116,20 @@ def _killed_at(directory, server, step):
     return ready
 
 
-def _the_run(client, directory):
-    """The one MLflow run of a run directory (found by the tag the client sets)."""
+def _runs(client, directory):
+    """The MLflow runs of a run directory (found by the tag the client sets)."""
     logdir = os.path.abspath(pathlib.Path(directory, "logs"))
     experiment = client.get_experiment_by_name(EXPERIMENT)
-    runs = client.search_runs(
+    if experiment is None:
+        return []
+    return client.search_runs(
         [experiment.experiment_id], filter_string=f"tags.`{LOGDIR_TAG}` = '{logdir}'"
     )
+
+
+def _the_run(client, directory):
+    """The one MLflow run of a run directory."""
+    runs = _runs(client, directory)
     assert len(runs) == 1, [r.info.run_id for r in runs]
     return runs[0]
 
@@ -212,8 +219,11 @@ def test_a_stopped_server_never_stops_training(tmp_path, server, client):
         for _ in range(20):
             _update(run)
         up_seconds = time.perf_counter() - started
-        run_id = _the_run(client, tmp_path).info.run_id
         deadline = time.monotonic() + 120
+        while not _runs(client, tmp_path):  # the sender thread creates the run
+            assert time.monotonic() < deadline, "the MLflow run was never created"
+            time.sleep(0.1)
+        run_id = _the_run(client, tmp_path).info.run_id
         while len(client.get_metric_history(run_id, "loss")) < 20:  # steps 1..20 arrive
             assert time.monotonic() < deadline, "the points before the outage never arrived"
             time.sleep(0.1)
