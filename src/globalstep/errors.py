@@ -36,7 +36,8 @@ The warnings (each a ``UserWarning``, exported also by the module that gives it)
 (a curve folding back), ``FrozenStepWarning`` (a step that does not move),
 ``UncountedEpochWarning``, ``ConfigDriftWarning`` (a resume with another configuration),
 ``CompatDifferenceWarning``, ``KerasDifferenceWarning`` and ``OptaxScheduleWarning`` (where
-a compat schedule deliberately differs from its peer).
+a compat schedule deliberately differs from its peer), ``TrackerWarning`` (points a tracker
+format could not send: dropped past its buffer, refused, or still unsent at close).
 
 Example:
     >>> from globalstep.errors import ConfigError
@@ -316,3 +317,11 @@ class CheckpointWarning(UserWarning):
 
     The save that met it succeeded; the entry is named once, and retried at later saves.
     """
+
+
+class TrackerWarning(UserWarning):
+    """A tracker format (MLflow, W&B) could not send every point: given once, at the
+    writer's close, counting the points dropped past the bound of its buffer, refused by
+    the tracker, or not sent within ``close_seconds`` (those stay in the local record and
+    are sent when a writer opens the directory again). TensorBoard and JSONL files are
+    not affected: they hold every point."""
