@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,18 +56,33 @@ def wandb_env(offline, monkeypatch):
     wandb.teardown()
 
 
-def _records(logdir, run_id):
-    """Every record of every transaction log of ``run_id`` under ``logdir``, by file."""
+def _records(logdir, run_id, *, finished=True):
+    """Every record of every transaction log of ``run_id`` under ``logdir``, by file.
+
+    ``run.finish()`` returns before W&B's service has written the end of its file offline:
+    with ``finished``, each file is read until it ends with the run's exit record (a
+    bounded wait, not a timing assumption about the test).
+    """
     files = wandb_files(str(logdir), run_id)
     assert files, f"no transaction log of {run_id} under {logdir}"
-    return [read_records(path).records for path in files]
+    found = []
+    for path in files:
+        deadline = time.monotonic() + 60
+        while True:
+            records = read_records(path).records
+            done = records and records[-1].WhichOneof("record_type") == "exit"
+            if not finished or done or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        found.append(records)
+    return found
 
 
-def _history(logdir, run_id):
+def _history(logdir, run_id, *, finished=True):
     """Our rows (those with the global step), across the run's files, in order."""
     return [
         row
-        for records in _records(logdir, run_id)
+        for records in _records(logdir, run_id, finished=finished)
         for row in history_rows(records)
         if STEP_METRIC in row
     ]
@@ -85,7 +102,7 @@ def test_points_reach_the_transaction_log_as_rows_on_the_global_step(offline, tm
     third = 0.1 + 0.2  # 0.30000000000000004: exactness of the JSON round trip
     client.send([("loss", 1, 1.5, 1000.25), ("lr", 1, third, 1000.25), ("loss", 2, 1.25, 1001.5)])
     # send returned: the rows are in W&B's file already, before any finish.
-    assert [row[STEP_METRIC] for row in _history(tmp_path, run_id)] == [1, 2]
+    assert [row[STEP_METRIC] for row in _history(tmp_path, run_id, finished=False)] == [1, 2]
     client.send([("loss", 3, math.inf, 1002.0)])
     client.close()
     assert wandb.run is None  # the client started the run, so it finished it
@@ -212,6 +229,7 @@ def written(offline, tmp_path):
     client.set_params({"notes": "x" * 70_000})
     client.send([("loss", step, float(step), 1000.0) for step in range(1, 4)])
     client.close()
+    _records(tmp_path, run_id)  # the whole file written
     (path,) = wandb_files(str(tmp_path), run_id)
     return path
 
@@ -256,3 +274,28 @@ def test_the_reader_refuses_a_file_that_is_not_a_transaction_log(tmp_path):
     path.write_bytes(b"not a log at all")
     with pytest.raises(ValueError, match="is not a W&B transaction log"):
         read_records(str(path))
+
+
+def test_without_wandb_the_client_names_the_extra(monkeypatch):
+    from globalstep.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    with pytest.raises(MissingDependencyError, match=r"globalstep\[wandb\]"):
+        WandbClient()
+
+
+def test_the_files_of_a_run_come_oldest_first_with_wandbs_suffixes(tmp_path):
+    """Two starts in one second: W&B adds ``-1``, ``-2`` to the directory's name."""
+    names = [
+        "run-20260101_000000-abc",  # an online start
+        "offline-run-20260101_000001-abc",
+        "offline-run-20260101_000001-abc-1",
+        "offline-run-20260101_000001-abc-2",
+        "offline-run-20260101_000002-abc",
+    ]
+    for name in [*reversed(names), "offline-run-20260101_000001-abcd", "latest-run"]:
+        folder = tmp_path / "wandb" / name
+        folder.mkdir(parents=True)
+        (folder / "run-abc.wandb").write_bytes(b"")
+    found = wandb_files(str(tmp_path), "abc")
+    assert [os.path.basename(os.path.dirname(p)) for p in found] == names

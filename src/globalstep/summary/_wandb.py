@@ -37,6 +37,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import struct
 import time
 import warnings
@@ -156,10 +157,20 @@ def read_records(path: str, offset: int = 0) -> WandbLog:
 
 def wandb_files(directory: str, run_id: str) -> list[str]:
     """The transaction logs of W&B run ``run_id`` under ``directory`` (its ``wandb/``),
-    one per process that ran it, oldest first (their directories are named by start time).
+    one per process that ran it, oldest first.
+
+    W&B names each process's directory ``[offline-]run-<YYYYmmdd_HHMMSS>-<id>``, with
+    ``-1``, ``-2``, ... added when that name exists already (two starts in one second).
     """
-    pattern = os.path.join(directory, "wandb", "*-" + glob.escape(run_id), f"run-{run_id}.wandb")
-    return sorted(glob.glob(pattern))
+    pattern = re.compile(r"(?:offline-)?run-(\d{8}_\d{6})-" + re.escape(run_id) + r"(?:-(\d+))?")
+    found = []
+    for path in glob.glob(
+        os.path.join(glob.escape(directory), "wandb", "*", f"run-{run_id}.wandb")
+    ):
+        match = pattern.fullmatch(os.path.basename(os.path.dirname(path)))
+        if match is not None:
+            found.append(((match[1], int(match[2] or 0)), path))
+    return [path for _, path in sorted(found)]
 
 
 def history_rows(records: list[Any]) -> Iterator[dict[str, Any]]:
@@ -183,6 +194,8 @@ class WandbClient:
 
     Raises:
         ConfigError: ``confirm_seconds`` or ``flush_seconds`` is not > 0.
+        MissingDependencyError: wandb is not installed (``pip install
+            'globalstep[wandb]'``).
     """
 
     name = "wandb"
@@ -196,6 +209,8 @@ class WandbClient:
                 raise ConfigError(parameter, "must be > 0", value)
         self._confirm_seconds = float(confirm_seconds)
         self._flush_seconds = float(flush_seconds)
+        self._wandb = require("wandb", "wandb", "the wandb summary format")
+        self._active: Any = self._wandb.run  # the user's run, noted where the writer opens
         self._run: Any = None
         self._owned = False
         self._file: str | None = None
@@ -209,15 +224,13 @@ class WandbClient:
     def open(self, run_id: str | None, *, logdir: str) -> str:
         """Starts a W&B run (``run_id`` None) or continues ``run_id``; returns its id.
 
-        An active ``wandb.run`` is used as it is (and not finished at :meth:`close`).
+        The ``wandb.run`` active when the client was built (where the writer opens) is
+        used as it is, and not finished at :meth:`close`.
 
         Raises:
-            ConfigError: ``wandb.run`` is active with another id than ``run_id``.
-            MissingDependencyError: wandb is not installed (``pip install
-                'globalstep[wandb]'``).
+            ConfigError: that run has another id than ``run_id``.
         """
-        wandb = require("wandb", "wandb", "the wandb summary format")
-        active = wandb.run
+        wandb, active = self._wandb, self._active
         if active is not None:
             if run_id is not None and active.id != run_id:
                 raise ConfigError(
