@@ -13,6 +13,11 @@ durable (``SummaryWriter.sync_points``), and every checkpoint save calls
 :func:`sync_registered` before it writes anything. A writer drops out when it closes, or when
 it is garbage collected (the registry holds weak references only).
 
+The other way round, after each commit: a part that must know which steps a checkpoint
+now covers (a tracker format sends a point only once no crash can take it back, see
+:mod:`globalstep.summary._tracker`) registers a listener with :func:`listen`, and the
+manager calls :func:`committed` with the step once the checkpoint is committed.
+
 Which writers a save syncs: every writer open in the process, not only those logging for
 a clock the checkpoint carries. A checkpoint cannot tell which curves depend on it: a writer
 without a clock logs steps it is given (any clock's), and a tree saved at an int step may
@@ -42,28 +47,32 @@ from __future__ import annotations
 
 import itertools
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["Registration", "register", "registered", "sync_registered"]
+__all__ = ["Registration", "committed", "listen", "register", "registered", "sync_registered"]
 
 _lock = threading.Lock()
 _syncs: dict[int, weakref.WeakMethod[Callable[[], None]]] = {}
+_listeners: dict[int, weakref.WeakMethod[Callable[[int], None]]] = {}
 _ids = itertools.count()
 
 
 class Registration:
-    """A registered sync; :meth:`cancel` drops it (idempotent)."""
+    """A registered sync or commit listener; :meth:`cancel` drops it (idempotent)."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_key", "_table")
 
-    def __init__(self, key: int) -> None:
+    def __init__(self, key: int, table: dict[int, Any] | None = None) -> None:
         self._key = key
+        self._table = _syncs if table is None else table
 
     def cancel(self) -> None:
-        """Drops the sync from the registry; later saves no longer call it."""
+        """Drops the entry from its registry; later saves no longer call it."""
         with _lock:
-            _syncs.pop(self._key, None)
+            self._table.pop(self._key, None)
 
 
 def register(sync: Callable[[], None]) -> Registration:
@@ -121,3 +130,67 @@ def sync_registered() -> None:
                 first = err
     if first is not None:
         raise first
+
+
+def listen(listener: Callable[[int], None]) -> Registration:
+    """Registers ``listener``, a bound method, to be called with the step of every
+    checkpoint committed in this process, after the commit.
+
+    Only a weak reference to its object is kept. ``listener`` is called on the save's
+    thread (an async save's own), must return quickly and must not raise: the checkpoint
+    is committed already, so an error cannot fail the save (:func:`committed` turns one
+    into a ``RuntimeWarning``).
+
+    Args:
+        listener: a bound method taking the committed step, e.g. a tracker's
+            ``committed``.
+
+    Returns:
+        The registration, whose ``cancel()`` drops it.
+
+    Raises:
+        TypeError: ``listener`` is not a bound method.
+    """
+    if getattr(listener, "__self__", None) is None:
+        raise TypeError(f"`listener` must be a bound method; got listener={listener!r}")
+    key = next(_ids)
+    with _lock:
+        _listeners[key] = weakref.WeakMethod(listener)
+    return Registration(key, _listeners)
+
+
+def committed(step: int) -> None:
+    """Tells every registered listener that the checkpoint of ``step`` is committed:
+    what the manager calls after each commit, on the save's thread.
+
+    A listener that raises does not keep the others from hearing of the commit; its
+    error is given as a ``RuntimeWarning`` naming it (the checkpoint stays committed).
+
+    Example:
+        >>> class Listener:
+        ...     def heard(self, step: int) -> None:
+        ...         print("committed", step)
+        >>> listener = Listener()
+        >>> registration = listen(listener.heard)
+        >>> committed(7)
+        committed 7
+        >>> registration.cancel()
+        >>> committed(8)
+    """
+    with _lock:
+        live = [(key, ref()) for key, ref in _listeners.items()]
+        for key, listener in live:
+            if listener is None:
+                del _listeners[key]
+    for _, listener in live:
+        if listener is None:
+            continue
+        try:
+            listener(step)
+        except Exception as err:  # the checkpoint is committed: the save cannot fail now
+            warnings.warn(
+                f"the commit listener {listener!r} failed on step {step}: {err!r}; the "
+                "checkpoint is committed",
+                RuntimeWarning,
+                stacklevel=2,
+            )

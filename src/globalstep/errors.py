@@ -26,6 +26,8 @@ The tree::
     │   └── DistributedCheckpointError            a rank failed or did not answer: .ranks
     ├── RestoreMismatchError (ValueError)         the checkpoint does not fit the template: .report
     ├── SummaryWriteError (OSError)               a summary writer's background write failed: .path
+    ├── TrackerRefusedError (ValueError)          a tracker refused points for good (a tracker
+    │                                             client raises it; never retried)
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
@@ -317,6 +319,13 @@ class CheckpointWarning(UserWarning):
 
     The save that met it succeeded; the entry is named once, and retried at later saves.
     """
+
+
+class TrackerRefusedError(GlobalStepError, ValueError):
+    """A tracker refused points for good (an invalid metric name, a value it cannot hold):
+    raised by a tracker format's client (``summary/_mlflow.py``, ``summary/_wandb.py``) so
+    that the points are not retried; the writer drops them and counts them in its
+    :class:`TrackerWarning`."""
 
 
 class TrackerWarning(UserWarning):

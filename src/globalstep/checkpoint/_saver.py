@@ -105,6 +105,8 @@ class Committer:
             self._index.forget(step)
             raise
         job.round.committed()
+        # Those who wait for a commit (a tracker's points at and below this step).
+        _durability.committed(step)
         self._index.changed(added=step)
         self._catalogue.record(step, job.document)
         # The checkpoint is committed: nothing below may fail the save.

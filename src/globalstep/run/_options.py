@@ -171,15 +171,20 @@ class WriterOptions:
         keywords.setdefault("formats", available_formats())
         return cls(MappingProxyType(keywords))
 
-    def open(self, directory: Path, clock: Clock, *, is_writer: bool) -> SummaryWriter:
-        """Opens the writer in ``directory`` on ``clock`` with these options.
+    def open(
+        self, directory: Path, clock: Clock, config: Mapping[str, Any], *, is_writer: bool
+    ) -> SummaryWriter:
+        """Opens the writer in ``directory`` on ``clock`` with these options, and hands the
+        run's ``config`` to its tracker formats as the tracker run's parameters.
 
         Raises:
             ConfigError: this is not the writer rank (``is_writer`` False).
         """
         if not is_writer:
             not_the_writer()
-        return SummaryWriter(directory, clock=clock, **self.keywords)
+        writer = SummaryWriter(directory, clock=clock, **self.keywords)
+        writer.set_params(config)
+        return writer
 
 
 @dataclass(frozen=True)

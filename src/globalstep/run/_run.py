@@ -204,8 +204,8 @@ class Run(Closing):
         """The run's SummaryWriter in ``<directory>/logs``, opened on first use."""
         if self._writer is None:
             self._check_usable()
-            logs, writes = self.directory / "logs", self.is_writer
-            self._writer = self._writer_options.open(logs, self.clock, is_writer=writes)
+            logs, options = self.directory / "logs", self._writer_options
+            self._writer = options.open(logs, self.clock, self.config, is_writer=self.is_writer)
         return self._writer
 
     def next_batch(self) -> int:

@@ -1,10 +1,12 @@
 """Step-keyed metrics: TensorBoard event files and JSONL, restart-safe, off the training thread.
 
 :class:`SummaryWriter` writes; :mod:`globalstep.summary.reader` reads both formats back
-with restarts applied; ``globalstep logs DIR`` summarises and plots them. Non-finite
+with restarts applied; ``globalstep logs DIR`` summarises and plots them. MLflow and W&B
+are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options). Non-finite
 guards, logging helpers and the progress display live beside them.
 """
 
+from globalstep.summary._tracker import Tracker as Tracker  # not in __all__ (its snapshot)
 from globalstep.summary.finite import check_finite
 from globalstep.summary.log_helpers import log_every_n_steps
 from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.errors import ConfigError
+from globalstep.summary._tracker import TRACKERS, Tracker
 from globalstep.summary._values import short
 
 __all__ = [
@@ -70,19 +71,26 @@ def check_step(step: Any, parameter: str = "step") -> int:
     return int(step)
 
 
-def check_formats(formats: Any) -> tuple[str, ...]:
-    """Returns ``formats`` as a tuple: a sequence naming each of :data:`FORMATS` at most
-    once, at least one.
+def check_formats(formats: Any) -> tuple[str | Tracker, ...]:
+    """Returns ``formats`` as a tuple: a sequence naming each of :data:`FORMATS` and of the
+    trackers (:data:`~globalstep.summary._tracker.TRACKERS`, by name or as a
+    :class:`~globalstep.summary._tracker.Tracker`) at most once, at least one; a tracker's
+    name becomes ``Tracker(name)``.
 
     Raises:
         ConfigError: ``formats`` breaks that rule.
     """
+    known = FORMATS + TRACKERS
     if isinstance(formats, str) or not isinstance(formats, Sequence):
-        raise ConfigError("formats", f"must be a sequence of names from {FORMATS}", formats)
-    chosen = tuple(formats)
-    if not chosen or len(set(chosen)) != len(chosen) or not set(chosen) <= set(FORMATS):
+        raise ConfigError("formats", f"must be a sequence of names from {known}", formats)
+    chosen = tuple(Tracker(f) if f in TRACKERS else f for f in formats)
+    names = [f.name if isinstance(f, Tracker) else f for f in chosen]
+    if not names or len(set(names)) != len(names) or not set(names) <= set(known):
         raise ConfigError(
-            "formats", f"must name each of {FORMATS} at most once, at least one", formats
+            "formats",
+            f"must name each of {known} at most once (a tracker by name or as a Tracker), "
+            "at least one",
+            formats,
         )
     return chosen
 
@@ -92,7 +100,7 @@ class WriterOptions(NamedTuple):
 
     logdir: str
     remote: bool  # whether logdir is an fsspec URL
-    formats: tuple[str, ...]
+    formats: tuple[str | Tracker, ...]
     purge_step: int | None
     guarded: frozenset[str]
     flush_seconds: float
@@ -148,7 +156,7 @@ def checked_options(
 
 
 def _checked_place(
-    logdir: str, formats: tuple[str, ...], storage_options: Mapping[str, Any] | None
+    logdir: str, formats: tuple[str | Tracker, ...], storage_options: Mapping[str, Any] | None
 ) -> bool:
     """Checks where the files go and creates a local ``logdir``; returns whether it is an
     fsspec URL."""

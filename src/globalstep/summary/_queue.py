@@ -20,6 +20,7 @@ from typing import Any
 
 from globalstep.errors import ConfigError, NonFiniteError, SummaryWriteError
 from globalstep.summary._base import KIND, PAYLOAD, SCALARS, Backend, Item
+from globalstep.summary._tracker import Tracker
 from globalstep.summary._values import TensorReader
 
 __all__ = ["BATCH_ITEMS", "MAX_QUEUED", "BackgroundQueue", "open_backends", "reported"]
@@ -35,7 +36,7 @@ _COUNTER = iter(range(2**62))  # tells apart the event files of writers opened i
 
 def open_backends(
     logdir: str,
-    formats: tuple[str, ...],
+    formats: tuple[str | Tracker, ...],
     purge_step: int | None,
     storage_options: Mapping[str, Any] | None,
 ) -> list[Backend]:
@@ -49,7 +50,11 @@ def open_backends(
     backends: list[Backend] = []
     try:
         for name in formats:
-            if name == "tensorboard":
+            if isinstance(name, Tracker):
+                from globalstep.summary._tracker import TrackerBackend
+
+                backends.append(TrackerBackend(logdir, name))
+            elif name == "tensorboard":
                 from globalstep.summary._tensorboard import TensorBoardBackend
 
                 backends.append(TensorBoardBackend(logdir, next(_COUNTER)))
@@ -232,6 +237,17 @@ class BackgroundQueue:
                     backend.close()
                 except OSError as err:
                     self.record(err, backend.path)
+        for backend in self.backends:  # a tracker's one warning, once every file is closed
+            report = getattr(backend, "report", None)
+            if report is not None:
+                report()
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Hands the run's parameters to the tracker formats (the others have none)."""
+        for backend in self.backends:
+            set_params = getattr(backend, "set_params", None)
+            if set_params is not None:
+                set_params(params)
 
     def _run(self) -> None:
         while not self._stopped:

@@ -28,14 +28,21 @@ __all__ = ["StepTracker", "existing_max_step", "first_purge"]
 
 
 def existing_max_step(logdir: str, storage_options: Mapping[str, Any] | None) -> int | None:
-    """The highest step that stands in the run's logs, in any format, or None where there
-    is none (or only event files and no ``tensorboard`` extra to read them)."""
+    """The highest step that stands in the run's logs, in any format (a tracker's record
+    too), or None where there is none (or only event files and no ``tensorboard`` extra
+    to read them)."""
+    from globalstep.storage import is_remote
+    from globalstep.summary._tracker import recorded_max_step
     from globalstep.summary.reader import last_standing_step
 
     try:
-        return last_standing_step(logdir, storage_options=storage_options)
+        logged = last_standing_step(logdir, storage_options=storage_options)
     except MissingDependencyError:
-        return None
+        logged = None
+    # A tracker's record holds its points too (the only ones where it is the only format).
+    recorded = None if is_remote(logdir) else recorded_max_step(logdir)
+    steps = [s for s in (logged, recorded) if s is not None]
+    return max(steps) if steps else None
 
 
 def first_purge(existing: int | None, step: int, clock_step: int | None) -> int | None:

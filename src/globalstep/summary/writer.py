@@ -76,6 +76,7 @@ from globalstep.summary._checks import FORMATS, check_step, check_tag, checked_o
 from globalstep.summary._queue import BATCH_ITEMS as _BATCH_ITEMS
 from globalstep.summary._queue import BackgroundQueue, open_backends, reported
 from globalstep.summary._restart import StepTracker, existing_max_step
+from globalstep.summary._tracker import Tracker
 from globalstep.summary._values import (
     FLOAT32_MAX,
     as_array,
@@ -125,8 +126,8 @@ class SummaryWriter(StepTracker):
     Args:
         logdir: the run's directory, created if missing, or an fsspec URL.
         clock: the clock whose step each call uses when it gives none.
-        formats: any of ``"tensorboard"`` (event files, needs the ``tensorboard`` extra)
-            and ``"jsonl"`` (``metrics.jsonl``, core install).
+        formats: any of ``"tensorboard"`` (event files, ``tensorboard`` extra), ``"jsonl"``
+            and the trackers ``"mlflow"``, ``"wandb"`` (or a ``Tracker``, see ``_tracker``).
         purge_step: marks a restart at opening: points at this step and above, written
             before, are dropped by TensorBoard and by the reader. Without it the first
             point written marks one where needed (see the module docstring).
@@ -159,7 +160,7 @@ class SummaryWriter(StepTracker):
         logdir: str | os.PathLike[str],
         *,
         clock: Clock | None = None,
-        formats: Sequence[str] = FORMATS,
+        formats: Sequence[str | Tracker] = FORMATS,
         purge_step: int | None = None,
         guard_tags: Iterable[str] = ("loss",),
         on_nonfinite: NonFiniteHandler | None = None,
@@ -454,6 +455,10 @@ class SummaryWriter(StepTracker):
         self._check_open()
         self._drain()
         self._check_open()
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Gives a tracker format the run's parameters (``Run``'s config); others have none."""
+        self._sink.set_params(params)
 
     def sync(self) -> None:
         """Flushes, then fsyncs the files (and, once, the directory): the points logged so

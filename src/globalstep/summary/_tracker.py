@@ -1,0 +1,609 @@
+"""The tracker formats' generic part: points sent to a tracker once no crash can take them back.
+
+A tracker (MLflow, Weights & Biases) cannot delete a point. A run killed after it logged
+step 120 and resumed from its checkpoint of step 100 logs steps 101..120 again, so a
+tracker that was sent the first attempt's points shows two values at those steps. A tracker
+format therefore holds each point as *pending* and hands it to the tracker's client only
+once a checkpoint that covers it has committed (its step at or below the newest committed
+checkpoint's: a resumed run never logs such a step again), plus every point at a clean
+close. The tracker lags the run by up to one checkpoint interval, and by the sender's
+latency (see the README's "Experiment trackers" section for the trade-off, BENCHMARKS.md
+for the lag measured).
+
+The pieces:
+
+- :class:`Tracker`: a format with its options, ``formats=("jsonl", Tracker("mlflow",
+  max_pending=10_000))``; the names ``"mlflow"`` and ``"wandb"`` are ``Tracker(name)``.
+- :class:`TrackerClient`: the protocol of one tool's client (``summary/_mlflow.py``,
+  ``summary/_wandb.py``), called from the sender thread only.
+- :class:`TrackerBackend`: the writer's :class:`~globalstep.summary._base.Backend` for a
+  tracker. Its ``write`` (the writer's drain thread) appends each scalar to the *record*
+  and to the pending points; :func:`globalstep._durability.committed` (the save's thread,
+  after each commit) makes the points at and below the step sendable and adds the point
+  ``globalstep/checkpoint`` (the committed step, at that step); a sender thread of its own
+  opens the tracker run and sends, retrying with exponential backoff. The training thread
+  never waits for the tracker.
+
+The record, ``<logdir>/<tracker>.tracker.jsonl``, is the durable state of the tracker run:
+its id (``{"run": id}``), every point accepted (``[tag, step, value, wall_time]``, fsynced
+with the writer's other files before each commit), the restarts (``{"restart": P}``), the
+commits heard (``{"committed": S}``), the clean closes (``{"closed": N}``: the points from
+number N on, that process's, are final) and the
+points sent (``{"sent": [[first, last], ...]}``, by their number among the point lines). A
+process that opens the directory again continues the same tracker run and sends what an
+earlier one accepted, that a commit or a close made final, and did not send (a crash
+between a commit and the send). A point sent again after a crash between the send and its
+``sent`` line is the same (tag, step, value, timestamp): MLflow's SQL store keeps one row.
+
+Bounds: at most ``max_pending`` points wait in memory; past it a point is not taken (the
+other formats still write it). A failing tracker is retried with backoff from
+``retry_seconds`` doubling to ``max_retry_seconds``; a client that raises
+:class:`~globalstep.errors.TrackerRefusedError` refuses points for good (a batch is halved
+until the refused points are found, and those are dropped). ``close()`` waits at most
+``close_seconds`` for the sender; the points still unsent stay in the record. One
+:class:`~globalstep.errors.TrackerWarning` at close counts what was dropped, refused and
+left unsent.
+
+Limits: only scalars go to a tracker (histograms and texts stay in TensorBoard and JSONL).
+A restart below points sent already (a rollback to an older checkpoint, a restore of an old
+step) cannot take them back: the warning at close says so.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from globalstep import _durability
+from globalstep.clock import MAX_STEP
+from globalstep.errors import ConfigError, TrackerRefusedError, TrackerWarning
+from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item
+
+__all__ = [
+    "CHECKPOINT_TAG",
+    "TRACKERS",
+    "Point",
+    "Tracker",
+    "TrackerBackend",
+    "TrackerClient",
+    "record_path",
+    "recorded_max_step",
+]
+
+TRACKERS = ("mlflow", "wandb")
+"""The tracker formats a writer knows, by name."""
+
+_CLIENTS = {
+    "mlflow": ("globalstep.summary._mlflow", "MlflowClient"),
+    "wandb": ("globalstep.summary._wandb", "WandbClient"),
+}
+
+CHECKPOINT_TAG = "globalstep/checkpoint"
+"""The series of committed checkpoints' steps (value = step) each tracker run shows."""
+
+RECORD_SUFFIX = ".tracker.jsonl"
+
+Point = tuple[str, int, float, float]
+"""A point sent to a tracker: (tag, step, value, wall_time in seconds since the epoch)."""
+
+_Entry = tuple[int, str, int, float, float]  # (number in the record, tag, step, value, wall)
+
+
+class TrackerClient(Protocol):
+    """One tool's client; every method is called from the tracker's sender thread.
+
+    A client is built with no arguments (``MlflowClient()``) on the thread that opens the
+    writer, and imports its tool there (a missing extra raises
+    :class:`~globalstep.errors.MissingDependencyError` at once). Any exception but
+    :class:`~globalstep.errors.TrackerRefusedError` is retried with backoff.
+    """
+
+    name: str
+    """The format's name: ``"mlflow"``, ``"wandb"``."""
+
+    def open(self, run_id: str | None, *, logdir: str) -> str:
+        """Starts a new tracker run (``run_id`` None) or continues ``run_id``; returns
+        the run's id. Follows the tool's own conventions (environment variables, a run
+        the user started)."""
+
+    def send(self, points: list[Point]) -> None:
+        """Sends scalars, in order; raises on failure (``TrackerRefusedError``: for good)."""
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Records the run's configuration as the tracker run's parameters."""
+
+    def close(self) -> None:
+        """Ends what :meth:`open` started (not a run the user started)."""
+
+
+def _positive(name: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    """Refuses ``value`` unless it is a finite number > 0 of type ``kind``."""
+    what = "an int" if kind is int else "a finite number"
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(name, f"must be {what} > 0", value)
+    number = float(value)  # type: ignore[arg-type]  # an int or float, checked above
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(name, f"must be {what} > 0", value)
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """A tracker format and its options, for ``SummaryWriter(formats=...)``.
+
+    Args:
+        name: ``"mlflow"`` or ``"wandb"``.
+        max_pending: the most points held in memory (waiting for a commit or for the
+            tracker); past it points are dropped, and counted.
+        batch_points: the most points one ``send`` carries.
+        retry_seconds: the first wait after a failure; it doubles after each one.
+        max_retry_seconds: the longest wait between two attempts.
+        close_seconds: the longest ``close()`` waits for the sender to send the rest.
+        client: builds the client instead of the tool's own (a client set up by hand, a
+            test's fake); called with no arguments when a writer opens.
+
+    Raises:
+        ConfigError: an option breaks its rule.
+
+    Example:
+        >>> Tracker("mlflow", max_pending=1000).max_pending
+        1000
+    """
+
+    name: str
+    max_pending: int = 100_000
+    batch_points: int = 1000
+    retry_seconds: float = 0.5
+    max_retry_seconds: float = 30.0
+    close_seconds: float = 10.0
+    client: Callable[[], TrackerClient] | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in TRACKERS:
+            raise ConfigError("name", f"must be one of {TRACKERS}", self.name)
+        _positive("max_pending", self.max_pending, int)
+        _positive("batch_points", self.batch_points, int)
+        _positive("retry_seconds", self.retry_seconds, (int, float))
+        _positive("max_retry_seconds", self.max_retry_seconds, (int, float))
+        _positive("close_seconds", self.close_seconds, (int, float))
+        if self.client is not None and not callable(self.client):
+            raise ConfigError("client", "must be callable (building a client) or None", self.client)
+        if self.max_retry_seconds < self.retry_seconds:
+            raise ConfigError(
+                "max_retry_seconds",
+                f"must be >= retry_seconds={self.retry_seconds}",
+                self.max_retry_seconds,
+            )
+
+    def build(self) -> TrackerClient:
+        """Builds this tracker's client (importing the tool)."""
+        if self.client is not None:
+            return self.client()
+        module, name = _CLIENTS[self.name]
+        client: TrackerClient = getattr(importlib.import_module(module), name)()
+        return client
+
+
+def record_path(logdir: str, name: str) -> str:
+    """The record of tracker ``name`` in ``logdir``."""
+    return os.path.join(logdir, name + RECORD_SUFFIX)
+
+
+class _Ranges:
+    """Numbers as sorted, merged inclusive ranges (the points sent)."""
+
+    def __init__(self) -> None:
+        self.ranges: list[list[int]] = []
+
+    def add(self, first: int, last: int) -> None:
+        self.ranges.append([first, last])
+        self.ranges.sort()
+        merged: list[list[int]] = []
+        for lo, hi in self.ranges:
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self.ranges = merged
+
+    def __contains__(self, number: int) -> bool:
+        import bisect
+
+        i = bisect.bisect_right(self.ranges, [number, MAX_STEP]) - 1
+        return i >= 0 and self.ranges[i][0] <= number <= self.ranges[i][1]
+
+
+def _runs(numbers: list[int]) -> list[list[int]]:
+    """``numbers`` as inclusive ranges of consecutive numbers, in order."""
+    out: list[list[int]] = []
+    for n in numbers:
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
+@dataclass
+class _Loaded:
+    """What a record says: the run, the points that stand, which are final or sent."""
+
+    run_id: str | None
+    points: dict[int, list[Any]]  # number -> [tag, step, value, wall_time, final]
+    committed: int
+    sent: _Ranges
+    count: int  # point lines read (the next point's number)
+    torn: bool  # the last line was cut short (a crash while writing it)
+
+
+def _load(path: str) -> _Loaded:
+    """Reads a record; a line cut short at the end (a crash) is ignored.
+
+    Raises:
+        ConfigError: a line before the last cannot be read (the record is damaged).
+    """
+    loaded = _Loaded(None, {}, -1, _Ranges(), 0, False)
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        return loaded
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        lines.pop()
+        loaded.torn = True
+    for index, line in enumerate(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError as err:
+            raise ConfigError(
+                "logdir",
+                f"must hold a readable tracker record; line {index + 1} of {path} is not JSON",
+                path,
+                hint="Move the file away to start a new tracker run.",
+            ) from err
+        _apply(loaded, entry)
+    return loaded
+
+
+def _apply(loaded: _Loaded, entry: Any) -> None:
+    if isinstance(entry, list):
+        tag, step, value, wall_time = entry
+        loaded.points[loaded.count] = [tag, step, value, wall_time, False]
+        loaded.count += 1
+    elif "restart" in entry:
+        purge = entry["restart"]
+        loaded.points = {n: p for n, p in loaded.points.items() if p[1] < purge}
+        loaded.committed = min(loaded.committed, purge - 1)
+    elif "committed" in entry:
+        loaded.committed = max(loaded.committed, entry["committed"])
+    elif "closed" in entry:  # a clean close: the points of that process are final
+        for number, point in loaded.points.items():
+            if number >= entry["closed"]:
+                point[4] = True
+    elif "sent" in entry:
+        for first, last in entry["sent"]:
+            loaded.sent.add(first, last)
+    elif "run" in entry:
+        loaded.run_id = entry["run"]
+
+
+def recorded_max_step(logdir: str) -> int | None:
+    """The highest step that stands in any tracker record of ``logdir``, or None (for
+    the writer's restart check, when a tracker is the only format)."""
+    steps: list[int] = []
+    for name in TRACKERS:
+        path = record_path(logdir, name)
+        if os.path.exists(path):
+            steps.extend(p[1] for p in _load(path).points.values())
+    return max(steps) if steps else None
+
+
+def _line(tag: str, step: int, value: float, wall_time: float) -> str:
+    number = repr(value) if value - value == 0.0 else json.dumps(value)
+    return f"[{json.dumps(tag, ensure_ascii=False)}, {step}, {number}, {wall_time!r}]\n"
+
+
+class TrackerBackend:
+    """A tracker format: the record, the pending points and the sender thread.
+
+    Args:
+        logdir: the writer's local directory.
+        tracker: the format and its options.
+        client: the tool's client (``tracker.client()`` if None).
+
+    Raises:
+        ConfigError: the record cannot be read or written.
+        MissingDependencyError: the tool is not installed.
+    """
+
+    def __init__(self, logdir: str, tracker: Tracker, client: TrackerClient | None = None) -> None:
+        self._options = tracker
+        self._client = tracker.build() if client is None else client
+        self._logdir = logdir
+        self.path = record_path(logdir, tracker.name)
+        loaded = _load(self.path)
+        self._run_id = loaded.run_id
+        self._committed = loaded.committed
+        self._count = loaded.count
+        self._waiting: list[_Entry] = []
+        self._ready: collections.deque[_Entry] = collections.deque()
+        for number, (tag, step, value, wall_time, final) in loaded.points.items():
+            if number not in loaded.sent:
+                entry = (number, tag, step, value, wall_time)
+                (self._ready if final or step <= self._committed else self._waiting).append(entry)
+        self._first = loaded.count  # this process's first point number
+        self._in_flight = self._unsent = 0
+        self._opened: str | None = None
+        self._params: Mapping[str, Any] | None = None
+        self._params_failures = 0
+        self._lock = threading.Condition()
+        self._closing = False
+        self._deadline = math.inf
+        self._file_closed = False
+        self._batch_limit = tracker.batch_points
+        self._last_error: BaseException | None = None
+        self._dropped = self._refused = 0
+        self._max_sent = -1  # the highest step sent by this process
+        self._voided_sent: list[int] = []  # purge steps that voided points sent already
+        self._params_lost: BaseException | None = None
+        self._open_refused: BaseException | None = None
+        self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+        if loaded.torn:
+            self._file.write(b"\n")
+        self._listening = _durability.listen(self.committed)
+        self._thread = threading.Thread(
+            target=self._send_loop, name=f"globalstep-{tracker.name}-{logdir}", daemon=True
+        )
+        self._thread.start()
+
+    # --- the writer's drain thread ---------------------------------------------------
+
+    def mark_restart(self, purge_step: int, wall_time: float) -> None:
+        with self._lock:
+            self._restart(purge_step)
+
+    def _restart(self, purge: int) -> None:
+        """Drops the pending points at ``purge`` and above; the next commit decides anew."""
+        self._waiting = [e for e in self._waiting if e[2] < purge]
+        self._ready = collections.deque(e for e in self._ready if e[2] < purge)
+        self._committed = min(self._committed, purge - 1)
+        if self._max_sent >= purge:
+            self._voided_sent.append(purge)
+        self._write(f'{{"restart": {purge}}}\n')
+
+    def write(self, items: list[Item]) -> None:
+        with self._lock:
+            for kind, tag, step, wall_time, payload in items:
+                if kind == SCALARS:
+                    for name, value in payload.items():
+                        self._take(name, step, value, wall_time)
+                elif kind == SCALAR:
+                    self._take(tag, step, payload, wall_time)
+                elif kind == RESTART:
+                    self._restart(step)
+            self._lock.notify()
+
+    def _take(self, tag: str, step: int, value: float, wall_time: float) -> None:
+        """Records one point and holds it pending (or drops it past the bound)."""
+        held = len(self._waiting) + len(self._ready) + self._in_flight
+        if held >= self._options.max_pending:
+            self._dropped += 1
+            return
+        entry = (self._count, tag, step, float(value), wall_time)
+        self._count += 1
+        self._write(_line(tag, step, float(value), wall_time))
+        (self._ready if step <= self._committed else self._waiting).append(entry)
+
+    def _write(self, line: str) -> None:
+        if not self._file_closed:
+            self._file.write(line.encode("utf-8"))
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._file_closed:
+                self._file.flush()
+
+    def sync(self) -> None:
+        with self._lock:
+            if not self._file_closed:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+
+    # --- the save's thread, the training thread ---------------------------------------
+
+    def committed(self, step: int) -> None:
+        """A checkpoint of ``step`` committed: the points at and below it are final."""
+        with self._lock:
+            if self._closing:
+                return
+            self._committed = max(self._committed, step)
+            self._write(f'{{"committed": {step}}}\n')
+            still: list[_Entry] = []
+            for entry in self._waiting:
+                (self._ready if entry[2] <= self._committed else still).append(entry)
+            self._waiting = still
+            self._take(CHECKPOINT_TAG, step, float(step), time.time())
+            self._file.flush()
+            self._lock.notify()
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Hands the run's configuration to the sender (the latest one given wins)."""
+        with self._lock:
+            self._params, self._params_failures = dict(params), 0
+            self._lock.notify()
+
+    # --- the sender thread --------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        return self._run_id is not None and self._params is None and not self._ready
+
+    def _wait_for_work(self, retry_at: float) -> bool:
+        """Waits (holding the lock) until a task is due and its retry time has come;
+        returns False once the sender must stop (closing: all sent, or out of time)."""
+        while True:
+            now = time.monotonic()
+            if self._open_refused is not None or (
+                self._closing and (now >= self._deadline or self._idle())
+            ):
+                return False
+            if now >= retry_at and not self._idle():
+                return True
+            timeout = min(retry_at - now if retry_at > now else math.inf, self._deadline - now)
+            self._lock.wait(None if timeout == math.inf else timeout)
+
+    def _send_loop(self) -> None:
+        delay, retry_at = 0.0, 0.0
+        while True:
+            with self._lock:
+                if not self._wait_for_work(retry_at):
+                    break
+                task, batch = self._next_task()
+            try:
+                self._do(task, batch)
+            except Exception as err:
+                delay = self._failed(task, batch, err, delay)
+                retry_at = time.monotonic() + delay
+            else:
+                delay = 0.0
+                self._done(task, batch)
+        if self._run_id is not None:
+            try:
+                self._client.close()
+            except Exception as err:
+                self._last_error = err
+
+    def _next_task(self) -> tuple[str, list[_Entry]]:
+        if self._run_id is None:
+            return "open", []
+        if self._params is not None:
+            return "params", []
+        size = min(self._batch_limit, len(self._ready))
+        batch = [self._ready.popleft() for _ in range(size)]
+        self._in_flight = len(batch)
+        return "send", batch
+
+    def _do(self, task: str, batch: list[_Entry]) -> None:
+        if task == "open":
+            self._opened = self._client.open(self._run_id, logdir=self._logdir)
+        elif task == "params":
+            self._client.set_params(self._params or {})
+        else:
+            self._client.send([(e[1], e[2], e[3], e[4]) for e in batch])
+
+    def _done(self, task: str, batch: list[_Entry]) -> None:
+        with self._lock:
+            if task == "open":
+                self._run_id = self._opened
+                self._write(json.dumps({"run": self._run_id}) + "\n")
+                if not self._file_closed:
+                    self._file.flush()
+                    os.fsync(self._file.fileno())
+            elif task == "params":
+                self._params = None
+            else:
+                self._in_flight = 0
+                self._batch_limit = self._options.batch_points
+                self._max_sent = max([self._max_sent, *(e[2] for e in batch)])
+                self._write(json.dumps({"sent": _runs([e[0] for e in batch])}) + "\n")
+                if not self._file_closed:
+                    self._file.flush()
+
+    def _failed(self, task: str, batch: list[_Entry], err: Exception, delay: float) -> float:
+        """Puts a failed batch back (or drops refused points); returns the next wait."""
+        with self._lock:
+            self._last_error = err
+            if task == "send":
+                self._in_flight = 0
+                if isinstance(err, TrackerRefusedError) and len(batch) == 1:
+                    self._refused += 1
+                    self._write(json.dumps({"sent": _runs([batch[0][0]])}) + "\n")
+                    return 0.0
+                if isinstance(err, TrackerRefusedError):  # find the refused ones: halve
+                    self._batch_limit = max(1, len(batch) // 2)
+                self._ready.extendleft(reversed(batch))
+                if isinstance(err, TrackerRefusedError):
+                    return 0.0
+            elif isinstance(err, TrackerRefusedError):  # the run cannot be opened: give up
+                self._open_refused = err
+                return 0.0
+            elif task == "params":
+                self._params_failures += 1
+                if isinstance(err, TrackerRefusedError) or self._params_failures >= 3:
+                    self._params, self._params_lost = None, err
+                    return 0.0
+        options = self._options
+        return min(options.max_retry_seconds, max(options.retry_seconds, 2 * delay))
+
+    # --- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Makes every point final, gives the sender ``close_seconds`` to send them, then
+        closes the record (what is unsent stays there for the next writer)."""
+        self._listening.cancel()
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._deadline = time.monotonic() + self._options.close_seconds
+            # This process's points are final; an earlier attempt's that no commit made
+            # final stay pending (a later resume's restart voids them).
+            self._ready.extend(e for e in self._waiting if e[0] >= self._first)
+            self._waiting = [e for e in self._waiting if e[0] < self._first]
+            self._write(f'{{"closed": {self._first}}}\n')
+            self._lock.notify()
+        self._thread.join(self._options.close_seconds + 1.0)
+        with self._lock:
+            self._unsent = len(self._ready) + self._in_flight
+            self._unsent += sum(1 for e in self._waiting if e[0] >= self._first)
+            self._file_closed = True
+            self._file.close()
+
+    def report(self) -> None:
+        """Gives the one :class:`~globalstep.errors.TrackerWarning` of a closed backend
+        that could not send everything (nothing where it did)."""
+        name, options = self._options.name, self._options
+        parts = []
+        if self._dropped:
+            parts.append(
+                f"dropped {self._dropped} points past its buffer (max_pending="
+                f"{options.max_pending} points waiting for a commit or for {name})"
+            )
+        if self._refused:
+            parts.append(f"{self._refused} points were refused by {name}")
+        if self._unsent:
+            parts.append(
+                f"{self._unsent} points were not sent within close_seconds="
+                f"{options.close_seconds} (kept in {self.path}; a writer opening this "
+                "directory again sends them)"
+            )
+        if self._open_refused is not None:
+            parts.append(f"the {name} run could not be opened ({self._open_refused!r})")
+        if self._params_lost is not None:
+            parts.append(f"the run's parameters could not be set ({self._params_lost!r})")
+        if self._voided_sent:
+            parts.append(
+                f"a restart at step {min(self._voided_sent)} voided points {name} was "
+                f"sent already (up to step {self._max_sent}); {name} cannot delete them"
+            )
+        if not parts:
+            return
+        last = f"; last error: {self._last_error!r}" if self._last_error is not None else ""
+        import warnings
+
+        warnings.warn(
+            f"the {name} tracker of {self._logdir}: " + "; ".join(parts) + last + ". "
+            "TensorBoard and JSONL files hold every point; raise Tracker(max_pending=..., "
+            "close_seconds=...) or check the tracker's server",
+            TrackerWarning,
+            stacklevel=2,
+        )
