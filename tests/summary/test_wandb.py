@@ -18,7 +18,7 @@ import pytest
 
 wandb = pytest.importorskip("wandb")
 
-from globalstep.errors import ConfigError, TrackerWarning  # noqa: E402
+from globalstep.errors import ConfigError, TrackerRefusedError  # noqa: E402
 from globalstep.summary._wandb import (  # noqa: E402
     STEP_METRIC,
     WandbClient,
@@ -140,8 +140,7 @@ def test_a_resumed_client_continues_the_run_and_skips_the_steps_it_holds(offline
     assert second.open(run_id, logdir=str(tmp_path)) == run_id
     # Steps 3 and 4 reached W&B before the "crash": the resumed backend sends them again.
     second.send([("loss", step, step / 10, 1000.0 + step) for step in range(3, 7)])
-    with pytest.warns(TrackerWarning, match="2 points were not sent"):
-        second.close()
+    second.close()
 
     assert [r[STEP_METRIC] for r in _history(tmp_path, run_id)] == [1, 2, 3, 4, 5, 6]
     runs = [_of_kind(records, "run")[0].run for records in _records(tmp_path, run_id)]
@@ -168,8 +167,17 @@ def test_an_active_wandb_run_is_used_and_left_open(offline, tmp_path):
 
 def test_an_active_run_with_another_id_than_the_directory_is_refused(offline, tmp_path):
     wandb.init(dir=str(tmp_path), id="activerun1")
-    with pytest.raises(ConfigError, match=r"`wandb.run` must be W&B run 'saved01'.*activerun1"):
+    with pytest.raises(
+        TrackerRefusedError, match=r"wandb.run is W&B run 'activerun1'.*continues W&B run 'saved01'"
+    ):
         WandbClient().open("saved01", logdir=str(tmp_path))
+
+
+def test_settings_wandb_refuses_are_refused_for_good(wandb_env, tmp_path):
+    """``WANDB_MODE`` with a value W&B does not know: its settings error, refused for good."""
+    wandb_env(WANDB_MODE="sideways")
+    with pytest.raises(TrackerRefusedError, match=r"wandb\.init refused to start the run"):
+        WandbClient().open(None, logdir=str(tmp_path))
 
 
 def test_wandb_project_and_wandb_dir_are_followed(wandb_env, tmp_path):
@@ -195,6 +203,28 @@ def test_a_send_not_confirmed_in_time_raises_and_its_retry_logs_nothing_twice(of
         client.send([*points, ("loss", 3, 3.0, 1002.0)])
     client.close()
     assert [r[STEP_METRIC] for r in _history(tmp_path, run_id)] == [1, 2, 3]
+
+
+def test_points_that_would_fold_the_curve_back_are_refused_before_any_is_logged(offline, tmp_path):
+    """A step at or below one sent already (in a batch, or before), or the axis's own
+    name: TrackerRefusedError, and nothing of that batch reaches W&B."""
+    client = WandbClient(flush_seconds=0.05)
+    run_id = client.open(None, logdir=str(tmp_path))
+    client.send([("loss", 5, 0.5, 1000.0)])
+    for batch, message in [
+        ([("lr", 5, 0.1, 1000.0), ("loss", 5, 0.4, 1000.0)], r"'loss' at step 5: .*up to step 5"),
+        ([("loss", 6, 0.3, 1001.0), ("loss", 6, 0.2, 1001.0)], r"'loss' at step 6: .*up to step 6"),
+        ([(STEP_METRIC, 7, 7.0, 1002.0)], r"'global_step' is the axis itself"),
+    ]:
+        with pytest.raises(TrackerRefusedError, match=message):
+            client.send(batch)
+    client.send([("loss", 6, 0.3, 1001.0)])  # what the backend sends once it halved
+    client.close()
+    rows = _history(tmp_path, run_id)
+    assert [(r[STEP_METRIC], r.get("loss"), r.get("lr")) for r in rows] == [
+        (5, 0.5, None),
+        (6, 0.3, None),
+    ]
 
 
 def test_calls_before_open_and_bad_options_raise(offline):

@@ -20,6 +20,7 @@ def main(directory: str, total_steps: int, sleep_seconds: float) -> None:
     from globalstep import Clock, Run
     from globalstep.run import GeneratorState
     from globalstep.schedules import CosineDecay, warmup
+    from globalstep.summary import Tracker
 
     rows, batch, features = 32, 8, 4
     data = np.random.default_rng(0)
@@ -35,7 +36,8 @@ def main(directory: str, total_steps: int, sleep_seconds: float) -> None:
         schedules={"lr": warmup(CosineDecay(0.05, decay_steps=total_steps), 5)},
         config={"rows": rows, "batch": batch, "model": {"features": features}},
         progress=False,
-        writer_options={"formats": ("jsonl", "wandb")},
+        # A busy machine can take seconds to start W&B's service: a generous close.
+        writer_options={"formats": ("jsonl", Tracker("wandb", close_seconds=120))},
     )
     with run:
         run.restore({"weights": weights, "noise": GeneratorState(noise)})

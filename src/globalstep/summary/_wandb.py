@@ -29,7 +29,9 @@ logged twice). The client starts its runs with a flush interval of
 ``flush_seconds`` (1 s) unless ``WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL`` says otherwise.
 A resumed client reads the run's earlier ``.wandb`` files and does not log again a point
 at a step its tag already holds there (a point confirmed just before a crash, whose
-"sent" record did not reach the disk); those are counted in one ``TrackerWarning``.
+"sent" record did not reach the disk). A point at or below a step this client already
+sent its tag at is refused (``TrackerRefusedError``: the generic part drops it and counts
+it in its warning), since W&B would show two values at that step.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from globalstep._optional import require
-from globalstep.errors import ConfigError, TrackerWarning
+from globalstep.errors import ConfigError, TrackerRefusedError, TrackerWarning
 
 __all__ = [
     "STEP_METRIC",
@@ -217,8 +219,9 @@ class WandbClient:
         self._offset = 0
         self._handed = 0  # rows this process logged
         self._confirmed = 0  # of them, rows seen in the transaction log
-        self._last: dict[str, int] = {}  # tag -> newest step W&B holds or was handed
-        self._skipped = 0
+        self._held: dict[str, int] = {}  # tag -> newest step in the run's earlier files
+        self._last: dict[str, int] = {}  # tag -> newest step this client handed to W&B
+
         self._unconfirmed: list[tuple[str, int, float, float]] = []  # a timed-out send's
 
     def open(self, run_id: str | None, *, logdir: str) -> str:
@@ -228,17 +231,18 @@ class WandbClient:
         used as it is, and not finished at :meth:`close`.
 
         Raises:
-            ConfigError: that run has another id than ``run_id``.
+            TrackerRefusedError: that run has another id than ``run_id``, or W&B refuses
+                its settings (a ``UsageError``, an ``AuthenticationError``, a settings
+                validation error): for good, the backend gives up (its points stay in
+                its record).
         """
         wandb, active = self._wandb, self._active
         if active is not None:
             if run_id is not None and active.id != run_id:
-                raise ConfigError(
-                    "wandb.run",
-                    f"must be W&B run {run_id!r}, the one this log directory continues",
-                    active.id,
-                    "Finish the active run (wandb.finish()) before resuming, or log to a "
-                    "new log directory.",
+                raise TrackerRefusedError(
+                    f"the active wandb.run is W&B run {active.id!r}, but this log "
+                    f"directory continues W&B run {run_id!r}: finish the active run "
+                    "(wandb.finish()) before the writer opens, or log to a new directory"
                 )
             run, self._owned = active, False
         else:
@@ -248,12 +252,16 @@ class WandbClient:
             settings: dict[str, Any] = {}
             if "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL" not in os.environ:
                 settings["x_transaction_log_flush_interval"] = self._flush_seconds
-            run = wandb.init(
-                id=run_id,
-                resume="allow" if run_id is not None else None,
-                dir=directory,
-                settings=wandb.Settings(**settings),
-            )
+            try:
+                run = wandb.init(
+                    id=run_id,
+                    resume="allow" if run_id is not None else None,
+                    dir=directory,
+                    settings=wandb.Settings(**settings),
+                )
+            except (wandb.errors.UsageError, wandb.errors.AuthenticationError, ValueError) as err:
+                # ValueError: W&B's settings validation (pydantic), e.g. a WANDB_MODE typo
+                raise TrackerRefusedError(f"wandb.init refused to start the run: {err}") from err
             self._owned = True
         self._run = run
         run.define_metric(STEP_METRIC, hidden=True)
@@ -281,42 +289,64 @@ class WandbClient:
                 if isinstance(step, int):
                     for tag in row:
                         if not tag.startswith("_") and tag != STEP_METRIC:
-                            self._last[tag] = max(self._last.get(tag, step), step)
+                            self._held[tag] = max(self._held.get(tag, step), step)
 
     def send(self, points: list[tuple[str, int, float, float]]) -> None:
         """Logs ``(tag, step, value, wall_time)`` points as history rows, then waits
         until W&B's transaction log holds every row logged so far.
 
-        Points at one step go in one row; a tag at a step W&B already holds for it is
-        skipped (counted, warned about at :meth:`close`).
+        Consecutive points at one step go in one row. A point at a step the run's earlier
+        files hold for its tag is not logged again (an earlier process sent it and was
+        killed before its record said so).
 
         Raises:
             RuntimeError: called before :meth:`open`.
+            TrackerRefusedError: a point at or below a step this client sent its tag at
+                already, or tagged :data:`STEP_METRIC` (nothing of the batch is logged;
+                the backend halves it to drop only those).
             TimeoutError: the rows are not in the transaction log after
-                ``confirm_seconds`` (a retry logs nothing twice).
+                ``confirm_seconds`` (a retry does not log them twice).
         """
         if self._run is None:
             raise RuntimeError("WandbClient.send was called before open()")
-        retried = len(self._unconfirmed)
-        if points[:retried] == self._unconfirmed:
-            points = points[retried:]  # the backend's retry: those rows are logged already
-        self._unconfirmed = []
-        for row in self._rows(points):
+        handed = set(self._unconfirmed)  # a timed-out send's points: logged already
+        fresh = [point for point in points if point not in handed]
+        self._refuse(fresh)
+        for row in self._rows(fresh):
             self._run.log(row)
             self._handed += 1
-        try:
-            self._confirm()
-        except TimeoutError:
-            self._unconfirmed = list(points)
-            raise
+        self._unconfirmed.extend(fresh)
+        self._confirm()
+        self._unconfirmed = []
+
+    def _refuse(self, points: list[tuple[str, int, float, float]]) -> None:
+        """Raises TrackerRefusedError if a point cannot go on the global-step axis."""
+        last = dict(self._last)
+        refused = []
+        for point in points:
+            tag, step = point[0], point[1]
+            if tag == STEP_METRIC or step <= last.get(tag, -1):
+                refused.append(point)
+            elif step > self._held.get(tag, -1):
+                last[tag] = step
+        if refused:
+            tag, step = refused[0][0], refused[0][1]
+            why = (
+                f"{STEP_METRIC!r} is the axis itself"
+                if tag == STEP_METRIC
+                else f"{tag!r} was sent up to step {last[tag]} already"
+            )
+            raise TrackerRefusedError(
+                f"wandb: {len(refused)} points cannot go on W&B's global-step axis, "
+                f"e.g. {tag!r} at step {step}: {why}"
+            )
 
     def _rows(self, points: list[tuple[str, int, float, float]]) -> Iterator[dict[str, Any]]:
         """Groups consecutive points at one step into rows, skipping those W&B holds."""
         row: dict[str, Any] = {}
         for tag, step, value, wall_time in points:
-            if step <= self._last.get(tag, -1) or tag == STEP_METRIC:
-                self._skipped += 1
-                continue
+            if step <= self._held.get(tag, -1):
+                continue  # sent by a process killed before its record said so
             if row and (row[STEP_METRIC] != step or tag in row):
                 yield row
                 row = {}
@@ -359,19 +389,10 @@ class WandbClient:
         self._run.config.update(dict(params), allow_val_change=True)
 
     def close(self) -> None:
-        """Finishes the W&B run if this client started it; warns about skipped points."""
+        """Finishes the W&B run if this client started it (not the user's)."""
         run, self._run = self._run, None
         if run is not None and self._owned:
             run.finish()
-        if self._skipped:
-            skipped, self._skipped = self._skipped, 0
-            warnings.warn(
-                f"wandb: {skipped} points were not sent, at steps their tags already hold "
-                "in the W&B run (an earlier attempt sent them, or they came out of step "
-                "order); W&B keeps one value per step on the global-step axis",
-                TrackerWarning,
-                stacklevel=2,
-            )
 
 
 def _transaction_log(run: Any) -> str | None:
