@@ -367,8 +367,18 @@ def run_command(command: str) -> tuple[int, list[str]]:
 
 
 # What each quick start left behind, by its section: a check that it did its work.
+def _printed(*lines: str) -> Callable[[Path, str], None]:
+    """A check that the block printed ``lines`` (the ``# `` lines under its code)."""
+
+    def check(directory: Path, printed: str) -> None:
+        assert printed.splitlines()[-len(lines) :] == list(lines), printed
+
+    return check
+
+
 CHECKS = {
     "Five lines in your own loop": _check_five_lines,
+    "Experiment trackers: MLflow and W&B": _printed("[28, 29, 30]", "0.1 FINISHED"),
     "Checkpoints": _saved("ckpts", [30, 40, 50]),
     "Run: the parts wired for a loop that survives crashes": _saved(
         "runs/exp1/checkpoints", [600, 700, 800, 900, 1000]

@@ -175,7 +175,9 @@ class WriterOptions:
         self, directory: Path, clock: Clock, config: Mapping[str, Any], *, is_writer: bool
     ) -> SummaryWriter:
         """Opens the writer in ``directory`` on ``clock`` with these options, and hands the
-        run's ``config`` to its tracker formats as the tracker run's parameters.
+        run's ``config`` (:func:`~globalstep.run._config.run_config`'s) to its tracker
+        formats as the tracker run's parameters: the user's ``config`` at the top, the
+        schedules and clocks under ``globalstep`` (``globalstep.schedules.lr...``).
 
         Raises:
             ConfigError: this is not the writer rank (``is_writer`` False).
@@ -183,7 +185,9 @@ class WriterOptions:
         if not is_writer:
             not_the_writer()
         writer = SummaryWriter(directory, clock=clock, **self.keywords)
-        writer.set_params(config)
+        params = dict(config.get("config") or {})
+        params["globalstep"] = {k: v for k, v in config.items() if k != "config"}
+        writer.set_params(params)
         return writer
 
 

@@ -8,7 +8,9 @@ started with ``mlflow.start_run()`` on the thread that opens the writer is the r
 to (and left for the user to end). Otherwise a new MLflow run is created, tagged
 ``globalstep.logdir`` with the log directory, and ended (``FINISHED``) at the writer's
 clean close; a resumed process continues the run its record names and marks it
-``RUNNING`` again.
+``RUNNING`` again. Each run logged to is tagged ``globalstep.key`` with the training
+run's key, so that a process killed after MLflow made the run and before its id reached
+the record is followed by one that finds the run instead of making a second.
 
 MLflow's own HTTP retries would hold the sender for minutes (7 retries, a 120 s timeout by
 default) while the tracker format's backoff should be in charge: where the user has not
@@ -35,10 +37,13 @@ from globalstep._optional import require
 from globalstep.errors import TrackerRefusedError
 from globalstep.summary._tracker import Point
 
-__all__ = ["LOGDIR_TAG", "MlflowClient", "flat_params"]
+__all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params"]
 
 LOGDIR_TAG = "globalstep.logdir"
 """The tag of an MLflow run this client created: the writer's log directory."""
+
+KEY_TAG = "globalstep.key"
+"""The tag of an MLflow run this client created or logged to: the training run's key."""
 
 _BATCH = 1000  # MLflow's most metrics per log_batch
 _PARAM_VALUE = 6000  # MLflow's longest parameter value
@@ -95,10 +100,13 @@ class MlflowClient:
         self._run_id: str | None = None
         self._owned = False
 
-    def open(self, run_id: str | None, *, logdir: str) -> str:
+    def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
         """Continues ``run_id`` (marked ``RUNNING`` again if it is one this client made),
-        or logs to the active run, or creates a run in the experiment the environment
-        names."""
+        or logs to the active run, or continues the run tagged with ``key`` (made by a
+        process killed before it recorded the id), or creates a run in the experiment
+        the environment names, tagged with ``key`` and the log directory."""
+        if run_id is None and self._active is None:
+            run_id = self._tagged(key)
         if run_id is not None:
             run = self._call(self._client.get_run, run_id)
             self._owned = LOGDIR_TAG in run.data.tags
@@ -106,13 +114,24 @@ class MlflowClient:
                 self._call(self._client.update_run, run_id, status="RUNNING")
         elif self._active is not None:
             run_id, self._owned = self._active, False
+            self._call(self._client.set_tag, run_id, KEY_TAG, key)
         else:
             experiment = self._experiment()
-            tags = {LOGDIR_TAG: os.path.abspath(logdir)}
+            tags = {LOGDIR_TAG: os.path.abspath(logdir), KEY_TAG: key}
             run = self._call(self._client.create_run, experiment, tags=tags)
             run_id, self._owned = run.info.run_id, True
         self._run_id = run_id
         return run_id
+
+    def _tagged(self, key: str) -> str | None:
+        """The id of the run of this experiment tagged with ``key``, or None."""
+        runs = self._call(
+            self._client.search_runs,
+            [self._experiment()],
+            filter_string=f"tags.`{KEY_TAG}` = '{key}'",
+            max_results=1,
+        )
+        return str(runs[0].info.run_id) if runs else None
 
     def _experiment(self) -> str:
         """The experiment's id: MLFLOW_EXPERIMENT_ID, or MLFLOW_EXPERIMENT_NAME's

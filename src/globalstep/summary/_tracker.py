@@ -25,19 +25,21 @@ The pieces:
   never waits for the tracker.
 
 The record, ``<logdir>/<tracker>.tracker.jsonl``, is the durable state of the tracker run:
-its id (``{"run": id}``), every point accepted (``[tag, step, value, wall_time]``, fsynced
-with the writer's other files before each commit), the restarts (``{"restart": P}``), the
-commits heard (``{"committed": S}``), the clean closes (``{"closed": N}``: the points from
-number N on, that process's, are final) and the
+its key (``{"key": hex}``, written first), its id (``{"run": id}``), every point accepted
+(``[tag, step, value, wall_time]``, fsynced with the writer's other files before each
+commit), the restarts (``{"restart": P}``), the
+commits heard (``{"committed": S}``), the points dropped (``{"dropped": N}``), the clean
+closes (``{"closed": N}``: the points from number N on, that process's, are final) and the
 points sent (``{"sent": [[first, last], ...]}``, by their number among the point lines). A
 process that opens the directory again continues the same tracker run and sends what an
 earlier one accepted, that a commit or a close made final, and did not send (a crash
 between a commit and the send). A point sent again after a crash between the send and its
 ``sent`` line is the same (tag, step, value, timestamp): MLflow's SQL store keeps one row.
 
-Bounds: at most ``max_pending`` points wait in memory; past it a point is not taken (the
-other formats still write it). A failing tracker is retried with backoff from
-``retry_seconds`` doubling to ``max_retry_seconds``; a client that raises
+Bounds: at most ``max_pending`` points wait in memory (and one batch in flight); past it
+the oldest pending point is dropped to make room (the other formats still hold it). A
+failing tracker is retried with backoff from ``retry_seconds`` doubling to
+``max_retry_seconds``; a client that raises
 :class:`~globalstep.errors.TrackerRefusedError` refuses points for good (a batch is halved
 until the refused points are found, and those are dropped). ``close()`` waits at most
 ``close_seconds`` for the sender; the points still unsent stay in the record. One
@@ -58,6 +60,7 @@ import math
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -109,10 +112,16 @@ class TrackerClient(Protocol):
     name: str
     """The format's name: ``"mlflow"``, ``"wandb"``."""
 
-    def open(self, run_id: str | None, *, logdir: str) -> str:
+    def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
         """Starts a new tracker run (``run_id`` None) or continues ``run_id``; returns
         the run's id. Follows the tool's own conventions (environment variables, a run
-        the user started)."""
+        the user started).
+
+        ``key`` names the training run (32 hex digits, made when the directory's record
+        was; the same for every process that resumes it): store it in the tracker run
+        and, with ``run_id`` None, continue the tracker run that has it if there is one
+        (a process killed after the tracker made the run and before its id reached the
+        record), or use it as the run's id where the tool takes one (W&B)."""
 
     def send(self, points: list[Point]) -> None:
         """Sends scalars, in order; raises on failure (``TrackerRefusedError``: for good)."""
@@ -141,7 +150,8 @@ class Tracker:
     Args:
         name: ``"mlflow"`` or ``"wandb"``.
         max_pending: the most points held in memory (waiting for a commit or for the
-            tracker); past it points are dropped, and counted.
+            tracker), besides the batch being sent; past it the oldest are dropped, and
+            counted.
         batch_points: the most points one ``send`` carries.
         retry_seconds: the first wait after a failure; it doubles after each one.
         max_retry_seconds: the longest wait between two attempts.
@@ -236,11 +246,12 @@ class _Loaded:
     """What a record says: the run, the points that stand, which are final or sent."""
 
     run_id: str | None
+    key: str | None
     points: dict[int, list[Any]]  # number -> [tag, step, value, wall_time, final]
     committed: int
     sent: _Ranges
     count: int  # point lines read (the next point's number)
-    torn: bool  # the last line was cut short (a crash while writing it)
+    torn: int  # the bytes of complete lines where the last was cut short (a crash), or 0
 
 
 def _load(path: str) -> _Loaded:
@@ -249,7 +260,7 @@ def _load(path: str) -> _Loaded:
     Raises:
         ConfigError: a line before the last cannot be read (the record is damaged).
     """
-    loaded = _Loaded(None, {}, -1, _Ranges(), 0, False)
+    loaded = _Loaded(None, None, {}, -1, _Ranges(), 0, 0)
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -260,7 +271,7 @@ def _load(path: str) -> _Loaded:
         lines.pop()
     elif lines:
         lines.pop()
-        loaded.torn = True
+        loaded.torn = data.rfind(b"\n") + 1 or -1
     for index, line in enumerate(lines):
         try:
             entry = json.loads(line)
@@ -293,8 +304,12 @@ def _apply(loaded: _Loaded, entry: Any) -> None:
     elif "sent" in entry:
         for first, last in entry["sent"]:
             loaded.sent.add(first, last)
+    elif "dropped" in entry:  # dropped past the bound: never sent
+        loaded.sent.add(entry["dropped"], entry["dropped"])
     elif "run" in entry:
         loaded.run_id = entry["run"]
+    elif "key" in entry:
+        loaded.key = entry["key"]
 
 
 def recorded_max_step(logdir: str) -> int | None:
@@ -308,9 +323,16 @@ def recorded_max_step(logdir: str) -> int | None:
     return max(steps) if steps else None
 
 
+_TAGS: dict[str, str] = {}  # a tag's JSON text, made once (the drain writes one per point)
+
+
 def _line(tag: str, step: int, value: float, wall_time: float) -> str:
+    """A point's line in the record."""
+    text = _TAGS.get(tag)
+    if text is None:
+        text = _TAGS.setdefault(tag, json.dumps(tag, ensure_ascii=False))
     number = repr(value) if value - value == 0.0 else json.dumps(value)
-    return f"[{json.dumps(tag, ensure_ascii=False)}, {step}, {number}, {wall_time!r}]\n"
+    return f"[{text}, {step}, {number}, {wall_time!r}]\n"
 
 
 class TrackerBackend:
@@ -335,7 +357,7 @@ class TrackerBackend:
         self._run_id = loaded.run_id
         self._committed = loaded.committed
         self._count = loaded.count
-        self._waiting: list[_Entry] = []
+        self._waiting: collections.deque[_Entry] = collections.deque()
         self._ready: collections.deque[_Entry] = collections.deque()
         for number, (tag, step, value, wall_time, final) in loaded.points.items():
             if number not in loaded.sent:
@@ -343,7 +365,9 @@ class TrackerBackend:
                 (self._ready if final or step <= self._committed else self._waiting).append(entry)
         self._first = loaded.count  # this process's first point number
         self._in_flight = self._unsent = 0
+        self._purged_since = MAX_STEP + 1
         self._opened: str | None = None
+        self._connected = False  # whether the client opened (or continued) the run
         self._params: Mapping[str, Any] | None = None
         self._params_failures = 0
         self._lock = threading.Condition()
@@ -358,8 +382,15 @@ class TrackerBackend:
         self._params_lost: BaseException | None = None
         self._open_refused: BaseException | None = None
         self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        if loaded.torn:
-            self._file.write(b"\n")
+        if loaded.torn:  # a crash cut the last line short: it goes
+            self._file.truncate(max(loaded.torn, 0))
+        key = loaded.key
+        if key is None:  # a new training run: its key is durable before any send
+            key = uuid.uuid4().hex
+            self._file.write(json.dumps({"key": key}).encode() + b"\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        self._key: str = key
         self._listening = _durability.listen(self.committed)
         self._thread = threading.Thread(
             target=self._send_loop, name=f"globalstep-{tracker.name}-{logdir}", daemon=True
@@ -374,11 +405,12 @@ class TrackerBackend:
 
     def _restart(self, purge: int) -> None:
         """Drops the pending points at ``purge`` and above; the next commit decides anew."""
-        self._waiting = [e for e in self._waiting if e[2] < purge]
+        self._waiting = collections.deque(e for e in self._waiting if e[2] < purge)
         self._ready = collections.deque(e for e in self._ready if e[2] < purge)
         self._committed = min(self._committed, purge - 1)
         if self._max_sent >= purge:
             self._voided_sent.append(purge)
+        self._purged_since = min(self._purged_since, purge)
         self._write(f'{{"restart": {purge}}}\n')
 
     def write(self, items: list[Item]) -> None:
@@ -394,11 +426,14 @@ class TrackerBackend:
             self._lock.notify()
 
     def _take(self, tag: str, step: int, value: float, wall_time: float) -> None:
-        """Records one point and holds it pending (or drops it past the bound)."""
-        held = len(self._waiting) + len(self._ready) + self._in_flight
-        if held >= self._options.max_pending:
+        """Records one point and holds it pending; past the bound the oldest pending point
+        makes room (the newest points are the ones worth showing)."""
+        # (the batch in flight, at most batch_points more, is not counted: new points
+        # must find room while a slow send is under way)
+        if len(self._waiting) + len(self._ready) >= self._options.max_pending:
+            oldest = self._ready or self._waiting
             self._dropped += 1
-            return
+            self._write(f'{{"dropped": {oldest.popleft()[0]}}}\n')
         entry = (self._count, tag, step, float(value), wall_time)
         self._count += 1
         self._write(_line(tag, step, float(value), wall_time))
@@ -428,7 +463,7 @@ class TrackerBackend:
                 return
             self._committed = max(self._committed, step)
             self._write(f'{{"committed": {step}}}\n')
-            still: list[_Entry] = []
+            still: collections.deque[_Entry] = collections.deque()
             for entry in self._waiting:
                 (self._ready if entry[2] <= self._committed else still).append(entry)
             self._waiting = still
@@ -445,7 +480,7 @@ class TrackerBackend:
     # --- the sender thread --------------------------------------------------------------
 
     def _idle(self) -> bool:
-        return self._run_id is not None and self._params is None and not self._ready
+        return self._connected and self._params is None and not self._ready
 
     def _wait_for_work(self, retry_at: float) -> bool:
         """Waits (holding the lock) until a task is due and its retry time has come;
@@ -476,25 +511,26 @@ class TrackerBackend:
             else:
                 delay = 0.0
                 self._done(task, batch)
-        if self._run_id is not None:
+        if self._connected:
             try:
                 self._client.close()
             except Exception as err:
                 self._last_error = err
 
     def _next_task(self) -> tuple[str, list[_Entry]]:
-        if self._run_id is None:
+        if not self._connected:
             return "open", []
         if self._params is not None:
             return "params", []
         size = min(self._batch_limit, len(self._ready))
         batch = [self._ready.popleft() for _ in range(size)]
         self._in_flight = len(batch)
+        self._purged_since = MAX_STEP + 1  # the lowest restart while this batch is out
         return "send", batch
 
     def _do(self, task: str, batch: list[_Entry]) -> None:
         if task == "open":
-            self._opened = self._client.open(self._run_id, logdir=self._logdir)
+            self._opened = self._client.open(self._run_id, logdir=self._logdir, key=self._key)
         elif task == "params":
             self._client.set_params(self._params or {})
         else:
@@ -503,6 +539,9 @@ class TrackerBackend:
     def _done(self, task: str, batch: list[_Entry]) -> None:
         with self._lock:
             if task == "open":
+                self._connected = True
+                if self._opened == self._run_id:  # the recorded run, continued
+                    return
                 self._run_id = self._opened
                 self._write(json.dumps({"run": self._run_id}) + "\n")
                 if not self._file_closed:
@@ -514,6 +553,8 @@ class TrackerBackend:
                 self._in_flight = 0
                 self._batch_limit = self._options.batch_points
                 self._max_sent = max([self._max_sent, *(e[2] for e in batch)])
+                if self._max_sent >= self._purged_since:  # a restart voided some in flight
+                    self._voided_sent.append(self._purged_since)
                 self._write(json.dumps({"sent": _runs([e[0] for e in batch])}) + "\n")
                 if not self._file_closed:
                     self._file.flush()
@@ -530,7 +571,8 @@ class TrackerBackend:
                     return 0.0
                 if isinstance(err, TrackerRefusedError):  # find the refused ones: halve
                     self._batch_limit = max(1, len(batch) // 2)
-                self._ready.extendleft(reversed(batch))
+                # back at the front, but for the points a restart voided while it was out
+                self._ready.extendleft(e for e in reversed(batch) if e[2] < self._purged_since)
                 if isinstance(err, TrackerRefusedError):
                     return 0.0
             elif isinstance(err, TrackerRefusedError):  # the run cannot be opened: give up
@@ -558,7 +600,7 @@ class TrackerBackend:
             # This process's points are final; an earlier attempt's that no commit made
             # final stay pending (a later resume's restart voids them).
             self._ready.extend(e for e in self._waiting if e[0] >= self._first)
-            self._waiting = [e for e in self._waiting if e[0] < self._first]
+            self._waiting = collections.deque(e for e in self._waiting if e[0] < self._first)
             self._write(f'{{"closed": {self._first}}}\n')
             self._lock.notify()
         self._thread.join(self._options.close_seconds + 1.0)
@@ -575,7 +617,7 @@ class TrackerBackend:
         parts = []
         if self._dropped:
             parts.append(
-                f"dropped {self._dropped} points past its buffer (max_pending="
+                f"dropped {self._dropped} points past its buffer, the oldest first (max_pending="
                 f"{options.max_pending} points waiting for a commit or for {name})"
             )
         if self._refused:
