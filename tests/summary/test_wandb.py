@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,11 @@ def wandb_env(offline, monkeypatch):
     wandb.teardown()
 
 
+def _key():
+    """A fresh training-run key, as the tracker record makes one (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
 def _records(logdir, run_id, *, finished=True):
     """Every record of every transaction log of ``run_id`` under ``logdir``, by file.
 
@@ -95,7 +101,7 @@ def _of_kind(records, kind):
 def test_points_reach_the_transaction_log_as_rows_on_the_global_step(offline, tmp_path):
     """Points at one step share a row; values (bit for bit), wall times, config, axis."""
     client = WandbClient(flush_seconds=0.05)
-    run_id = client.open(None, logdir=str(tmp_path))
+    run_id = client.open(None, logdir=str(tmp_path), key=_key())
     assert wandb.run is not None
     assert wandb.run.id == run_id
     client.set_params({"lr": 0.1, "model": {"width": 8}})
@@ -132,12 +138,12 @@ def test_points_reach_the_transaction_log_as_rows_on_the_global_step(offline, tm
 def test_a_resumed_client_continues_the_run_and_skips_the_steps_it_holds(offline, tmp_path):
     """Same run id in both files; a resent step is not logged twice, and is counted."""
     first = WandbClient(flush_seconds=0.05)
-    run_id = first.open(None, logdir=str(tmp_path))
+    run_id = first.open(None, logdir=str(tmp_path), key=_key())
     first.send([("loss", step, step / 10, 1000.0 + step) for step in range(1, 5)])
     first.close()
 
     second = WandbClient(flush_seconds=0.05)
-    assert second.open(run_id, logdir=str(tmp_path)) == run_id
+    assert second.open(run_id, logdir=str(tmp_path), key=_key()) == run_id
     # Steps 3 and 4 reached W&B before the "crash": the resumed backend sends them again.
     second.send([("loss", step, step / 10, 1000.0 + step) for step in range(3, 7)])
     second.close()
@@ -147,8 +153,27 @@ def test_a_resumed_client_continues_the_run_and_skips_the_steps_it_holds(offline
     assert [run.run_id for run in runs] == [run_id, run_id]
 
     other = WandbClient(flush_seconds=0.05)
-    assert other.open(None, logdir=str(tmp_path / "elsewhere")) != run_id
+    assert other.open(None, logdir=str(tmp_path / "elsewhere"), key=_key()) != run_id
     other.close()
+
+
+def test_a_process_killed_before_recording_the_id_is_continued_through_the_key(offline, tmp_path):
+    """``open(None, key=K)`` twice (the first process died before its record held the
+    id): one W&B run, id K, and the first one's steps are not logged again."""
+    key = _key()
+    first = WandbClient(flush_seconds=0.05)
+    assert first.open(None, logdir=str(tmp_path), key=key) == key
+    first.send([("loss", 1, 0.1, 1000.0), ("loss", 2, 0.2, 1001.0)])
+    first.close()
+    second = WandbClient(flush_seconds=0.05)
+    assert second.open(None, logdir=str(tmp_path), key=key) == key
+    second.send([("loss", 2, 0.2, 1001.0), ("loss", 3, 0.3, 1002.0)])
+    second.close()
+    assert [(r[STEP_METRIC], r["loss"]) for r in _history(tmp_path, key)] == [
+        (1, 0.1),
+        (2, 0.2),
+        (3, 0.3),
+    ]
 
 
 def test_an_active_wandb_run_is_used_and_left_open(offline, tmp_path):
@@ -157,7 +182,7 @@ def test_an_active_wandb_run_is_used_and_left_open(offline, tmp_path):
         dir=str(tmp_path), settings=wandb.Settings(x_transaction_log_flush_interval=0.05)
     )
     client = WandbClient(flush_seconds=0.05)
-    assert client.open(None, logdir=str(tmp_path / "logs")) == run.id
+    assert client.open(None, logdir=str(tmp_path / "logs"), key=_key()) == run.id
     client.send([("loss", 7, 0.5, 1000.0)])
     client.close()
     assert wandb.run is run
@@ -170,21 +195,21 @@ def test_an_active_run_with_another_id_than_the_directory_is_refused(offline, tm
     with pytest.raises(
         TrackerRefusedError, match=r"wandb.run is W&B run 'activerun1'.*continues W&B run 'saved01'"
     ):
-        WandbClient().open("saved01", logdir=str(tmp_path))
+        WandbClient().open("saved01", logdir=str(tmp_path), key=_key())
 
 
 def test_settings_wandb_refuses_are_refused_for_good(wandb_env, tmp_path):
     """``WANDB_MODE`` with a value W&B does not know: its settings error, refused for good."""
     wandb_env(WANDB_MODE="sideways")
     with pytest.raises(TrackerRefusedError, match=r"wandb\.init refused to start the run"):
-        WandbClient().open(None, logdir=str(tmp_path))
+        WandbClient().open(None, logdir=str(tmp_path), key=_key())
 
 
 def test_wandb_project_and_wandb_dir_are_followed(wandb_env, tmp_path):
     """``WANDB_PROJECT`` names the project, ``WANDB_DIR`` replaces the log directory."""
     wandb_env(WANDB_PROJECT="globalstep-tests", WANDB_DIR=str(tmp_path / "wandb-home"))
     client = WandbClient(flush_seconds=0.05)
-    run_id = client.open(None, logdir=str(tmp_path / "logs"))
+    run_id = client.open(None, logdir=str(tmp_path / "logs"), key=_key())
     client.close()
     assert not (tmp_path / "logs" / "wandb").exists()
     (records,) = _records(tmp_path / "wandb-home", run_id)
@@ -195,7 +220,7 @@ def test_a_send_not_confirmed_in_time_raises_and_its_retry_logs_nothing_twice(of
     """With W&B flushing its file only at finish, send times out; the retry re-logs
     nothing, and every row is in the file once after close."""
     client = WandbClient(flush_seconds=3600, confirm_seconds=0.2)
-    run_id = client.open(None, logdir=str(tmp_path))
+    run_id = client.open(None, logdir=str(tmp_path), key=_key())
     points = [("loss", 1, 1.0, 1000.0), ("loss", 2, 2.0, 1001.0)]
     with pytest.raises(TimeoutError, match=r"2 rows logged to W&B run .*`confirm_seconds`"):
         client.send(points)
@@ -209,7 +234,7 @@ def test_points_that_would_fold_the_curve_back_are_refused_before_any_is_logged(
     """A step at or below one sent already (in a batch, or before), or the axis's own
     name: TrackerRefusedError, and nothing of that batch reaches W&B."""
     client = WandbClient(flush_seconds=0.05)
-    run_id = client.open(None, logdir=str(tmp_path))
+    run_id = client.open(None, logdir=str(tmp_path), key=_key())
     client.send([("loss", 5, 0.5, 1000.0)])
     for batch, message in [
         ([("lr", 5, 0.1, 1000.0), ("loss", 5, 0.4, 1000.0)], r"'loss' at step 5: .*up to step 5"),
@@ -242,7 +267,7 @@ def test_mode_disabled_sends_without_a_file(wandb_env, tmp_path):
     """``WANDB_MODE=disabled``: W&B keeps nothing, and send does not wait for a file."""
     wandb_env(WANDB_MODE="disabled")
     client = WandbClient(confirm_seconds=0.1)
-    client.open(None, logdir=str(tmp_path))
+    client.open(None, logdir=str(tmp_path), key=_key())
     client.send([("loss", 1, 1.0, 1000.0)])  # nothing to confirm: returns at once
     client.close()
     assert not (tmp_path / "wandb").exists()
@@ -255,7 +280,7 @@ def test_mode_disabled_sends_without_a_file(wandb_env, tmp_path):
 def written(offline, tmp_path):
     """A finished run whose config record (a 70 KB string) spans three 32 KiB blocks."""
     client = WandbClient(flush_seconds=0.05)
-    run_id = client.open(None, logdir=str(tmp_path))
+    run_id = client.open(None, logdir=str(tmp_path), key=_key())
     client.set_params({"notes": "x" * 70_000})
     client.send([("loss", step, float(step), 1000.0) for step in range(1, 4)])
     client.close()

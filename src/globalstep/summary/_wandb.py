@@ -224,11 +224,15 @@ class WandbClient:
 
         self._unconfirmed: list[tuple[str, int, float, float]] = []  # a timed-out send's
 
-    def open(self, run_id: str | None, *, logdir: str) -> str:
-        """Starts a W&B run (``run_id`` None) or continues ``run_id``; returns its id.
+    def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
+        """Continues W&B run ``run_id``, or starts (or continues) the run whose id is
+        ``key``, the training run's key; returns the run's id.
 
-        The ``wandb.run`` active when the client was built (where the writer opens) is
-        used as it is, and not finished at :meth:`close`.
+        ``key`` as the W&B run id (``wandb.init(id=key, resume="allow")``) means that a
+        process killed after W&B made its run and before the id reached the record is
+        continued by the next one, not doubled. The ``wandb.run`` active when the client
+        was built (where the writer opens) is used instead, as it is, and not finished
+        at :meth:`close`.
 
         Raises:
             TrackerRefusedError: that run has another id than ``run_id``, or W&B refuses
@@ -254,8 +258,8 @@ class WandbClient:
                 settings["x_transaction_log_flush_interval"] = self._flush_seconds
             try:
                 run = wandb.init(
-                    id=run_id,
-                    resume="allow" if run_id is not None else None,
+                    id=run_id or key,
+                    resume="allow",
                     dir=directory,
                     settings=wandb.Settings(**settings),
                 )
