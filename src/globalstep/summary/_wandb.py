@@ -42,14 +42,13 @@ import os
 import re
 import struct
 import time
-import warnings
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from globalstep._optional import require
-from globalstep.errors import ConfigError, TrackerRefusedError, TrackerWarning
+from globalstep.errors import ConfigError, TrackerRefusedError
 
 __all__ = [
     "STEP_METRIC",
@@ -84,19 +83,20 @@ class WandbLog:
     damaged: bool
 
 
-def _chunks(data: bytes, start: int) -> Iterator[tuple[int, int, bytes] | None]:
-    """Yields (type, end offset, payload) for each framed chunk from ``start``; ``None``
-    for a chunk whose checksum or type is wrong (the caller stops there)."""
-    pos = start
+def _chunks(data: bytes, base: int) -> Iterator[tuple[int, int, bytes] | None]:
+    """Yields (type, end offset in the file, payload) for each framed chunk of ``data``,
+    the file's bytes from offset ``base``; ``None`` for a chunk whose checksum or type is
+    wrong (the caller stops there)."""
+    pos = 0
     while pos + _HEADER <= len(data):
-        room = _BLOCK - pos % _BLOCK
+        room = _BLOCK - (base + pos) % _BLOCK
         if room < _HEADER:  # the block's tail is padding: chunks never straddle blocks
             pos += room
             continue
         crc, length, kind = struct.unpack_from("<IHB", data, pos)
         end = pos + _HEADER + length
         if end > len(data):
-            return  # a torn tail: the writer died mid-chunk
+            return  # a torn tail: the writer died mid-chunk (or is writing it)
         payload = data[pos + _HEADER : end]
         if kind == 0 and length == 0 and crc == 0:
             pos = end  # zero padding of a preallocated block
@@ -107,7 +107,7 @@ def _chunks(data: bytes, start: int) -> Iterator[tuple[int, int, bytes] | None]:
         ):
             yield None
             return
-        yield kind, end, payload
+        yield kind, base + end, payload
         pos = end
 
 
@@ -121,7 +121,8 @@ def read_records(path: str, offset: int = 0) -> WandbLog:
 
     Args:
         path: the ``run-<id>.wandb`` file.
-        offset: where to start: 0, or a previous call's ``end`` (the file grows).
+        offset: where to start: 0, or a previous call's ``end`` (the file grows; only
+            the bytes from there are read).
 
     Returns:
         The records found, the offset to read on from, and whether damage stopped it.
@@ -131,17 +132,21 @@ def read_records(path: str, offset: int = 0) -> WandbLog:
     """
     pb = require("wandb.proto.wandb_internal_pb2", "wandb", "the wandb summary format")
     with open(path, "rb") as file:
+        if offset < len(_IDENT):
+            header = file.read(len(_IDENT))
+            if len(header) < len(_IDENT):
+                return WandbLog([], 0, False)
+            if header != _IDENT:
+                raise ValueError(
+                    f"{path!r} is not a W&B transaction log: it starts with {header!r}, "
+                    f"not {_IDENT!r}"
+                )
+            offset = len(_IDENT)
+        file.seek(offset)
         data = file.read()
-    if len(data) < len(_IDENT):
-        return WandbLog([], offset, False)
-    if data[: len(_IDENT)] != _IDENT:
-        raise ValueError(
-            f"{path!r} is not a W&B transaction log: it starts with {data[:7]!r}, not {_IDENT!r}"
-        )
     records: list[Any] = []
-    end = max(offset, len(_IDENT))
-    parts: list[bytes] = []
-    for chunk in _chunks(data, end):
+    end, parts = offset, []
+    for chunk in _chunks(data, offset):
         if chunk is None:
             return WandbLog(records, end, True)
         kind, chunk_end, payload = chunk
@@ -221,7 +226,6 @@ class WandbClient:
         self._confirmed = 0  # of them, rows seen in the transaction log
         self._held: dict[str, int] = {}  # tag -> newest step in the run's earlier files
         self._last: dict[str, int] = {}  # tag -> newest step this client handed to W&B
-
         self._unconfirmed: list[tuple[str, int, float, float]] = []  # a timed-out send's
 
     def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
@@ -276,19 +280,12 @@ class WandbClient:
         return str(run.id)
 
     def _read_earlier(self, directory: str) -> None:
-        """Notes each tag's newest step in the run's earlier transaction logs."""
+        """Notes each tag's newest step in the run's earlier transaction logs (a damaged
+        one up to its damage, as far as ``wandb sync`` would upload it)."""
         for path in wandb_files(directory, str(self._run.id)):
             if os.path.abspath(path) == os.path.abspath(str(self._file)):
                 continue
-            log = read_records(path)
-            if log.damaged:
-                warnings.warn(
-                    f"wandb: {path!r} is damaged past offset {log.end}; the points after "
-                    "it are not known to be in W&B and may be sent again",
-                    TrackerWarning,
-                    stacklevel=2,
-                )
-            for row in history_rows(log.records):
+            for row in history_rows(read_records(path).records):
                 step = row.get(STEP_METRIC)
                 if isinstance(step, int):
                     for tag in row:
