@@ -3,8 +3,9 @@
 Run as ``python mlflow_loop.py DIRECTORY TOTAL_STEPS [SLEEP_SECONDS]`` with
 ``MLFLOW_TRACKING_URI`` (and ``MLFLOW_EXPERIMENT_NAME``) set. The loop resumes from the
 newest checkpoint, saves every 5 steps, logs ``loss`` and ``lr`` at each step through
-``writer_options={"formats": ("jsonl", "mlflow")}`` and stores its ``config`` as the MLflow
-run's parameters. It prints ``ready S`` after the restore and ``step S`` after each update.
+``writer_options={"formats": ("jsonl", Tracker("mlflow", ...))}`` and stores its
+``config`` as the MLflow run's parameters. It prints ``ready S`` after the restore and
+``step S`` after each update.
 """
 
 import sys
@@ -19,6 +20,7 @@ def main(directory: str, total_steps: int, sleep_seconds: float) -> None:
     from globalstep import Run
     from globalstep.run import GeneratorState
     from globalstep.schedules import CosineDecay
+    from globalstep.summary import Tracker
 
     rows, features = 32, 8
     data = np.random.default_rng(0)
@@ -33,7 +35,8 @@ def main(directory: str, total_steps: int, sleep_seconds: float) -> None:
         schedules={"lr": CosineDecay(0.05, decay_steps=total_steps)},
         config={"rows": rows, "model": {"features": features, "kind": "linear"}},
         progress=False,
-        writer_options={"formats": ("jsonl", "mlflow")},
+        # "mlflow" with room for a server that a busy machine slows down at close
+        writer_options={"formats": ("jsonl", Tracker("mlflow", close_seconds=240))},
     )
     with run:
         run.restore({"weights": weights, "noise": GeneratorState(noise)})

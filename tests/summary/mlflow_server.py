@@ -67,10 +67,18 @@ class MlflowServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the MLflow server exited: {self.log.read_text()[-3000:]}")
             if self.healthy():
+                self._warm_up()
                 return
             time.sleep(0.25)
         self.stop()
         raise RuntimeError(f"the MLflow server did not start: {self.log.read_text()[-3000:]}")
+
+    def _warm_up(self) -> None:
+        """Makes the first store request: the app creates its SQLite tables then (after
+        ``/health`` answers), which takes longer than a client's timeout on a busy machine."""
+        url = self.uri + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
+        with urllib.request.urlopen(url, timeout=START_SECONDS) as response:
+            response.read()
 
     def healthy(self) -> bool:
         try:

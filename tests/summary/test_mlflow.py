@@ -38,6 +38,9 @@ from globalstep.summary.reader import read_run
 LOOP = str(pathlib.Path(__file__).with_name("mlflow_loop.py"))
 TOTAL_STEPS = 40
 EXPERIMENT = "globalstep-tests"
+# The MLflow format with room for a server slowed down by a busy machine at close (the
+# default close_seconds=10 can pass before a loaded server answered the last batches).
+PATIENT = Tracker("mlflow", close_seconds=240)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +174,7 @@ def test_an_uninterrupted_run_in_mlflow(tmp_path, server, client):
         config=config,
         progress=False,
         handle_signals=False,
-        writer_options={"formats": ("jsonl", "mlflow")},
+        writer_options={"formats": ("jsonl", PATIENT)},
     )
     with run:
         run.restore({})
@@ -241,3 +244,52 @@ def test_a_stopped_server_never_stops_training(tmp_path, server, client):
         assert steps[-20:] == list(range(121, 141)), tag  # after the server came back
         values = {p.step: p.value for p in local[tag]}
         assert all(values[s] == v for s, v in histories[tag]), tag
+
+
+def test_a_resumed_run_keeps_its_parameters_and_names_those_that_changed(tmp_path, client):
+    import warnings
+
+    from globalstep.errors import ConfigDriftWarning
+
+    def train(total_steps, config):
+        options = {"formats": ("jsonl", PATIENT)}
+        with Run(
+            tmp_path,
+            total_steps=total_steps,
+            config=config,
+            progress=False,
+            handle_signals=False,
+            writer_options=options,
+        ) as run:
+            run.restore({})
+            while not run.done:
+                run.update(loss=1.0)
+
+    train(3, {"lr": 0.1})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(6, {"lr": 0.2, "width": 8})
+    kinds = {type(w.message) for w in caught}
+    assert kinds == {ConfigDriftWarning, TrackerWarning}, [str(w.message) for w in caught]
+    [tracker] = [w for w in caught if isinstance(w.message, TrackerWarning)]
+    text = str(tracker.message)
+    assert "the run's parameters could not be set" in text
+    assert "MLflow cannot change a run's parameters; kept the old values of lr: '0.1' -> '0.2'" in (
+        text
+    )
+    assert "not sent" not in text
+    got = _the_run(client, tmp_path)
+    assert got.data.params["lr"] == "0.1"
+    assert got.data.params["width"] == "8"  # a new key is logged
+    assert [s for s, _ in _history(client, got.info.run_id, "loss")] == list(range(1, 7))
+
+
+def test_mlflow_s_own_http_retries_are_kept_short_unless_the_user_set_them(monkeypatch):
+    from globalstep.summary._mlflow import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "33")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
+    MlflowClient()
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "33"  # the user's value wins

@@ -341,3 +341,20 @@ def test_a_restart_while_a_batch_is_out_voids_its_points_if_it_comes_back(tmp_pa
         ("loss", 3, 30.0),
         ("loss", 4, 40.0),
     ]
+
+
+class ParamsRefusingClient(FakeClient):
+    def set_params(self, params: dict[str, object]) -> None:
+        raise TrackerRefusedError("a parameter cannot change")
+
+
+def test_refused_parameters_are_named_and_the_points_still_go(tmp_path):
+    client, clock = ParamsRefusingClient(), Clock()
+    writer = SummaryWriter(tmp_path, clock=clock, formats=(tracker(client),))
+    writer.set_params({"lr": 0.2})
+    for _ in range(3):
+        clock.tick()
+        writer.scalars({"loss": 1.0})
+    with pytest.warns(TrackerWarning, match=r"parameters could not be set .*cannot change"):
+        writer.close()
+    assert steps(client) == [1, 2, 3]

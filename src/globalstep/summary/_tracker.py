@@ -575,7 +575,7 @@ class TrackerBackend:
                 self._ready.extendleft(e for e in reversed(batch) if e[2] < self._purged_since)
                 if isinstance(err, TrackerRefusedError):
                     return 0.0
-            elif isinstance(err, TrackerRefusedError):  # the run cannot be opened: give up
+            elif task == "open" and isinstance(err, TrackerRefusedError):  # give up
                 self._open_refused = err
                 return 0.0
             elif task == "params":
