@@ -29,6 +29,14 @@ from globalstep.summary._wandb import (  # noqa: E402
 )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_service_left():
+    """Tears W&B's service down after this module: wandb leaves its address in
+    ``WANDB_SERVICE``, which any subprocess a later test starts would inherit."""
+    yield
+    wandb.teardown()
+
+
 @pytest.fixture
 def offline(monkeypatch):
     """W&B offline and quiet, with no project, directory or run from the environment."""
@@ -216,9 +224,12 @@ def test_wandb_project_and_wandb_dir_are_followed(wandb_env, tmp_path):
     assert _of_kind(records, "run")[0].run.project == "globalstep-tests"
 
 
-def test_a_send_not_confirmed_in_time_raises_and_its_retry_logs_nothing_twice(offline, tmp_path):
+def test_a_send_not_confirmed_in_time_raises_and_its_retry_logs_nothing_twice(wandb_env, tmp_path):
     """With W&B flushing its file only at finish, send times out; the retry re-logs
-    nothing, and every row is in the file once after close."""
+    nothing, and every row is in the file once after close. (W&B's service is torn down
+    after: a later run of this process's service was seen not to flush its file at its
+    own interval after this one.)"""
+    wandb_env()
     client = WandbClient(flush_seconds=3600, confirm_seconds=0.2)
     run_id = client.open(None, logdir=str(tmp_path), key=_key())
     points = [("loss", 1, 1.0, 1000.0), ("loss", 2, 2.0, 1001.0)]
