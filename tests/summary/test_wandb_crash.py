@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -111,8 +112,18 @@ def _wandb_history(logs):
     files = [path for name in sorted(names) for path in wandb_files(str(logs), name)]
     history: dict[str, list[tuple[int, float]]] = {tag: [] for tag in TAGS}
     run_ids = set()
-    for path in files:
+    for number, path in enumerate(files):
         log = read_records(str(path))
+        # The last attempt ended cleanly, but W&B's service may still be writing the end
+        # of its file as that process exits: read until its exit record (bounded).
+        deadline = time.monotonic() + 60
+        while (
+            number == len(files) - 1
+            and time.monotonic() < deadline
+            and not (log.records and log.records[-1].WhichOneof("record_type") == "exit")
+        ):
+            time.sleep(0.05)
+            log = read_records(str(path))
         assert not log.damaged, path
         run_ids.update(r.run.run_id for r in log.records if r.WhichOneof("record_type") == "run")
         for row in history_rows(log.records):
