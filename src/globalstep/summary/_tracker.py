@@ -46,6 +46,11 @@ until the refused points are found, and those are dropped). ``close()`` waits at
 :class:`~globalstep.errors.TrackerWarning` at close counts what was dropped, refused and
 left unsent.
 
+Which commits count: every checkpoint committed in the process (as every save syncs every
+open writer, see :mod:`globalstep._durability`): a checkpoint cannot tell which curves
+depend on it. On several ranks the writer rank's manager commits, and only the writer rank
+opens a writer under ``Run``.
+
 Limits: only scalars go to a tracker (histograms and texts stay in TensorBoard and JSONL).
 A restart below points sent already (a rollback to an older checkpoint, a restore of an old
 step) cannot take them back: the warning at close says so.
@@ -341,7 +346,7 @@ class TrackerBackend:
     Args:
         logdir: the writer's local directory.
         tracker: the format and its options.
-        client: the tool's client (``tracker.client()`` if None).
+        client: the tool's client (``tracker.build()`` if None).
 
     Raises:
         ConfigError: the record cannot be read or written.
