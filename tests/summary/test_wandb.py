@@ -143,6 +143,23 @@ def test_points_reach_the_transaction_log_as_rows_on_the_global_step(offline, tm
     )
 
 
+def test_a_relative_log_directory_is_the_one_of_the_working_directory_now(
+    offline, tmp_path, monkeypatch
+):
+    """W&B's service was started elsewhere (an earlier run of this process): the client's
+    relative directory still means the current working directory's, where send looks."""
+    (tmp_path / "before").mkdir()
+    (tmp_path / "now").mkdir()
+    monkeypatch.chdir(tmp_path / "before")
+    wandb.init(dir=".").finish()  # the service starts with this working directory
+    monkeypatch.chdir(tmp_path / "now")
+    client = WandbClient(flush_seconds=0.05, confirm_seconds=20)
+    run_id = client.open(None, logdir="logs", key=_key())
+    client.send([("loss", 1, 0.5, 1000.0)])
+    client.close()
+    assert [r[STEP_METRIC] for r in _history(tmp_path / "now" / "logs", run_id)] == [1]
+
+
 def test_a_resumed_client_continues_the_run_and_skips_the_steps_it_holds(offline, tmp_path):
     """Same run id in both files; a resent step is not logged twice, and is counted."""
     first = WandbClient(flush_seconds=0.05)

@@ -256,6 +256,9 @@ class WandbClient:
         else:
             directory = os.environ.get("WANDB_DIR") or (logdir if "://" not in logdir else None)
             if directory is not None:
+                # Absolute: W&B's service, started once a process, resolves a relative
+                # directory against its own working directory, not this thread's.
+                directory = os.path.abspath(directory)
                 os.makedirs(directory, exist_ok=True)
             settings: dict[str, Any] = {}
             if "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL" not in os.environ:
