@@ -24,6 +24,7 @@ collect_ignore = [
     "integrations/torch_standalone_loop.py",
     "integrations/keras_deferred_check.py",
     "integrations/tf_seed_program.py",
+    "summary/wandb_loop.py",
 ]
 
 
