@@ -224,3 +224,68 @@ def test_handle_signals_false_catches_none(tmp_path):
     with _run(tmp_path, handle_signals=False) as run:
         assert {s: signal.getsignal(s) for s in DEFAULT_STOP_SIGNALS} == before
         run.restore()
+
+
+class _Store:
+    """A Store for one process standing for the group's (torch's HashStore), whose first
+    ``fail`` compare_set calls raise as a Store whose host died does."""
+
+    def __init__(self, fail=0):
+        import torch.distributed as dist
+
+        self.store, self.fail = dist.HashStore(), fail
+
+    def compare_set(self, key, expected, desired):
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("Connection reset by peer")
+        return self.store.compare_set(key, expected, desired)
+
+    def check(self, keys):
+        return self.store.check(keys)
+
+    def get(self, key):
+        return self.store.get(key)
+
+
+def _shared(monkeypatch, store):
+    pytest.importorskip("torch")
+    from globalstep import preemption
+
+    monkeypatch.setattr(preemption, "_agreement_store", lambda group: (store, "stop"))
+
+
+def test_a_rank_that_finds_the_request_late_stops_at_once_and_says_so(monkeypatch):
+    """Another rank's request names poll 3; this rank looks every 5 polls, finds it at
+    poll 5, stops there, and warns that the ranks are not in lockstep."""
+    store = _Store()
+    store.store.set("stop", "15:3")
+    _shared(monkeypatch, store)
+    with Preemption((), every=5) as stop:
+        assert stop.distributed
+        assert [stop.poll() for _ in range(4)] == [0, 0, 0, 0]
+        with pytest.warns(UserWarning, match=r"at poll 5, after the poll every rank stops at"):
+            assert stop.poll() == signal.SIGTERM
+
+
+def test_a_request_the_store_refused_is_written_at_the_next_poll(monkeypatch):
+    """request() in a signal handler never raises for a Store that failed: the next poll
+    writes the request, and the stop comes at the poll it names (the first look after it
+    plus one: poll 3)."""
+    store = _Store(fail=1)
+    _shared(monkeypatch, store)
+    with Preemption((), every=1) as stop:
+        stop.request(signal.SIGUSR1)
+        assert not store.store.check(["stop"])
+        assert [stop.poll() for _ in range(3)] == [0, 0, signal.SIGUSR1]
+        assert store.store.get("stop") == b"10:3"
+
+
+def test_the_first_request_wins_over_a_later_one(monkeypatch):
+    """A rank whose request comes second adopts the one the Store holds (signal and poll)."""
+    store = _Store()
+    store.store.set("stop", "15:4")
+    _shared(monkeypatch, store)
+    with Preemption((), every=1) as stop:
+        stop.request(signal.SIGUSR1)
+        assert [stop.poll() for _ in range(4)] == [0, 0, 0, signal.SIGTERM]

@@ -5,19 +5,23 @@ A scheduler pre-empts a job with a signal: SLURM sends SIGTERM (or, with
 ``--signal=USR1@...``, SIGUSR1) to every task, torchrun's agent forwards the SIGTERM it
 gets to every worker, a cloud sends SIGTERM to one VM only. On several ranks each process
 must then save the same step, once, and exit; a rank that stops alone leaves the others
-waiting in their next collective. :class:`Preemption` catches the signals, and every
-``every`` updates (its :meth:`Preemption.poll` is called once per update) every rank
-issues one asynchronous ``all_reduce(MAX)`` of one int64 (the signal number received, 0
-for none) on a gloo group of its own, and waits for the one it issued ``delay`` such
-reductions before. Every rank reads the same maximum at the same poll, so every rank
-learns of the signal at the same update. When no signal came nothing blocks (unless the
-reduction issued ``every * delay`` updates before is still in flight): the per-update
-cost is issuing one small collective every ``every`` updates.
+waiting in their next collective. :class:`Preemption` catches the signals and agrees
+through the process group's Store (torch.distributed's key-value store, the one the
+group was made with), with no collective: the rank that receives a signal writes one key,
+``{signal}:{poll}``, naming the poll at which every rank stops; it is written once
+(``compare_set``: the first request wins, a later one on another rank adopts it). Every
+``every`` polls each rank looks whether the key exists (one ``check`` of the Store, a
+round trip on the loopback or the network, no other rank involved); a rank that finds it
+stops at the poll it names. When no signal came nothing waits for another rank: the
+per-update cost is one Store ``check`` every ``every`` updates.
 
-**The bound.** A signal noted on any rank while its clock showed step ``s`` (the ranks
-of a data-parallel loop are at the same step, give or take the update in flight) stops
-every rank at one step ``<= s + every * (delay + 1)``, polling once per update after the
-tick: ``s + 2`` with the defaults (``every=1, delay=1``).
+**The bound.** The stop poll is the first poll at which every rank looks after the
+request, counted ``delay`` looks ahead: with the ranks of a data-parallel loop at the same
+step give or take the update in flight (DDP's gradient ``all_reduce`` keeps them so), a
+signal noted on any rank while its clock showed step ``s`` stops every rank at one step
+``<= s + every * (delay + 1)``, polling once per update after the tick: ``s + 2`` with the
+defaults (``every=1, delay=1``). A rank that finds the key only after the poll it names
+(ranks not in lockstep) stops at once, with a warning naming both polls.
 
 On one process (no process group, or a group of one) the agreement is immediate: the
 first poll after the signal returns it. :class:`~globalstep.run.Run` uses this class for
@@ -35,17 +39,16 @@ through torchrun's agent, which forwards what it gets.
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
 from globalstep._closing import Closing
-from globalstep._optional import require
 from globalstep.errors import ConfigError
 
 __all__ = [
@@ -117,9 +120,14 @@ def check_signals(signals: Any, name: str = "signals") -> tuple[int, ...]:
     return tuple(found)
 
 
-def _process_group(group: Any) -> tuple[Any, Any]:
-    """torch.distributed and the gloo group the agreement runs on, or (None, None) on one
-    process. A group of one needs no agreement."""
+_OPENED: dict[str, int] = {}
+"""How many agreements this process made per Store prefix (every rank makes them in the
+same order, so the how-many-th names the same key on every rank)."""
+
+
+def _agreement_store(group: Any) -> tuple[Any, str] | None:
+    """The Store the agreement writes its key into and the key, or None on one process
+    (a group of one needs no agreement)."""
     from globalstep import distributed
 
     if not distributed.initialised():
@@ -130,44 +138,38 @@ def _process_group(group: Any) -> tuple[Any, Any]:
                 group,
                 hint="Call torch.distributed.init_process_group first, or pass group=None.",
             )
-        return None, None
-    dist = require("torch.distributed", "torch", "globalstep.preemption")
-    if group is None:
-        if distributed.world_size() == 1:
-            return None, None
-        # Every rank makes its Preemption at the same point: new_group is a collective.
-        return dist, dist.new_group(backend="gloo")
-    backend = dist.get_backend(group)
-    if backend != "gloo":
-        raise ConfigError(
-            "group",
-            "must be a gloo group (the agreement's tensor lives on the CPU)",
-            backend,
-            hint="Pass group=None (a gloo group of its own is made) or a group made by "
-            'dist.new_group(backend="gloo").',
-        )
-    return (dist, group) if distributed.world_size(group) > 1 else (None, None)
+        return None
+    if distributed.world_size(group) == 1:
+        return None
+    from globalstep.checkpoint.distributed import store_and_attempt
+
+    store, attempt = store_and_attempt()
+    where = f"globalstep/preempt{attempt}"
+    _OPENED[where] = opened = _OPENED.get(where, 0) + 1
+    return store, f"{where}/{opened}"
 
 
 class Preemption(Closing):
     """Stops every rank at one common update when any rank receives a stop signal.
 
-    Make it at the same point on every rank (on several ranks it makes a gloo group: a
-    collective), call :meth:`poll` once per update on every rank (the same number of
-    times), and stop when it returns a signal number: every rank gets the same one at the
-    same poll (the highest number received, where ranks received different signals),
-    within ``every * (delay + 1)`` updates of the signal (see the module's docstring).
+    Make it at the same point on every rank (every rank makes its agreements in the same
+    order: the how-many-th names the Store key), call :meth:`poll` once per update on
+    every rank (the same number of times), and stop when it returns a signal number: every
+    rank gets the same one at the same poll (the first request's, where ranks received
+    different signals), within ``every * (delay + 1)`` updates of the signal (see the
+    module's docstring).
 
     Args:
         signals: the signals that request a stop; their handlers are installed now (the
             main thread only) and given back by :meth:`close`. ``()`` catches nothing
             (:meth:`request` still asks for a stop).
-        every: polls between two reductions, >= 1: fewer collectives, a later stop.
-        delay: reductions issued between issuing one and reading it, >= 1: more hides
-            a slower reduction behind more updates, and stops later.
-        group: a gloo process group to agree on; None makes one of its own over the
-            whole run (on several ranks of an initialised process group) or agrees
-            locally (one process).
+        every: polls between two looks at the Store, >= 1: fewer round trips, a later
+            stop.
+        delay: looks between the request and the stop, >= 1: more leaves ranks that lag
+            further behind time to see the request, and stops later.
+        group: the process group whose ranks agree (its size decides whether there is
+            anything to agree on); None is the default group. The request goes through
+            the default group's Store either way.
         agree: False stops this process alone, at once, even on several ranks.
         on_signal: called with the signal's number when the first one arrives (in the
             handler: it should only note or print).
@@ -215,19 +217,17 @@ class Preemption(Closing):
                 self.signals,
                 hint="Make it in the main thread, or pass signals=() and call request().",
             )
-        self.every, self.delay = every, delay
-        self._dist: Any
-        self.group: Any
-        self._dist, self.group = _process_group(group) if agree else (None, None)
+        self.every, self.delay, self.group = every, delay, group
+        shared = _agreement_store(group) if agree else None
+        self._store: Any = shared[0] if shared is not None else None
+        self._key = shared[1] if shared is not None else ""
         self._on_signal, self._on_stop = on_signal, on_stop
         self.requested: int | None = None
         self.agreed: int | None = None
         self.polls = 0
         self._first_signal_at: float | None = None
-        self._pending: collections.deque[tuple[Any, Any]] = collections.deque()
-        self._torch: Any = (
-            require("torch", "torch", "globalstep.preemption") if self._dist else None
-        )
+        self._stop_at: tuple[int, int] | None = None  # (signal, poll) once known
+        self._posted = False
         self._old_handlers: dict[int, Any] = {}
         for signum in self.signals:
             self._old_handlers[signum] = signal.signal(signum, self._handle)
@@ -235,7 +235,7 @@ class Preemption(Closing):
     @property
     def distributed(self) -> bool:
         """Whether the stop is agreed across several ranks (else it is local and at once)."""
-        return self._dist is not None
+        return self._store is not None
 
     def request(self, signum: int = signal.SIGTERM) -> None:
         """Asks for a stop, as receiving ``signum`` would (a time limit, a file appearing);
@@ -249,42 +249,69 @@ class Preemption(Closing):
         if self.requested is not None:
             return
         self.requested = signum
-        if self._dist is None and self.agreed is None:
-            self.agreed = signum
-            if self._on_stop is not None:
-                self._on_stop(signum)
+        if self._store is None:
+            if self.agreed is None:
+                self._agree(signum)
+            return
+        self._post()
+
+    def _post(self) -> None:
+        """Writes the request (this signal, the stop poll) unless a rank wrote one first;
+        notes the one in force. A Store that does not answer is tried again at the next
+        poll (this may run in a signal handler)."""
+        polls, every = self.polls, self.every
+        first_look = (polls // every + 1) * every  # a rank one poll ahead may be past it
+        value = f"{int(self.requested or 0)}:{first_look + every * self.delay}"
+        try:
+            raw = self._store.compare_set(self._key, "", value)
+        except Exception:  # the Store's RuntimeError or DistStoreError: retried at poll
+            return
+        self._posted = True
+        self._note(raw)
+
+    def _note(self, raw: Any) -> None:
+        text = bytes(raw).decode() if not isinstance(raw, str) else raw
+        signum, _, at = text.partition(":")
+        self._stop_at = (int(signum), int(at))
 
     def poll(self) -> int:
         """Returns the agreed signal number once every rank knows of a stop, else 0.
 
-        Call it once per update on every rank (a collective, issued without waiting). Once
-        it returned a signal it returns the same one and issues nothing more.
+        Call it once per update on every rank. Every ``every`` polls it looks at the
+        Store for a request (one ``check``, no collective). Once it returned a signal it
+        returns the same one and looks no more.
 
         Raises:
-            RuntimeError: the process group failed (a rank died): torch's error.
+            RuntimeError: the Store stopped answering (its host, rank 0, died): torch's
+                error.
         """
         agreed = self.agreed
         if agreed is not None:
             return agreed
-        dist = self._dist
-        if dist is None:
+        store = self._store
+        if store is None:
             return 0
         self.polls = polls = self.polls + 1
-        if polls % self.every:
+        stop_at = self._stop_at
+        if stop_at is None:
+            if self.requested is not None and not self._posted:
+                self._post()
+            elif polls % self.every == 0 and store.check([self._key]):
+                self._note(store.get(self._key))
+            stop_at = self._stop_at
+            if stop_at is None:
+                return 0
+        signum, at = stop_at
+        if polls < at:
             return 0
-        pending = self._pending
-        if len(pending) == self.delay:
-            work, tensor = pending.popleft()
-            work.wait()
-            value = tensor.item()
-            if value:
-                return self._agree(value)
-        else:
-            tensor = self._torch.zeros(1, dtype=self._torch.int64)
-        tensor.fill_(self.requested or 0)
-        work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
-        pending.append((work, tensor))
-        return 0
+        if polls > at:
+            warnings.warn(
+                f"this rank learned of the stop at poll {polls}, after the poll every rank "
+                f"stops at ({at}): the ranks are not in lockstep (a loop whose ranks drift "
+                "by more than one update); pass a smaller `every`",
+                stacklevel=2,
+            )
+        return self._agree(signum)
 
     def _agree(self, value: int) -> int:
         try:
@@ -297,13 +324,10 @@ class Preemption(Closing):
         return agreed
 
     def close(self) -> None:
-        """Gives the signal handlers back; twice does nothing. The reductions in flight are
-        not waited for: every rank issued the same ones, and they end with the process
-        group."""
+        """Gives the signal handlers back; twice does nothing."""
         handlers, self._old_handlers = self._old_handlers, {}
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-        self._pending.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()

@@ -7,7 +7,7 @@ stop saves) until the test signals it from outside, and writes what it saw to
 each (recorded by a handler that then hands the signal to the Run's), the step it stopped
 at, the exit status, and its weights. ``ready-<rank>`` appears after update 5.
 
-Scenarios: ``every1`` (the default ``Ranks()``) and ``every3`` (``Ranks(stop_every=3)``);
+Scenarios: ``every1`` (``Ranks(stop_every=1)``) and ``every3`` (``Ranks(stop_every=3)``);
 ``plain``: a :class:`~globalstep.preemption.Preemption` in a plain loop (no Run), rank 1
 asking for a stop before poll 7, every rank recording what each of 16 polls returned; then
 one on the default group with rank 0 asking for SIGUSR1 and rank 1 for SIGTERM.
@@ -66,7 +66,7 @@ def train(scenario: str, rank: int, out: Path) -> dict[str, Any]:
         out / "run",
         progress=False,
         stream=io.StringIO(),
-        ranks=Ranks(stop_every=3) if scenario == "every3" else Ranks(),
+        ranks=Ranks(stop_every=3 if scenario == "every3" else 1),
         writer_options={"formats": ("jsonl",)},
     )
     _recording(run, received)
@@ -103,15 +103,19 @@ def plain(rank: int) -> dict[str, Any]:
     answers = []
     with Preemption((), every=2, delay=2, group=group) as stop:
         for poll in range(1, 17):
+            dist.barrier(group)  # the ranks in lockstep, as DDP's gradient all_reduce keeps them
             if rank == 1 and poll == 7:
                 stop.request(signal.SIGUSR1)
             answers.append(stop.poll())
         distributed = stop.distributed
-    # Different signals on different ranks: every rank gets the highest number.
+    # Different signals on different ranks: every rank gets the first request's.
     stops: list[int] = []
     with Preemption((), on_stop=lambda s: stops.append(int(s))) as stop:
         stop.request(signal.SIGUSR1 if rank == 0 else signal.SIGTERM)
-        mixed = [stop.poll() for _ in range(3)]
+        mixed = []
+        for _ in range(3):
+            dist.barrier(group)
+            mixed.append(stop.poll())
     return {"answers": answers, "distributed": distributed, "mixed": mixed, "stops": stops}
 
 

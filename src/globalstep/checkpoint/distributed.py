@@ -161,6 +161,13 @@ def _attempt() -> str:
     return f"/{run}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
+def store_and_attempt() -> tuple[Any, str]:
+    """The default group's Store and the key prefix part of this torchrun attempt (see
+    :func:`_attempt`): what another agreement between the ranks (the pre-emption's) keys
+    its entries by, as the saves do."""
+    return _default_store(torch_dist()), _attempt()
+
+
 class Coordinator:
     """One manager's side of the save protocol, on one rank."""
 

@@ -36,9 +36,9 @@ class Ranks:
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
     the writer logs them. A stop signal received by any rank (see the Run's
     ``stop_signals``) stops every rank at one common update, within ``2 * stop_every``
-    updates of it (:class:`~globalstep.preemption.Preemption`: one asynchronous reduction
-    of one int64 every ``stop_every`` updates, read at the next one: nothing waits unless
-    a reduction takes longer than ``stop_every`` updates).
+    updates of it (:class:`~globalstep.preemption.Preemption`: every ``stop_every``
+    updates each rank looks for a request in the process group's Store, one round trip
+    and no collective; the rank that got the signal writes it there).
     A Run on several ranks uses ``Ranks()`` unless told otherwise.
 
     Args:
@@ -49,21 +49,22 @@ class Ranks:
             tag, gathered at each update (one small collective), reduced by this operation
             (the mean where it is None): the same decision on every rank.
         check_every: updates between step agreement checks, >= 1; None never checks.
-        stop_every: updates between the stop agreement's reductions, >= 1 (more: fewer
-            collectives, a later stop).
+        stop_every: updates between two looks at the Store for a stop request, >= 1
+            (fewer: a sooner stop, one more Store round trip per update; 10 by default:
+            a stop within 20 updates).
 
     Raises:
         ConfigError: a field breaks its rule.
 
     Example:
         >>> Ranks(reduce="mean")
-        Ranks(writer=0, reduce='mean', check_every=100, stop_every=1)
+        Ranks(writer=0, reduce='mean', check_every=100, stop_every=10)
     """
 
     writer: int = 0
     reduce: str | None = None
     check_every: int | None = 100
-    stop_every: int = 1
+    stop_every: int = 10
 
     def __post_init__(self) -> None:
         if isinstance(self.writer, bool) or not isinstance(self.writer, int) or self.writer < 0:
