@@ -17,12 +17,13 @@ Two ranks (processes on 127.0.0.1) train the same small model (``Linear(64, 64)`
   update: how per-value synchronisation (Lightning's ``self.log(..., sync_dist=True)``,
   one collective per logged value) costs, beside ``run+reduce``'s one collective.
 - ``ddp+poll``: the bare loop plus ``Preemption(()).poll()`` once per update: the
-  preemption agreement (issue #27) alone, one asynchronous ``all_reduce(MAX)`` of one int64
-  issued per update on a gloo group of its own, the one issued the update before waited for.
-- ``ddp+poll10``: ``Preemption((), every=10)``: one reduction issued every 10 updates.
+  preemption agreement (issue #27) alone: one look at the Store (``check`` of one key, a
+  round trip to the rank that hosts it) per update; no collective.
+- ``ddp+poll10``: ``Preemption((), every=10)``: one look at the Store every 10 updates.
 - ``run+stop``: ``run`` with ``handle_signals=True`` (the default stop signals, SIGINT,
-  SIGTERM and SIGUSR1): the agreement polled by every ``run.update``; ``run`` has it off.
-- ``run+stop10``: as ``run+stop`` with ``Ranks(stop_every=10)``.
+  SIGTERM and SIGUSR1) and ``Ranks(stop_every=1)``: the agreement looks at the Store at
+  every ``run.update``; ``run`` has it off.
+- ``run+stop10``: as ``run+stop`` with ``Ranks(stop_every=10)`` (the default).
 
 Printed per contender (rank 0's times): the median time per update over the rounds, the
 spread (min-max), and the median per-round ratio to ``ddp`` of the same round; then the
@@ -86,7 +87,7 @@ def _loop(name: str, n: int, directory: str) -> float:
     inputs, targets = torch.randn(32, 64, generator=data), torch.randn(32, 1, generator=data)
     ranks = {
         "run": Ranks(check_every=None),
-        "run+stop": Ranks(check_every=None),
+        "run+stop": Ranks(check_every=None, stop_every=1),
         "run+stop10": Ranks(check_every=None, stop_every=10),
         "run+check100": Ranks(),
         "run+check1": Ranks(check_every=1),
