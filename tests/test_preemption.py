@@ -231,7 +231,7 @@ class _Store:
     ``fail`` compare_set calls raise as a Store whose host died does."""
 
     def __init__(self, fail=0):
-        import torch.distributed as dist
+        dist = pytest.importorskip("torch.distributed")
 
         self.store, self.fail = dist.HashStore(), fail
 
@@ -249,7 +249,6 @@ class _Store:
 
 
 def _shared(monkeypatch, store):
-    pytest.importorskip("torch")
     from globalstep import preemption
 
     monkeypatch.setattr(preemption, "_agreement_store", lambda group: (store, "stop"))
