@@ -134,7 +134,7 @@ def test_a_second_signal_exits_at_once(tmp_path):
         stop = Preemption()
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)  # directly and through torchrun's agent
-        print("noted", stop.poll(), flush=True)
+        print("noted", int(stop.poll()), flush=True)
         time.sleep(SAME_DELIVERY_SECONDS + 0.1)
         os.kill(os.getpid(), signal.SIGTERM)
         print("not reached", flush=True)
