@@ -502,3 +502,166 @@ def test_skipped_update_beside_attach_keeps_its_meaning(tmp_path):
     attachment.detach()
     points = read_run(tmp_path / "logs").scalars["loss"]
     assert [(p.step, p.value) for p in points] == [(1, 1.0), (1, 2.0), (2, 3.0)]
+
+
+# ------------------------------------------------ attach() written as a statement (issue 33)
+
+
+def _statement_attach(opt, clock, schedule=None):
+    """attach() as the README writes it: the result is not kept, and the collector runs."""
+    import gc
+
+    attach(opt, clock, schedule)
+    gc.collect()
+
+
+def test_attach_as_statement_keeps_its_claim(released):
+    """attach() as a statement keeps the claim on the clock's ticks and the hooks together:
+    after gc.collect() the clock's owner is still the attachment, and one optimizer.step()
+    advances the step by exactly 1 at the schedule's rate."""
+    from globalstep.integrations.torch import Attachment
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=9.0)
+    clock = Clock()
+    _statement_attach(opt, clock, compat.StepLR(base_lr=0.5, step_size=1, gamma=0.5))
+    assert f"SGD at {id(opt):#x}" in (clock.tick_owner or "")
+    _sgd_step(opt, [w])
+    assert (clock.step, w.item()) == (1, -0.5)
+    _sgd_step(opt, [w])
+    assert (clock.step, w.item()) == (2, -0.75)
+    attachment = Attachment.of(opt)
+    assert attachment is not None
+    assert attachment is Attachment.of(clock)
+    assert clock.tick_owner == attachment.tick_owner
+    released.append(attachment)
+
+
+def test_second_attach_of_the_same_optimizer_names_the_first(released):
+    """attach() of an optimizer attached by a statement (a notebook cell run twice) is
+    refused with a message naming the first attachment and how to detach it; the
+    optimizer keeps one pair of hooks, and one step advances the step by 1."""
+    from globalstep.integrations.torch import Attachment
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=0.1)
+    clock = Clock()
+    _statement_attach(opt, clock, compat.ExponentialLR(base_lr=0.1, gamma=0.5))
+    first = f"Attachment(SGD at {id(opt):#x}, Clock('global_step', step=0, epoch=0), attached)"
+    with pytest.raises(ConfigError, match="is already attached, by ") as refused:
+        attach(opt, clock)
+    assert first in str(refused.value)
+    assert "Attachment.of(optimizer).detach()" in str(refused.value)
+    with pytest.raises(ConfigError, match="is already attached"):
+        attach(opt, Clock())  # another clock: the optimizer is still the one attached
+    assert (len(opt._optimizer_step_pre_hooks), len(opt._optimizer_step_post_hooks)) == (1, 1)
+    _sgd_step(opt, [w])
+    assert clock.step == 1
+    released.append(Attachment.of(opt))
+
+
+def test_second_optimizer_on_the_same_clock_names_the_first(released):
+    """attach() of another optimizer to a clock an optimizer attached by a statement
+    ticks is refused with a message naming the first attachment; the second optimizer
+    gets no hook."""
+    from globalstep.integrations.torch import Attachment
+
+    opt = torch.optim.SGD([_param()], lr=0.1)
+    other = torch.optim.Adam([_param()], lr=0.1)
+    clock = Clock()
+    _statement_attach(opt, clock, compat.ExponentialLR(base_lr=0.1, gamma=0.5))
+    with pytest.raises(ConfigError, match="is already advanced by another optimizer") as refused:
+        attach(other, clock)
+    assert f"by Attachment(SGD at {id(opt):#x}, Clock(" in str(refused.value)
+    assert "Attachment.of(clock).detach()" in str(refused.value)
+    assert not other._optimizer_step_pre_hooks
+    assert not other._optimizer_step_post_hooks
+    assert Attachment.of(other) is None
+    released.append(Attachment.of(clock))
+
+
+def test_detach_then_attach_again_after_a_statement(released):
+    """The attachment of a statement, found again by Attachment.of, detaches (hooks and
+    claim both gone), and the optimizer attaches again, one tick per step."""
+    from globalstep.integrations.torch import Attachment
+
+    w = _param()
+    opt = torch.optim.SGD([w], lr=0.1)
+    clock = Clock()
+    _statement_attach(opt, clock)
+    first = Attachment.of(clock)
+    assert first is not None
+    first.detach()
+    assert (clock.tick_owner, Attachment.of(opt), Attachment.of(clock)) == (None, None, None)
+    assert not opt._optimizer_step_pre_hooks
+    assert not opt._optimizer_step_post_hooks
+    _sgd_step(opt, [w])
+    assert clock.step == 0
+    released.append(attach(opt, clock))
+    _sgd_step(opt, [w])
+    assert clock.step == 1
+
+
+def test_unreachable_attached_optimizer_does_not_block_its_clock(released):
+    """An optimizer nothing reaches any more, not yet collected (its hooks and attachment
+    form a cycle), does not block attaching another optimizer to its clock."""
+    import gc
+
+    clock = Clock()
+    gc.disable()
+    try:
+        attach(torch.optim.SGD([_param()], lr=0.1), clock)
+        w = _param()
+        opt = torch.optim.SGD([w], lr=0.1)
+        released.append(attach(opt, clock))
+    finally:
+        gc.enable()
+    _sgd_step(opt, [w])
+    assert clock.step == 1
+
+
+def test_run_beside_attach_as_statement_ticks_once(tmp_path):
+    """Beside a Run, attach() as a statement keeps the tick: run.update does not raise
+    and the step advances exactly once per optimizer.step(), each step logged once."""
+    import io
+
+    from globalstep import Run
+    from globalstep.integrations.torch import Attachment
+    from globalstep.summary.reader import read_run
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = Run(
+        tmp_path,
+        total_steps=6,
+        save_every=3,
+        progress=False,
+        stream=io.StringIO(),
+        writer_options={"formats": ("jsonl",)},
+    )
+    steps = []
+    with run:
+        _statement_attach(opt, run.clock, compat.StepLR(base_lr=0.1, step_size=2, gamma=0.5))
+        run.restore({"model": model, "opt": opt})
+        while not run.done:
+            opt.zero_grad()
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+            run.update(lr=opt.param_groups[0]["lr"])
+            steps.append(run.step)
+    Attachment.of(opt).detach()
+    assert steps == [1, 2, 3, 4, 5, 6]
+    points = read_run(tmp_path / "logs").scalars["lr"]
+    assert [p.step for p in points] == [1, 2, 3, 4, 5, 6]
+    assert [p.value for p in points] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+    assert run.checkpoints.steps() == [3, 6]
+
+
+def test_attachment_of_what_is_not_attached_is_none():
+    """Attachment.of gives None for an optimizer or a clock no attachment holds, and for
+    anything else."""
+    from globalstep.integrations.torch import Attachment
+
+    assert Attachment.of(torch.optim.SGD([_param()], lr=0.1)) is None
+    assert Attachment.of(Clock()) is None
+    assert Attachment.of("an optimizer") is None

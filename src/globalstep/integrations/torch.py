@@ -5,7 +5,9 @@ rate of update number ``clock.step`` (see :mod:`globalstep.clock`) into every pa
 and then ticks the clock. An update that a ``GradScaler`` skips (inf or NaN gradients) never
 reaches the optimizer's ``step()``, so it neither ticks the clock nor moves the schedule;
 gradient accumulation ticks once per ``optimizer.step()``. Each optimizer gets its own clock
-(a GAN's generator and critic), and :meth:`Attachment.detach` undoes everything. After
+(a GAN's generator and critic), and :meth:`Attachment.detach` undoes everything. The
+attachment lives as long as the optimizer's hooks, so ``attach(...)`` written as a statement
+keeps its hold on the clock; :meth:`Attachment.of` finds it again. After
 ``optimizer.step()`` each group's ``"lr"`` is still the rate that update used: log it with
 the loss there, at the clock's step after the update (the convention of
 :mod:`globalstep.clock`).
@@ -42,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -148,7 +151,12 @@ _ATTACHED: weakref.WeakValueDictionary[int, Attachment] = weakref.WeakValueDicti
 
 
 class Attachment:
-    """The hooks :func:`attach` put on one optimizer; :meth:`detach` removes them."""
+    """The hooks :func:`attach` put on one optimizer; :meth:`detach` removes them.
+
+    The hooks hold the attachment, and with it the claim on the clock's ticks: both last
+    until :meth:`detach`, or until the optimizer itself is dropped, whether or not the caller
+    keeps the attachment. :meth:`of` finds it again from the optimizer or the clock.
+    """
 
     def __init__(
         self,
@@ -175,14 +183,43 @@ class Attachment:
         keys = ("lr", "momentum", "betas")
         self._saved = [{k: g[k] for k in keys if k in g} for g in groups]
         self._class_found_inf = hasattr(type(optimizer), "found_inf")
+        pre, post = self._pre_hook(), self._post_hook()
+        # Each hook holds the attachment (an attribute, so the hot path reads nothing more):
+        # the optimizer holds its hooks, so the claim on the clock's ticks, which the
+        # attachment's finalizer ends, cannot be freed while a hook still ticks the clock.
+        pre.__dict__["attachment"] = post.__dict__["attachment"] = self
         self._handles = [
-            optimizer.register_step_pre_hook(self._pre_hook()),
-            optimizer.register_step_post_hook(self._post_hook()),
+            optimizer.register_step_pre_hook(pre),
+            optimizer.register_step_post_hook(post),
         ]
 
     def __repr__(self) -> str:
         state = "detached" if not self._handles else "attached"
-        return f"Attachment({type(self.optimizer).__name__}, {self.clock!r}, {state})"
+        return f"Attachment({_named(self.optimizer)}, {self.clock!r}, {state})"
+
+    @classmethod
+    def of(cls, target: Any) -> Attachment | None:
+        """The live attachment of ``target``: the one that hooks it (an optimizer) or
+        ticks it (a :class:`~globalstep.clock.Clock`); None if there is none.
+
+        ``attach(...)`` written as a statement needs nothing kept: this finds its result
+        again, to :meth:`detach` it (a notebook cell run a second time, for instance).
+
+        Example:
+            >>> import torch
+            >>> from globalstep import Clock
+            >>> opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+            >>> clock = Clock()
+            >>> _ = attach(opt, clock)
+            >>> Attachment.of(clock) is Attachment.of(opt)
+            True
+            >>> Attachment.of(opt).detach()
+            >>> Attachment.of(opt) is None
+            True
+        """
+        if isinstance(target, Clock):
+            return next((a for a in list(_ATTACHED.values()) if a.clock is target), None)
+        return _ATTACHED.get(id(target))
 
     @property
     def attached(self) -> bool:
@@ -385,13 +422,15 @@ def attach(
             skipped one, so existing code keeps its scheduler.
 
     Returns:
-        The :class:`Attachment`; ``detach()`` removes the hooks.
+        The :class:`Attachment`; ``detach()`` removes the hooks. Keeping it is optional:
+        the hooks hold it (and the claim) until ``detach()`` or until the optimizer is
+        dropped, and :meth:`Attachment.of` finds it again.
 
     Raises:
         ConfigError: the optimizer is already attached, the clock is already advanced by
-            another optimizer (or claimed by another owner), a per-group list has the wrong
-            length, a schedule is not callable, or both ``schedule`` and ``scheduler`` are
-            given.
+            another optimizer (both name the first attachment) or claimed by another owner,
+            a per-group list has the wrong length, a schedule is not callable, or both
+            ``schedule`` and ``scheduler`` are given.
 
     Example:
         >>> import torch
@@ -421,22 +460,36 @@ def _check_free(optimizer: Any, clock: Clock) -> None:
         raise ConfigError("optimizer", "must be a torch.optim.Optimizer", optimizer)
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep.Clock", clock)
-    if id(optimizer) in _ATTACHED:
+    if Attachment.of(optimizer) is not None or Attachment.of(clock) is not None:
+        # An optimizer nothing reaches any more may still wait for the cycle collector
+        # (it holds its hooks, which hold its attachment): it must not block a new one.
+        gc.collect()
+    first = Attachment.of(optimizer)
+    if first is not None:
         raise ConfigError(
             "optimizer",
-            "is already attached",
-            type(optimizer).__name__,
-            hint="Call detach() on its attachment first.",
+            f"is already attached, by {first!r}",
+            _named(optimizer),
+            hint="One attach() per optimizer: keep using the first attachment (it lasts "
+            "as long as the optimizer), or detach it first "
+            "(globalstep.integrations.torch.Attachment.of(optimizer).detach()) and "
+            "attach again.",
         )
-    for other in list(_ATTACHED.values()):
-        if other.clock is clock:
-            raise ConfigError(
-                "clock",
-                "is already advanced by another optimizer",
-                clock,
-                hint="Give each optimizer its own Clock (e.g. Clock('generator'), "
-                "Clock('critic')).",
-            )
+    first = Attachment.of(clock)
+    if first is not None:
+        raise ConfigError(
+            "clock",
+            f"is already advanced by another optimizer, by {first!r}",
+            clock,
+            hint="Give each optimizer its own Clock (e.g. Clock('generator'), "
+            "Clock('critic')), or detach the first "
+            "(globalstep.integrations.torch.Attachment.of(clock).detach()) and attach again.",
+        )
+
+
+def _named(optimizer: Any) -> str:
+    """An optimizer as messages name it: its class and id (its repr lists every group)."""
+    return f"{type(optimizer).__name__} at {id(optimizer):#x}"
 
 
 def _check_scheduler(
@@ -501,7 +554,7 @@ def _hook(
     """Claims the clock's ticks for ``optimizer`` and puts the hooks on it."""
     # The clock's one tick per update is this optimizer's: a Run.update beside it leaves
     # the tick to it (see Clock.claim_ticks).
-    owner = f"torch optimizer {type(optimizer).__name__} at {id(optimizer):#x}, via attach()"
+    owner = f"torch optimizer {_named(optimizer)}, via attach()"
     clock.claim_ticks(owner)
     try:
         attachment = Attachment(
@@ -515,8 +568,8 @@ def _hook(
         clock.release_ticks(owner)
         raise
     attachment.tick_owner = owner
-    # The hooks hold the attachment and the optimizer holds the hooks: a dropped optimizer
-    # frees its clock for another owner.
+    # The hooks hold the attachment and the optimizer holds the hooks: the claim lasts as
+    # long as the hooks, and a dropped optimizer frees its clock for another owner.
     weakref.finalize(attachment, _release, weakref.ref(clock), owner)
     _ATTACHED[id(optimizer)] = attachment
     return attachment
