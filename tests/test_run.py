@@ -407,9 +407,16 @@ def test_a_clock_ticked_beside_run_update_is_refused_at_the_first_update(tmp_pat
         run.restore({"weights": weights})
         weights += 1.0
         run.clock.tick()
-        with pytest.raises(ConfigError, match=r"advanced from step 0 to 1 since the last update"):
+        with pytest.raises(
+            ConfigError, match=r"advanced from step 0 to 1 since the last update"
+        ) as err:
             run.update(loss=1.0)
         assert run.step == 1
+    # The way out names every owner that claims a clock itself: torch's attach and the
+    # Keras/TensorFlow follow.
+    assert "clock.claim_ticks('<what ticks it>')" in str(err.value)
+    assert "globalstep.integrations.torch.attach and the follow() of" in str(err.value)
+    assert "globalstep.integrations.keras or .tensorflow" in str(err.value)
 
 
 def test_a_claimed_clock_is_left_to_its_owner(tmp_path):

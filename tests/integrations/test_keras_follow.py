@@ -176,3 +176,144 @@ def test_stateless_reads_the_iteration_entry():
     assert clock.step == 2
     with pytest.raises(ConfigError, match="`optimizer_variables` must hold one value per"):
         follower.stateless(state[:-1])
+
+
+# ------------------------------------------------ one owner of the clock's ticks (issue 33)
+
+
+def _sgd():
+    """A one-variable SGD, built: ``_apply(opt, w)`` applies one update."""
+    w = keras.Variable(np.zeros(2, "float32"))
+    opt = keras.optimizers.SGD(0.1)
+    opt.build([w])
+    return w, opt
+
+
+def _apply(opt, w):
+    opt.apply([keras.ops.ones(2)], [w])
+
+
+def _train_with_run(directory, until, *, total_steps=6):
+    """A Run-based custom loop: the follower ticks, run.update logs and saves; stops
+    after the update that reaches ``until`` (a resumed call continues from the checkpoint)."""
+    import io
+
+    from globalstep import Run
+
+    w, opt = _sgd()
+    run = Run(
+        directory,
+        total_steps=total_steps,
+        save_every=2,
+        progress=False,
+        stream=io.StringIO(),
+        writer_options={"formats": ("jsonl",)},
+    )
+    seen = []
+    with run:
+        run.restore({"w": w, "opt": opt})
+        follower = gk.follow(opt, run.clock)  # after restore: both at the checkpoint's step
+        while not run.done and run.step < until:
+            _apply(opt, w)
+            follower()
+            run.update(loss=float(w.numpy()[0]))
+            seen.append((run.step, int(follower.read())))
+    return run, seen, w
+
+
+def test_run_beside_follow_ticks_once_per_update(tmp_path):
+    """follow() owns the clock's tick: run.update after follower() does not tick again (on
+    today's main it raised "ticked elsewhere"). Each update is one step, equal to
+    optimizer.iterations; each step 1..6 is logged once; the checkpoints are at 2, 4, 6,
+    and a run resumed from step 4 follows on from there."""
+    from globalstep.summary.reader import read_run
+
+    run, seen, _ = _train_with_run(tmp_path, until=4)
+    assert seen == [(k, k) for k in range(1, 5)]
+    assert run.checkpoints.steps() == [2, 4]
+    run, seen, w = _train_with_run(tmp_path, until=6)  # resumed: w and opt restored at 4
+    assert seen == [(5, 5), (6, 6)]
+    assert run.checkpoints.steps() == [2, 4, 6]
+    points = read_run(tmp_path / "logs").scalars["loss"]
+    assert [p.step for p in points] == list(range(1, 7))
+    assert [p.value for p in points] == pytest.approx([-0.1 * k for k in range(1, 7)])
+    assert w.numpy().tolist() == pytest.approx([-0.6, -0.6])
+
+
+def test_follow_claims_the_clock_while_the_follower_lives():
+    """The claim lives as long as the follower (the loop keeps it to call it) and ends with
+    detach() or when the follower is dropped; the clock's owner names the optimizer."""
+    import gc
+
+    _, opt = _sgd()
+    clock = Clock()
+    follower = gk.follow(opt, clock)
+    gc.collect()
+    assert clock.tick_owner == f"Keras optimizer SGD at {id(opt):#x}, via follow()"
+    assert gk.Follower.of(clock) is follower
+    assert follower.attached
+    del follower
+    assert clock.tick_owner is None
+    assert gk.Follower.of(clock) is None
+    follower = gk.follow(opt, clock)
+    follower.detach()
+    assert clock.tick_owner is None
+    assert not follower.attached
+    assert repr(follower).endswith(", detached)")
+
+
+def test_second_follow_of_a_clock_is_refused_naming_the_first():
+    """A second follow() of a followed clock (a notebook cell run twice, a second
+    optimizer) is refused with a message naming the first follower; the first keeps its
+    claim. The same optimizer may drive another clock (a follower only reads it)."""
+    _, opt = _sgd()
+    _, other = _sgd()
+    clock = Clock()
+    first = gk.follow(opt, clock)
+    for optimizer in (opt, other):
+        with pytest.raises(ConfigError, match="`clock` is followed already") as err:
+            gk.follow(optimizer, clock)
+        assert repr(first) in str(err.value)
+        assert "Follower.of(clock).detach()" in str(err.value)
+    assert f"SGD at {id(opt):#x}" in repr(first)
+    assert repr(first).endswith(", following)")
+    assert gk.Follower.of(clock) is first
+    assert "via follow()" in (clock.tick_owner or "")
+    second = gk.follow(opt, Clock("eval"))
+    assert second is not first
+    assert gk.Follower.of(clock) is first
+
+
+def test_detach_then_follow_again():
+    """detach() ends the claim; the detached follower refuses to tick (the clock's ticks
+    are no longer its own) and a second detach is an error; follow() again works and
+    ticks from where the clock is."""
+    w, opt = _sgd()
+    clock = Clock()
+    first = gk.follow(opt, clock)
+    _apply(opt, w)
+    assert first() == 1
+    first.detach()
+    with pytest.raises(ConfigError, match="`follower` is already detached"):
+        first.detach()
+    _apply(opt, w)
+    with pytest.raises(ConfigError, match="`follower` must be attached to tick the clock"):
+        first()
+    assert (first.read(), clock.step) == (2, 1)  # read() still reads
+    clock.tick()
+    second = gk.follow(opt, clock)
+    assert gk.Follower.of(clock) is second
+    _apply(opt, w)
+    assert (second(), clock.step) == (3, 3)
+
+
+def test_follow_refuses_a_clock_another_owner_ticks():
+    """A clock whose ticks another owner claimed (a loop, a torch attach) is refused, and
+    the refused follow() leaves nothing behind."""
+    _, opt = _sgd()
+    clock = Clock()
+    clock.claim_ticks("my loop")
+    with pytest.raises(ConfigError, match="is ticked already by my loop"):
+        gk.follow(opt, clock)
+    assert gk.Follower.of(clock) is None
+    assert clock.tick_owner == "my loop"

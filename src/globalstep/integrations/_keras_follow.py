@@ -6,6 +6,8 @@ Part of :mod:`globalstep.integrations.keras` (which exports :func:`follow` and
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import keras
@@ -34,14 +36,26 @@ _TRACED_HINT = (
 )
 
 
+# The live follower of each clock, by the clock's id (the follower holds its clock, so the
+# id is not reused while the entry lives).
+_FOLLOWING: weakref.WeakValueDictionary[int, Follower] = weakref.WeakValueDictionary()
+
+
 class Follower:
-    """A clock kept equal to an optimizer's ``iterations`` (see :func:`follow`)."""
+    """A clock kept equal to an optimizer's ``iterations`` (see :func:`follow`).
+
+    It holds the claim on the clock's ticks (:meth:`Clock.claim_ticks
+    <globalstep.clock.Clock.claim_ticks>`), so :meth:`Run.update <globalstep.run.Run.update>`
+    beside it leaves the tick to it, until :meth:`detach` or until the follower itself is
+    dropped (a loop keeps it to call it). :meth:`of` finds it again from the clock.
+    """
 
     __module__ = "globalstep.integrations.keras"  # its public home, as reprs and pickles name it
 
     def __init__(self, optimizer: Any, clock: Clock) -> None:
         self.optimizer = optimizer
         self.clock = clock
+        self.tick_owner = ""  # what follow() claimed the clock's ticks as; "" once detached
         self._tf = keras.backend.backend() == "tensorflow"
         iterations = optimizer.iterations
         # Without gradient accumulation ``iterations`` is the optimizer's own variable,
@@ -58,7 +72,47 @@ class Follower:
             self._read_op = lambda: op.ReadVariableOp(resource=handle, dtype=dtype)
 
     def __repr__(self) -> str:
-        return f"Follower({type(self.optimizer).__name__}, {self.clock!r})"
+        state = "following" if self.tick_owner else "detached"
+        return f"Follower({_named(self.optimizer)}, {self.clock!r}, {state})"
+
+    @classmethod
+    def of(cls, clock: Clock) -> Follower | None:
+        """The live follower that ticks ``clock``; None if there is none.
+
+        Example:
+            >>> import keras
+            >>> from globalstep import Clock
+            >>> clock = Clock()
+            >>> step_of = follow(keras.optimizers.SGD(0.1), clock)
+            >>> Follower.of(clock) is step_of
+            True
+            >>> step_of.detach()
+            >>> Follower.of(clock) is None
+            True
+        """
+        return _FOLLOWING.get(id(clock))
+
+    @property
+    def attached(self) -> bool:
+        """Whether it still follows the optimizer (False after :meth:`detach`)."""
+        return bool(self.tick_owner)
+
+    def detach(self) -> None:
+        """Ends the claim on the clock's ticks: ``Run.update`` ticks the clock again, and
+        :func:`follow` may give the clock to another optimizer. The follower no longer
+        ticks (calling it raises); :meth:`read` still reads.
+
+        Raises:
+            ConfigError: already detached.
+        """
+        if not self.tick_owner:
+            raise ConfigError(
+                "follower", "is already detached", self, hint="detach() once per follow()."
+            )
+        owner, self.tick_owner = self.tick_owner, ""
+        if _FOLLOWING.get(id(self.clock)) is self:
+            del _FOLLOWING[id(self.clock)]
+        _release(weakref.ref(self.clock), owner)
 
     def read(self) -> int:
         """``optimizer.iterations`` now, as an int (one host read; the clock is not moved).
@@ -96,6 +150,13 @@ class Follower:
             StepError: the optimizer's count went back (restored without the clock), or
                 the clock was ticked by something else.
         """
+        if not self.tick_owner:
+            raise ConfigError(
+                "follower",
+                "must be attached to tick the clock (detach() ended its claim)",
+                self,
+                hint="Call follow(optimizer, clock) again for a new follower.",
+            )
         value = self.read() if iterations is None else _host_int(iterations)
         step = self.clock.step
         if value == step + 1:
@@ -141,6 +202,18 @@ class Follower:
         return self(_host_int(optimizer_variables[self._index]) // every)
 
 
+def _named(optimizer: Any) -> str:
+    """An optimizer as messages name it: its class and id."""
+    return f"{type(optimizer).__name__} at {id(optimizer):#x}"
+
+
+def _release(clock: weakref.ref[Clock], owner: str) -> None:
+    """Ends ``owner``'s claim on the clock, where it still holds it."""
+    alive = clock()
+    if alive is not None and alive.tick_owner == owner:
+        alive.release_ticks(owner)
+
+
 def _host_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ConfigError("iterations", "must be an integer (optimizer.iterations)", value)
@@ -180,6 +253,12 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
     A value logged after the call carries the step after the update, as
     ``tf.summary.scalar(step=optimizer.iterations)`` does (see :mod:`globalstep.clock`).
 
+    The follower owns the clock's ticks (:meth:`Clock.claim_ticks
+    <globalstep.clock.Clock.claim_ticks>`) while it lives, until :meth:`Follower.detach`:
+    beside a :class:`~globalstep.run.Run`, call ``follower()`` and then ``run.update(...)``
+    after each update, and the step advances once, by the follower. A clock has one
+    follower at a time.
+
     Cost: reading the variable right after a ``tf.function`` step is one eager op, tens
     to a couple of hundred microseconds on a loaded CPU; the cheapest is to return
     ``optimizer.iterations`` from the traced step (``return loss, optimizer.iterations``)
@@ -192,10 +271,12 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
             or both restored from one checkpoint).
 
     Returns:
-        The :class:`Follower`; ``follower()`` returns the step.
+        The :class:`Follower`; ``follower()`` returns the step, ``detach()`` ends its claim.
 
     Raises:
-        ConfigError: ``optimizer`` is not a Keras optimizer, or ``clock`` not a Clock.
+        ConfigError: ``optimizer`` is not a Keras optimizer, ``clock`` not a Clock, or the
+            clock is followed already (the message names the first follower) or its ticks
+            are claimed by another owner (a torch ``attach``).
         StepError: the clock is not at ``optimizer.iterations``.
 
     Example:
@@ -215,6 +296,18 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
         raise ConfigError("optimizer", "must be a Keras optimizer", type(optimizer).__name__)
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep Clock", clock)
+    if Follower.of(clock) is not None:
+        gc.collect()  # a follower nothing reaches may still wait for the cycle collector
+    first = Follower.of(clock)
+    if first is not None:
+        raise ConfigError(
+            "clock",
+            f"is followed already, by {first!r}",
+            clock,
+            hint="One follower per clock: keep calling the first, or detach it first "
+            "(globalstep.integrations.keras.Follower.of(clock).detach()) and follow again; "
+            "a second optimizer takes a Clock of its own.",
+        )
     follower = Follower(optimizer, clock)
     value = follower.read()
     if value != clock.step:
@@ -224,4 +317,11 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
             "before follow(), or start both at 0.",
             clock.step,
         )
+    # The clock's one tick per update is this optimizer's: a Run.update beside it leaves
+    # the tick to it (see Clock.claim_ticks), for as long as the follower lives.
+    owner = f"Keras optimizer {_named(optimizer)}, via follow()"
+    clock.claim_ticks(owner)
+    follower.tick_owner = owner
+    weakref.finalize(follower, _release, weakref.ref(clock), owner)
+    _FOLLOWING[id(clock)] = follower
     return follower

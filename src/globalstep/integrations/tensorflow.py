@@ -53,7 +53,9 @@ __all__ = ["ResumableTFDataset", "follow", "module_variables", "variable_array"]
 
 def follow(optimizer: Any, clock: Any) -> Any:
     """:func:`globalstep.integrations.keras.follow` (TensorFlow's optimizers are Keras'):
-    the clock ticks with ``optimizer.iterations``; call the result after each update."""
+    the clock ticks with ``optimizer.iterations``; call the result after each update. It
+    owns the clock's ticks (a ``Run.update`` beside it leaves the tick to it) until its
+    ``detach()``."""
     from globalstep.integrations import keras as integration
 
     return integration.follow(optimizer, clock)

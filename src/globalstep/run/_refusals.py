@@ -37,7 +37,8 @@ def ticked_elsewhere(clock: Clock, ticked_to: int) -> NoReturn:
         hint="Each update would count twice. Remove the other tick (clock.tick(), a "
         "callback's or hook's), or let it own the ticks with "
         "clock.claim_ticks('<what ticks it>') and Run.update leaves the tick to it "
-        "(globalstep.integrations.torch.attach claims its clock itself).",
+        "(globalstep.integrations.torch.attach and the follow() of "
+        "globalstep.integrations.keras or .tensorflow claim their clock themselves).",
     )
 
 

@@ -253,8 +253,8 @@ class Run(Closing):
         and raises ``SystemExit`` (128 + the signal's number). The clock ticks here unless
         an owner claimed its ticks (:meth:`Clock.claim_ticks
         <globalstep.clock.Clock.claim_ticks>`, as ``globalstep.integrations.torch.attach``
-        does): the owner's tick is the update's one. A clock advanced by anything else
-        between two updates is refused.
+        and the Keras/TensorFlow ``follow`` do): the owner's tick is the update's one. A
+        clock advanced by anything else between two updates is refused.
 
         Args:
             applied: False for an update that was skipped (a mixed-precision overflow):
