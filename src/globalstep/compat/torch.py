@@ -36,7 +36,8 @@ with ``factor=0``, ``PolynomialLR`` with ``power < 0``), that step raises
 differs from its stepping by that stepping's accumulated rounding (about ``k * 2**-53``).
 Lambda-based schedulers (``LambdaLR``, ``MultiplicativeLR``, ``CyclicLR(scale_fn=...)``) hold
 Python callables: they work everywhere, but ``to_config()`` raises, as a config cannot hold
-code.
+code; the callable is called only for the steps the run reaches, as torch calls it
+(:attr:`~TorchSchedule.calls_user_code`).
 
 No PyTorch is needed: the numbers are Python floats (float64), as PyTorch computes them.
 
@@ -136,7 +137,9 @@ class LambdaLR(TorchSchedule):
     """``base_lr * lr_lambda(step)``.
 
     ``lr_lambda`` is a Python callable: the schedule works like any other, but
-    ``to_config()`` raises, as a config cannot hold code.
+    ``to_config()`` raises, as a config cannot hold code. ``schedule(step)`` calls it for
+    that step only (see :attr:`~TorchSchedule.calls_user_code`), as torch calls it once per
+    ``scheduler.step()``; ``values(steps)`` calls it for each step asked.
 
     Example:
         >>> LambdaLR(base_lr=0.5, lr_lambda=lambda k: 1 / (k + 1)).values([0, 1, 3]).tolist()
@@ -178,8 +181,10 @@ class LambdaLR(TorchSchedule):
 class MultiplicativeLR(TorchSchedule):
     """``base_lr * lr_lambda(1) * ... * lr_lambda(step)``, multiplied in that order.
 
-    ``lr_lambda`` is a Python callable: ``to_config()`` raises. Past 2**22 steps each call
-    multiplies on from the last kept rate (exact, but linear in the distance).
+    ``lr_lambda`` is a Python callable: ``to_config()`` raises. It is called once for each
+    step reached, in order, when a step is first read (reading step ``k`` calls it for the
+    steps up to ``k`` not yet multiplied in, never for a later one); the rates of the first
+    2**22 steps are kept, past them the furthest one reached.
 
     Example:
         >>> MultiplicativeLR(base_lr=1.0, lr_lambda=lambda k: 0.5).values([0, 1, 3]).tolist()
@@ -200,9 +205,16 @@ class MultiplicativeLR(TorchSchedule):
         return lr * self.lr_lambda(0)
 
     def closed_form(self, k: int) -> float:
-        lr = self._at(CACHE_STEPS - 1)
-        for j in range(CACHE_STEPS, k + 1):
-            lr = lr * self.lr_lambda(j)
+        # Past the table: multiplied on from the furthest step reached (kept), so that the
+        # next step calls lr_lambda once; a step behind it multiplies on from the table.
+        far = self.__dict__.get("_far")
+        if far is not None and far[0] <= k:
+            j, lr = far
+        else:
+            j, lr = CACHE_STEPS - 1, self._at(CACHE_STEPS - 1)
+        for step in range(j + 1, k + 1):
+            lr = lr * self.lr_lambda(step)
+        self.__dict__["_far"] = (k, lr)
         return lr
 
 
