@@ -207,7 +207,7 @@ class MultiplicativeLR(TorchSchedule):
     def closed_form(self, k: int) -> float:
         # Past the table: multiplied on from the furthest step reached (kept), so that the
         # next step calls lr_lambda once; a step behind it multiplies on from the table.
-        far = self.__dict__.get("_far")
+        far: tuple[int, float] | None = self.__dict__.get("_far")
         if far is not None and far[0] <= k:
             j, lr = far
         else:

@@ -268,10 +268,9 @@ class Attachment:
     def _post_hook(self) -> Callable[[Any, Any, Any], None]:
         """The step post-hook: ticks the clock (and steps an adopted scheduler), unless
         the update was skipped."""
-        advance, scheduler = self.clock.advance, self.scheduler
+        scheduler = self.scheduler
+        advance = self._advance_and_read() if self._reached else self.clock.advance
         class_found_inf = self._class_found_inf
-        if self._reached:
-            advance = self._advance_and_read(advance)
         if scheduler is None and not (
             class_found_inf or getattr(self.optimizer, "_step_supports_amp_scaling", False)
         ):
@@ -299,9 +298,11 @@ class Attachment:
 
         return ticked
 
-    def _advance_and_read(self, advance: Callable[[], Any]) -> Callable[[], None]:
-        """``advance``, then each schedule that calls user code read at the new step."""
+    def _advance_and_read(self) -> Callable[[], Any]:
+        """The clock's ``advance``, then each schedule that calls user code read at the new
+        step."""
         clock, reached = self.clock, self._reached
+        advance = clock.advance
 
         def advance_and_read() -> None:
             advance()
