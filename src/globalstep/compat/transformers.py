@@ -124,22 +124,28 @@ class TransformersSchedule(TorchSchedule):
     def closed_form(self, k: int) -> float:
         return self.base_lr * self.multiplier(k)
 
+    def __repr__(self) -> str:
+        fields = [f.name for f in dataclasses.fields(self) if f.name != "interval"]
+        if self.interval != 1:
+            fields.append("interval")
+        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in fields)
+        return f"{self._function}({args})"
+
     def describe(self) -> str:
         """Returns the transformers function and its arguments."""
-        args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
-        return f"transformers.{self._function}({args})"
+        return f"transformers.{self!r}"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Constant(TransformersSchedule):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFConstant(TransformersSchedule):
     _function: ClassVar[str] = "get_constant_schedule"
 
     def multiplier(self, k: int) -> float:
         return 1
 
 
-@dataclasses.dataclass(frozen=True)
-class _ConstantWarmup(TransformersSchedule):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFConstantWarmup(TransformersSchedule):
     num_warmup_steps: int = 0
     _function: ClassVar[str] = "get_constant_schedule_with_warmup"
 
@@ -149,8 +155,8 @@ class _ConstantWarmup(TransformersSchedule):
         return 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class _WarmupThenDecay(TransformersSchedule):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFWarmupThenDecay(TransformersSchedule):
     """A linear warm-up over ``num_warmup_steps``, then :meth:`decay` at step ``k``."""
 
     num_warmup_steps: int = 0
@@ -170,8 +176,8 @@ class _WarmupThenDecay(TransformersSchedule):
         return float(k - w) / float(max(1, n - w))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Linear(_WarmupThenDecay):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFLinear(_HFWarmupThenDecay):
     _function: ClassVar[str] = "get_linear_schedule_with_warmup"
 
     def decay(self, k: int) -> float:
@@ -183,8 +189,8 @@ def _cosine_factor(progress: float, num_cycles: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Cosine(_WarmupThenDecay):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFCosine(_HFWarmupThenDecay):
     num_cycles: float = 0.5
     min_lr_rate: float = 0.0
     _function: ClassVar[str] = "get_cosine_schedule_with_warmup"
@@ -200,13 +206,13 @@ class _Cosine(_WarmupThenDecay):
         return max(0, factor)
 
 
-@dataclasses.dataclass(frozen=True)
-class _CosineMinLR(_Cosine):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFCosineMinLR(_HFCosine):
     _function: ClassVar[str] = "get_cosine_with_min_lr_schedule_with_warmup"
 
 
-@dataclasses.dataclass(frozen=True)
-class _HardRestarts(_WarmupThenDecay):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFHardRestarts(_HFWarmupThenDecay):
     num_cycles: int = 1
     _function: ClassVar[str] = "get_cosine_with_hard_restarts_schedule_with_warmup"
 
@@ -223,8 +229,8 @@ class _HardRestarts(_WarmupThenDecay):
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class _Polynomial(_WarmupThenDecay):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFPolynomial(_HFWarmupThenDecay):
     lr_end: float = 1e-7
     power: float = 1.0
     lr_init: float = 0.0
@@ -251,8 +257,8 @@ class _Polynomial(_WarmupThenDecay):
         return decay / init
 
 
-@dataclasses.dataclass(frozen=True)
-class _InverseSqrt(TransformersSchedule):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFInverseSqrt(TransformersSchedule):
     num_warmup_steps: int = 0
     timescale: int = 10_000
     _function: ClassVar[str] = "get_inverse_sqrt_schedule"
@@ -264,8 +270,8 @@ class _InverseSqrt(TransformersSchedule):
         return 1.0 / math.sqrt((k + (t - w)) / t)
 
 
-@dataclasses.dataclass(frozen=True)
-class _WSD(TransformersSchedule):
+@dataclasses.dataclass(frozen=True, repr=False)
+class _HFWSD(TransformersSchedule):
     num_warmup_steps: int = 0
     num_stable_steps: int = 0
     num_decay_steps: int = 0
@@ -322,7 +328,7 @@ def get_constant_schedule(optimizer: Any, last_epoch: int = -1) -> TransformersS
         0.1
     """
     _check_last_epoch(last_epoch)
-    return _Constant(_rates(optimizer)[0])
+    return _HFConstant(_rates(optimizer)[0])
 
 
 def get_constant_schedule_with_warmup(
@@ -335,7 +341,7 @@ def get_constant_schedule_with_warmup(
         [0.0, 0.5, 1.0]
     """
     _check_last_epoch(last_epoch)
-    return _ConstantWarmup(_rates(optimizer)[0], _steps("num_warmup_steps", num_warmup_steps))
+    return _HFConstantWarmup(_rates(optimizer)[0], _steps("num_warmup_steps", num_warmup_steps))
 
 
 def get_linear_schedule_with_warmup(
@@ -349,7 +355,7 @@ def get_linear_schedule_with_warmup(
         [0.5, 1.0, 0.5, 0.0, 0.0]
     """
     _check_last_epoch(last_epoch)
-    return _Linear(
+    return _HFLinear(
         _rates(optimizer)[0],
         _steps("num_warmup_steps", num_warmup_steps),
         _steps("num_training_steps", num_training_steps),
@@ -379,7 +385,7 @@ def get_cosine_schedule_with_warmup(
         [1.0, 0.5, 0.0, 0.5]
     """
     _check_last_epoch(last_epoch)
-    return _Cosine(
+    return _HFCosine(
         _rates(optimizer)[0],
         _steps("num_warmup_steps", num_warmup_steps),
         _steps("num_training_steps", num_training_steps),
@@ -404,7 +410,7 @@ def get_cosine_with_hard_restarts_schedule_with_warmup(
         [1.0, 0.5, 1.0, 0.0]
     """
     _check_last_epoch(last_epoch)
-    return _HardRestarts(
+    return _HFHardRestarts(
         _rates(optimizer)[0],
         _steps("num_warmup_steps", num_warmup_steps),
         _steps("num_training_steps", num_training_steps),
@@ -438,7 +444,7 @@ def get_polynomial_decay_schedule_with_warmup(
     """
     _check_last_epoch(last_epoch)
     base_lr, lr_init = _rates(optimizer)
-    return _Polynomial(
+    return _HFPolynomial(
         base_lr,
         _steps("num_warmup_steps", num_warmup_steps),
         _steps("num_training_steps", num_training_steps),
@@ -463,7 +469,7 @@ def get_inverse_sqrt_schedule(
     _check_last_epoch(last_epoch)
     warmup = _steps("num_warmup_steps", num_warmup_steps)
     scale = warmup or 10000 if timescale is None else _steps("timescale", timescale, minimum=1)
-    return _InverseSqrt(_rates(optimizer)[0], warmup, scale)
+    return _HFInverseSqrt(_rates(optimizer)[0], warmup, scale)
 
 
 def get_cosine_with_min_lr_schedule_with_warmup(
@@ -502,7 +508,7 @@ def get_cosine_with_min_lr_schedule_with_warmup(
         check_real("min_lr", min_lr)
         min_lr_rate = min_lr / lr_init
     assert min_lr_rate is not None
-    return _CosineMinLR(
+    return _HFCosineMinLR(
         base_lr,
         _steps("num_warmup_steps", num_warmup_steps),
         _steps("num_training_steps", num_training_steps),
@@ -564,7 +570,7 @@ def get_wsd_schedule(
                 stacklevel=2,
             )
         stable = _steps("num_stable_steps", num_stable_steps)
-    return _WSD(
+    return _HFWSD(
         _rates(optimizer)[0],
         warmup,
         stable,
