@@ -10,7 +10,10 @@ methods, copied operation for operation from ``torch.optim.lr_scheduler`` (PyTor
 ``next_rate(lr, k)``
     the rate ``step()`` number ``k`` sets from the current rate ``lr`` (``get_lr``);
 ``restart_rate(lr)``
-    the rate ``SequentialLR`` sets when this scheduler takes over at its milestone.
+    the rate ``SequentialLR`` sets when this scheduler takes over at its milestone;
+``zero_rate(lr)``
+    the rate a plain ``step()`` sets at step 0 (a ``ChainedScheduler`` first in a
+    ``SequentialLR`` steps its parts so).
 
 These, with ``closed_form(k)``, ``momentum_at(k)``, ``initial_lr``, ``absolute_rate`` and
 ``base_is_rate``, are public so that the composers (``ChainedScheduler``,
@@ -329,6 +332,12 @@ class TorchSchedule(Schedule):
     def restart_rate(self, lr: float) -> float:
         """The rate at this scheduler's milestone in a ``SequentialLR`` (``_update_lr(0)``)."""
         return self.closed_form(0)
+
+    def zero_rate(self, lr: float) -> float:
+        """The rate a plain ``step()`` sets at step 0, outside the constructor's initial
+        step: a ``ChainedScheduler`` that is a ``SequentialLR``'s first part steps its parts
+        so, once torch's ``SequentialLR`` has undone their constructors' steps."""
+        return self.next_rate(lr, 0)
 
     def closed_form(self, k: int) -> float:
         """Torch's closed form at scheduler step ``k`` (used past :data:`CACHE_STEPS`)."""

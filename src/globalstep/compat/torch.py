@@ -29,9 +29,11 @@ for ``LinearLR``/``PolynomialLR`` and negative or fractional milestones (torch's
 its closed form disagree); a zero length torch divides by (refused at construction with
 ``ConfigZeroDivisionError``, a ``ZeroDivisionError``, where torch fails at the first step that
 divides); a negative ``div_factor``, a non-finite factor, an unknown ``scale_mode``, unsorted
-``SequentialLR`` milestones or a composition inside ``SequentialLR`` (torch misbehaves
-silently or raises later). Where torch divides by zero only at a later step (``ConstantLR``
-with ``factor=0``, ``PolynomialLR`` with ``power < 0``), that step raises
+``SequentialLR`` milestones, a ``ChainedScheduler`` that ``SequentialLR`` would hand over to
+at a milestone, or a ``SequentialLR`` inside one (torch misbehaves silently or raises
+later; a ``ChainedScheduler`` first in a ``SequentialLR`` is taken, with torch's numbers).
+Where torch divides by zero only at a later step (``ConstantLR`` with ``factor=0``,
+``PolynomialLR`` with ``power < 0``), that step raises
 ``StepZeroDivisionError`` here too. Past 2**22 steps the rates are torch's closed form, which
 differs from its stepping by that stepping's accumulated rounding (about ``k * 2**-53``).
 Lambda-based schedulers (``LambdaLR``, ``MultiplicativeLR``, ``CyclicLR(scale_fn=...)``) hold
@@ -244,6 +246,9 @@ class StepLR(TorchSchedule):
     def next_rate(self, lr: float, k: int) -> float:
         return lr if k % self._size else lr * self.gamma
 
+    def zero_rate(self, lr: float) -> float:
+        return lr
+
     def _factors(self, ks: Any) -> Any:
         if not plain(self.gamma):
             return None
@@ -340,6 +345,9 @@ class ConstantLR(TorchSchedule):
     def next_rate(self, lr: float, k: int) -> float:
         return lr * (1.0 / self.factor) if k == self._total else lr
 
+    def zero_rate(self, lr: float) -> float:
+        return self.first_rate(lr)
+
     def _factors(self, ks: Any) -> Any:
         if not plain(self.factor) or self.factor == 0:
             return None
@@ -390,6 +398,9 @@ class LinearLR(TorchSchedule):
 
     def first_rate(self, lr: float) -> float:
         return lr * self.start_factor
+
+    def zero_rate(self, lr: float) -> float:
+        return self.first_rate(lr)
 
     def next_rate(self, lr: float, k: int) -> float:
         if k > self._total:
