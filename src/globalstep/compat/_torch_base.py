@@ -82,6 +82,7 @@ __all__ = [
     "ConfigZeroDivisionError",
     "StepZeroDivisionError",
     "TorchSchedule",
+    "call_reached",
     "check_choice",
     "check_flag",
     "check_rate",
@@ -348,21 +349,6 @@ class TorchSchedule(Schedule):
         return None
 
     # -- evaluation ----------------------------------------------------------------------
-    def __call__(self, step: Any) -> float:
-        """Returns the rate at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
-
-        The step is read from a memo of the block of steps around it, except where the
-        schedule calls the user's code (:attr:`calls_user_code`): that one computes the
-        step asked and no other.
-
-        Raises:
-            StepError: ``step`` is negative or not an int.
-            ConversionError: a length is a duration that was not resolved.
-        """
-        if self._code and type(step) is int and 0 <= step <= MAX_STEP:
-            return self._reached(step)
-        return Schedule.__call__(self, step)
-
     def _reached(self, step: int) -> float:
         """The rate at ``step`` computed alone (the last one read kept): the user's code
         is called for this step only (and, for a recursion, the steps before it not yet
@@ -605,7 +591,24 @@ class TorchSchedule(Schedule):
         return f"torch.{type(self).__name__}({args})"
 
 
+def call_reached(self: TorchSchedule, step: Any) -> float:
+    """Returns the rate at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
+
+    The ``__call__`` of the schedulers that may call user code (``LambdaLR``,
+    ``MultiplicativeLR``, ``CyclicLR``, the compositions): where one does
+    (:attr:`~TorchSchedule.calls_user_code`) it computes the step asked and no other;
+    otherwise the step is read from the memo of the block around it, as every schedule's.
+
+    Raises:
+        StepError: ``step`` is negative or not an int.
+        ConversionError: a length is a duration that was not resolved.
+    """
+    if self._code and type(step) is int and 0 <= step <= MAX_STEP:
+        return self._reached(step)
+    return Schedule.__call__(self, step)
+
+
 # Its int steps are answered from the memo as Schedule.__call__ answers them, except where the
 # schedule calls user code: that one keeps no memo (the dict stays empty, so a per-update
-# reader always calls it).
-MEMO_CALLS.add(TorchSchedule.__call__)
+# reader always calls it). The other schedulers keep Schedule.__call__ (no extra frame).
+MEMO_CALLS.add(call_reached)

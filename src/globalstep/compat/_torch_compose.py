@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar, TypeGuard
 
-from globalstep.compat._torch_base import TorchSchedule
+from globalstep.compat._torch_base import TorchSchedule, call_reached
 from globalstep.compat._torch_cyclic import SWALR, CyclicLR, OneCycleLR
 from globalstep.compat._torch_plateau import ReduceLROnPlateau
 from globalstep.errors import ConfigError
@@ -185,6 +185,8 @@ class ChainedScheduler(TorchSchedule):
         [0.5, 0.25, 0.25, 0.125]
     """
 
+    __call__ = call_reached  # computes no step ahead where it calls user code
+
     schedulers: Sequence[TorchSchedule]
 
     _parts: ClassVar[tuple[TorchSchedule, ...]]  # per instance: as torch computes them
@@ -264,6 +266,8 @@ class SequentialLR(TorchSchedule):
         >>> SequentialLR((warm, decay), milestones=(2,)).values([0, 1, 2, 3]).tolist()
         [0.5, 0.75, 1.0, 0.5]
     """
+
+    __call__ = call_reached  # computes no step ahead where it calls user code
 
     schedulers: Sequence[TorchSchedule]
     milestones: Sequence[int | str]

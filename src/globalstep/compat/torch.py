@@ -69,6 +69,7 @@ from globalstep.compat._torch_base import (
     ConfigZeroDivisionError,
     StepZeroDivisionError,
     TorchSchedule,
+    call_reached,
     check_rate,
     check_real,
     libm64,
@@ -148,6 +149,8 @@ class LambdaLR(TorchSchedule):
         [0.5, 0.25, 0.125]
     """
 
+    __call__ = call_reached  # computes no step ahead where it calls user code
+
     base_lr: float
     lr_lambda: Callable[[int], float]
 
@@ -192,6 +195,8 @@ class MultiplicativeLR(TorchSchedule):
         >>> MultiplicativeLR(base_lr=1.0, lr_lambda=lambda k: 0.5).values([0, 1, 3]).tolist()
         [1.0, 0.5, 0.125]
     """
+
+    __call__ = call_reached  # computes no step ahead where it calls user code
 
     base_lr: float
     lr_lambda: Callable[[int], float]
