@@ -135,3 +135,20 @@ def test_attach_with_a_table_lambda_runs_to_the_table_s_end() -> None:
     table = [0.1 * 0.9**i for i in range(100)]
     rates = _attached_rates(LambdaLR, lambda k: table[k], {"scale": 1.0}, 99)
     assert rates == table[:99]
+
+
+def test_cyclic_lr_calls_its_scale_fn_only_for_the_step_read() -> None:
+    """CyclicLR(scale_fn=...) calls the function for the step read, not a block ahead."""
+    from globalstep.compat.torch import CyclicLR
+
+    seen: list[float] = []
+
+    def scale(x: float) -> float:
+        seen.append(x)
+        return 1.0
+
+    sched = CyclicLR(0.1, 1.0, 4, scale_fn=scale, scale_mode="iterations", cycle_momentum=False)
+    assert sched.calls_user_code
+    seen.clear()
+    sched(3)
+    assert len(seen) == 1
