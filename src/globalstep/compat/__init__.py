@@ -3,8 +3,9 @@
 ``globalstep.compat.tf`` (``tf.compat.v1.train`` decays and global-step functions, TF's
 ``Checkpoint``/``CheckpointManager``, ``log_every_n``/``log_first_n``),
 ``globalstep.compat.keras`` (``keras.optimizers.schedules``), ``globalstep.compat.optax``
-(``optax`` schedules) and ``globalstep.compat.torch`` (``torch.optim.lr_scheduler``'s
-schedules as closed forms). Each module is imported on its own, or on first use as an
+(``optax`` schedules), ``globalstep.compat.torch`` (``torch.optim.lr_scheduler``'s
+schedules as closed forms) and ``globalstep.compat.transformers`` (Hugging Face's
+``get_*_schedule*`` functions). Each module is imported on its own, or on first use as an
 attribute (``globalstep.compat.tf``); none imports its framework.
 
 Example:
@@ -18,7 +19,7 @@ from typing import Any
 
 __all__: list[str] = []
 
-_MODULES = ("keras", "optax", "tf", "torch")
+_MODULES = ("keras", "optax", "tf", "torch", "transformers")
 
 
 def __getattr__(name: str) -> Any:

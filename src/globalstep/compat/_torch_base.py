@@ -10,7 +10,10 @@ methods, copied operation for operation from ``torch.optim.lr_scheduler`` (PyTor
 ``next_rate(lr, k)``
     the rate ``step()`` number ``k`` sets from the current rate ``lr`` (``get_lr``);
 ``restart_rate(lr)``
-    the rate ``SequentialLR`` sets when this scheduler takes over at its milestone.
+    the rate ``SequentialLR`` sets when this scheduler takes over at its milestone;
+``zero_rate(lr)``
+    the rate a plain ``step()`` sets at step 0 (a ``ChainedScheduler`` first in a
+    ``SequentialLR`` steps its parts so).
 
 These, with ``closed_form(k)``, ``momentum_at(k)``, ``initial_lr``, ``absolute_rate`` and
 ``base_is_rate``, are public so that the composers (``ChainedScheduler``,
@@ -55,6 +58,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep.clock import MAX_STEP
 from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
 from globalstep.errors import (
     ConfigError,
@@ -62,7 +66,14 @@ from globalstep.errors import (
     ConfigZeroDivisionError,
     StepZeroDivisionError,
 )
-from globalstep.schedules._base import Schedule, Steps, Values, _length_duration, check_step
+from globalstep.schedules._base import (
+    MEMO_CALLS,
+    Schedule,
+    Steps,
+    Values,
+    _length_duration,
+    check_step,
+)
 from globalstep.units import Duration, Unit
 
 __all__ = [
@@ -71,6 +82,7 @@ __all__ = [
     "ConfigZeroDivisionError",
     "StepZeroDivisionError",
     "TorchSchedule",
+    "call_reached",
     "check_choice",
     "check_flag",
     "check_rate",
@@ -193,6 +205,8 @@ class TorchSchedule(Schedule):
     _table: ClassVar[array.array[float]]  # the rates of steps 0 .. len - 1, torch's recursion
     _lock: ClassVar[threading.Lock]
     _done: ClassVar[bool]  # every length, here and in the parts, is in steps
+    _code: ClassVar[bool]  # calls a user's Python function (see calls_user_code)
+    _last: ClassVar[tuple[int, float]]  # (step, value) of the last step read where _code
 
     # field -> minimum, for the lengths that take durations ("30ep"); set by subclasses.
     _lengths: ClassVar[Mapping[str, int]] = {}
@@ -218,10 +232,12 @@ class TorchSchedule(Schedule):
         object.__setattr__(self, "_table", array.array("d"))
         object.__setattr__(self, "_lock", threading.Lock())
         object.__setattr__(self, "_done", self.resolved)
+        object.__setattr__(self, "_code", self._holds_code())
+        object.__setattr__(self, "_last", (-1, 0.0))
         if self._done:
             self._prepare()
             try:  # torch's constructor takes the first step: its errors surface here too
-                self._at(0)
+                self._reached(0) if self._code else self._at(0)
             except StepZeroDivisionError:
                 raise ConfigZeroDivisionError(
                     "arguments",
@@ -232,6 +248,29 @@ class TorchSchedule(Schedule):
 
     def _check(self) -> None:
         """Validates the fields (subclasses); never rewrites them."""
+
+    def _holds_code(self) -> bool:
+        """Whether a field (here or in a part) is a Python callable of the user's."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if callable(value) and not isinstance(value, TorchSchedule):
+                return True
+        return any(isinstance(p, TorchSchedule) and p._code for p in self.parts())
+
+    @property
+    def calls_user_code(self) -> bool:
+        """True where the rate calls a Python function of the user's (``lr_lambda``,
+        ``scale_fn``, here or in a part).
+
+        Such a schedule computes a step only when it is read, never a block ahead: the
+        function is called for the steps the run reaches, once each, as torch calls it
+        once per ``scheduler.step()`` (a function that reads state changing during
+        training sees it as it is at that step; one that only knows the steps of the run
+        is never asked about others). The last step read is kept, so reading it again
+        (the rate, then its log) calls nothing. ``integrations.torch.attach`` reads the
+        next step right after each update, where torch's ``scheduler.step()`` runs.
+        """
+        return self._code
 
     def _prepare(self) -> None:
         """Precomputes what the formula needs once every length is in steps (subclasses)."""
@@ -295,6 +334,12 @@ class TorchSchedule(Schedule):
         """The rate at this scheduler's milestone in a ``SequentialLR`` (``_update_lr(0)``)."""
         return self.closed_form(0)
 
+    def zero_rate(self, lr: float) -> float:
+        """The rate a plain ``step()`` sets at step 0, outside the constructor's initial
+        step: a ``ChainedScheduler`` that is a ``SequentialLR``'s first part steps its parts
+        so, once torch's ``SequentialLR`` has undone their constructors' steps."""
+        return self.next_rate(lr, 0)
+
     def closed_form(self, k: int) -> float:
         """Torch's closed form at scheduler step ``k`` (used past :data:`CACHE_STEPS`)."""
         raise NotImplementedError
@@ -304,6 +349,18 @@ class TorchSchedule(Schedule):
         return None
 
     # -- evaluation ----------------------------------------------------------------------
+    def _reached(self, step: int) -> float:
+        """The rate at ``step`` computed alone (the last one read kept): the user's code
+        is called for this step only (and, for a recursion, the steps before it not yet
+        computed)."""
+        known, value = self._last  # one tuple: a step and its value, read together
+        if known == step:
+            return value
+        with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+            value = float(self.compute(np.array([step], dtype=np.int64))[0])
+        object.__setattr__(self, "_last", (step, value))
+        return value
+
     def _zero(self, k: int) -> StepZeroDivisionError:
         name = type(self).__name__
         return StepZeroDivisionError(
@@ -532,3 +589,26 @@ class TorchSchedule(Schedule):
         """Returns the class and its arguments (torch's schedulers have no one formula)."""
         args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
         return f"torch.{type(self).__name__}({args})"
+
+
+def call_reached(self: TorchSchedule, step: Any) -> float:
+    """Returns the rate at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
+
+    The ``__call__`` of the schedulers that may call user code (``LambdaLR``,
+    ``MultiplicativeLR``, ``CyclicLR``, the compositions): where one does
+    (:attr:`~TorchSchedule.calls_user_code`) it computes the step asked and no other;
+    otherwise the step is read from the memo of the block around it, as every schedule's.
+
+    Raises:
+        StepError: ``step`` is negative or not an int.
+        ConversionError: a length is a duration that was not resolved.
+    """
+    if self._code and type(step) is int and 0 <= step <= MAX_STEP:
+        return self._reached(step)
+    return Schedule.__call__(self, step)
+
+
+# Its int steps are answered from the memo as Schedule.__call__ answers them, except where the
+# schedule calls user code: that one keeps no memo (the dict stays empty, so a per-update
+# reader always calls it). The other schedulers keep Schedule.__call__ (no extra frame).
+MEMO_CALLS.add(call_reached)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
-from globalstep.compat._torch_base import TorchSchedule
-from globalstep.compat._torch_cyclic import CyclicLR, OneCycleLR
+from globalstep.compat._torch_base import TorchSchedule, call_reached
+from globalstep.compat._torch_cyclic import SWALR, CyclicLR, OneCycleLR
 from globalstep.compat._torch_plateau import ReduceLROnPlateau
 from globalstep.errors import ConfigError
 from globalstep.schedules._base import Schedule
@@ -64,6 +64,43 @@ def _check_parts(name: str, schedulers: Any, composite_ok: bool) -> tuple[TorchS
             "Give every part the optimizer's lr as base_lr.",
         )
     return parts
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _SWALRAhead(SWALR):
+    """A SWALR one step ahead of its chain: SWALR counts its steps in ``_step_count``,
+    which torch's SequentialLR does not undo, so in a ChainedScheduler first in a
+    SequentialLR its step ``k`` computes what its step ``k + 1`` would."""
+
+    def zero_rate(self, lr: float) -> float:
+        return SWALR.next_rate(self, lr, 1)
+
+    def next_rate(self, lr: float, k: int) -> float:
+        return SWALR.next_rate(self, lr, k + 1)
+
+    def closed_form(self, k: int) -> float:
+        return SWALR.closed_form(self, k + 1)
+
+
+def _ahead(chain: ChainedScheduler) -> ChainedScheduler:
+    """``chain`` with its SWALR parts one step ahead (see :class:`_SWALRAhead`)."""
+    parts = chain.schedulers
+    if not any(type(p) is SWALR for p in parts):
+        return chain
+    moved = [_SWALRAhead(**_fields(p)) if type(p) is SWALR else p for p in parts]
+    return ChainedScheduler(moved, interval=chain.interval)
+
+
+def _fields(part: TorchSchedule) -> dict[str, Any]:
+    return {f.name: getattr(part, f.name) for f in dataclasses.fields(part)}
+
+
+def _is_chain(part: TorchSchedule) -> TypeGuard[ChainedScheduler]:
+    return isinstance(part, ChainedScheduler)
+
+
+def _holds_sequential(part: Schedule) -> bool:
+    return isinstance(part, SequentialLR) or any(_holds_sequential(p) for p in part.parts())
 
 
 def _rate_based(part: TorchSchedule) -> bool:
@@ -148,6 +185,8 @@ class ChainedScheduler(TorchSchedule):
         [0.5, 0.25, 0.25, 0.125]
     """
 
+    __call__ = call_reached  # computes no step ahead where it calls user code
+
     schedulers: Sequence[TorchSchedule]
 
     _parts: ClassVar[tuple[TorchSchedule, ...]]  # per instance: as torch computes them
@@ -182,6 +221,11 @@ class ChainedScheduler(TorchSchedule):
             lr = part.next_rate(lr, k)
         return lr
 
+    def zero_rate(self, lr: float) -> float:
+        for part in self._parts:
+            lr = part.zero_rate(lr)
+        return lr
+
     def closed_form(self, k: int) -> float:
         # Past the kept steps: the parts' closed forms, multiplied as factors of the base.
         lr = self.initial_lr
@@ -208,6 +252,10 @@ class SequentialLR(TorchSchedule):
     """Runs ``schedulers[i]`` from ``milestones[i - 1]`` on, each restarted at its milestone
     (from its closed form at 0, as torch's ``_update_lr(0)``), then stepped on from there.
 
+    A ``ChainedScheduler`` may come first (or after a milestone at step 0), as in torch:
+    its parts start from the reset rate with a plain step each. Torch cannot restart one
+    at a later milestone (``NotImplementedError``), so that is refused here when built.
+
     The first scheduler starts from ``group["initial_lr"]`` as torch resets it, which a
     ``OneCycleLR`` anywhere in the list has set to its ``max_lr / div_factor``.
 
@@ -219,6 +267,8 @@ class SequentialLR(TorchSchedule):
         [0.5, 0.75, 1.0, 0.5]
     """
 
+    __call__ = call_reached  # computes no step ahead where it calls user code
+
     schedulers: Sequence[TorchSchedule]
     milestones: Sequence[int | str]
 
@@ -229,7 +279,17 @@ class SequentialLR(TorchSchedule):
     _start: ClassVar[float]  # the rate torch resets to: group["initial_lr"]
 
     def _check(self) -> None:
-        parts = _check_parts("SequentialLR", self.schedulers, composite_ok=False)
+        parts = _check_parts("SequentialLR", self.schedulers, composite_ok=True)
+        for part in parts:
+            if _holds_sequential(part):
+                raise ConfigError(
+                    "schedulers",
+                    "must not hold a SequentialLR (torch's SequentialLR does not undo a "
+                    "nested one's first step, so its milestones move by one step; torch "
+                    "raises NotImplementedError where one takes over at a milestone)",
+                    self.schedulers,
+                    "Flatten the two into one SequentialLR with all the milestones.",
+                )
         ms = self.milestones
         if not isinstance(ms, Sequence) or isinstance(ms, str) or len(ms) != len(parts) - 1:
             raise ConfigError(
@@ -249,9 +309,27 @@ class SequentialLR(TorchSchedule):
                 "must be in increasing order (torch bisects them as a sorted list)",
                 self.milestones,
             )
+        for index, part in enumerate(self.schedulers):
+            if index and _is_chain(part) and ms[index - 1] > 0:
+                raise ConfigError(
+                    "schedulers",
+                    f"must not hold a ChainedScheduler after a milestone (torch raises "
+                    f"NotImplementedError when SequentialLR hands over to one, here at step "
+                    f"{ms[index - 1]})",
+                    self.schedulers,
+                    "Put the ChainedScheduler first, or chain the SequentialLR instead.",
+                )
         object.__setattr__(self, "_ms", ms)
-        parts, _, initial = _as_constructed(tuple(self.schedulers))
-        object.__setattr__(self, "_parts", parts)
+        # Torch constructs a chain's parts on the optimizer before the chain: what they
+        # write into the param group (OneCycleLR's initial_lr) is what later parts read.
+        flat = tuple(p for s in self.schedulers for p in (s.schedulers if _is_chain(s) else (s,)))
+        built, _, initial = _as_constructed(flat)
+        parts: list[TorchSchedule] = []
+        for s in self.schedulers:
+            size = len(s.schedulers) if _is_chain(s) else 1
+            parts.append(_ahead(s) if _is_chain(s) else built[0])
+            built = built[size:]
+        object.__setattr__(self, "_parts", tuple(parts))
         object.__setattr__(self, "_start", self.initial_lr if initial is None else initial)
 
     def parts(self) -> tuple[Schedule, ...]:
@@ -263,8 +341,14 @@ class SequentialLR(TorchSchedule):
         return self.schedulers[0].initial_lr
 
     def first_rate(self, lr: float) -> float:
-        # torch resets the rate to group["initial_lr"], as the constructors left it.
-        return self._parts[bisect.bisect_right(self._ms, 0)].first_rate(self._start)
+        # torch resets the rate to group["initial_lr"], as the constructors left it, undoes
+        # every part's first step and takes the first step of the part active at step 0;
+        # a ChainedScheduler's parts then take theirs as a plain step() (not in the
+        # constructor's mode), each from the rate the one before it left.
+        part = self._parts[bisect.bisect_right(self._ms, 0)]
+        if isinstance(part, ChainedScheduler):
+            return part.zero_rate(self._start)
+        return part.first_rate(self._start)
 
     def _where(self, k: int) -> tuple[int, int]:
         """(the active part, its own step count) at step ``k``."""

@@ -20,6 +20,7 @@ from globalstep.clock import Clock, Progress
 from globalstep.compat._torch_base import (
     ConfigZeroDivisionError,
     TorchSchedule,
+    call_reached,
     check_choice,
     check_flag,
     check_rate,
@@ -357,6 +358,8 @@ class CyclicLR(TorchSchedule):
         >>> round(s.momentum(2), 6)
         0.8
     """
+
+    __call__ = call_reached  # computes no step ahead where it calls user code
 
     base_lr: float
     max_lr: float

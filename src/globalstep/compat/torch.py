@@ -29,14 +29,17 @@ for ``LinearLR``/``PolynomialLR`` and negative or fractional milestones (torch's
 its closed form disagree); a zero length torch divides by (refused at construction with
 ``ConfigZeroDivisionError``, a ``ZeroDivisionError``, where torch fails at the first step that
 divides); a negative ``div_factor``, a non-finite factor, an unknown ``scale_mode``, unsorted
-``SequentialLR`` milestones or a composition inside ``SequentialLR`` (torch misbehaves
-silently or raises later). Where torch divides by zero only at a later step (``ConstantLR``
-with ``factor=0``, ``PolynomialLR`` with ``power < 0``), that step raises
+``SequentialLR`` milestones, a ``ChainedScheduler`` that ``SequentialLR`` would hand over to
+at a milestone, or a ``SequentialLR`` inside one (torch misbehaves silently or raises
+later; a ``ChainedScheduler`` first in a ``SequentialLR`` is taken, with torch's numbers).
+Where torch divides by zero only at a later step (``ConstantLR`` with ``factor=0``,
+``PolynomialLR`` with ``power < 0``), that step raises
 ``StepZeroDivisionError`` here too. Past 2**22 steps the rates are torch's closed form, which
 differs from its stepping by that stepping's accumulated rounding (about ``k * 2**-53``).
 Lambda-based schedulers (``LambdaLR``, ``MultiplicativeLR``, ``CyclicLR(scale_fn=...)``) hold
 Python callables: they work everywhere, but ``to_config()`` raises, as a config cannot hold
-code.
+code; the callable is called only for the steps the run reaches, as torch calls it
+(:attr:`~TorchSchedule.calls_user_code`).
 
 No PyTorch is needed: the numbers are Python floats (float64), as PyTorch computes them.
 
@@ -66,6 +69,7 @@ from globalstep.compat._torch_base import (
     ConfigZeroDivisionError,
     StepZeroDivisionError,
     TorchSchedule,
+    call_reached,
     check_rate,
     check_real,
     libm64,
@@ -136,12 +140,16 @@ class LambdaLR(TorchSchedule):
     """``base_lr * lr_lambda(step)``.
 
     ``lr_lambda`` is a Python callable: the schedule works like any other, but
-    ``to_config()`` raises, as a config cannot hold code.
+    ``to_config()`` raises, as a config cannot hold code. ``schedule(step)`` calls it for
+    that step only (see :attr:`~TorchSchedule.calls_user_code`), as torch calls it once per
+    ``scheduler.step()``; ``values(steps)`` calls it for each step asked.
 
     Example:
         >>> LambdaLR(base_lr=0.5, lr_lambda=lambda k: 1 / (k + 1)).values([0, 1, 3]).tolist()
         [0.5, 0.25, 0.125]
     """
+
+    __call__ = call_reached  # computes no step ahead where it calls user code
 
     base_lr: float
     lr_lambda: Callable[[int], float]
@@ -178,13 +186,17 @@ class LambdaLR(TorchSchedule):
 class MultiplicativeLR(TorchSchedule):
     """``base_lr * lr_lambda(1) * ... * lr_lambda(step)``, multiplied in that order.
 
-    ``lr_lambda`` is a Python callable: ``to_config()`` raises. Past 2**22 steps each call
-    multiplies on from the last kept rate (exact, but linear in the distance).
+    ``lr_lambda`` is a Python callable: ``to_config()`` raises. It is called once for each
+    step reached, in order, when a step is first read (reading step ``k`` calls it for the
+    steps up to ``k`` not yet multiplied in, never for a later one); the rates of the first
+    2**22 steps are kept, past them the furthest one reached.
 
     Example:
         >>> MultiplicativeLR(base_lr=1.0, lr_lambda=lambda k: 0.5).values([0, 1, 3]).tolist()
         [1.0, 0.5, 0.125]
     """
+
+    __call__ = call_reached  # computes no step ahead where it calls user code
 
     base_lr: float
     lr_lambda: Callable[[int], float]
@@ -200,9 +212,16 @@ class MultiplicativeLR(TorchSchedule):
         return lr * self.lr_lambda(0)
 
     def closed_form(self, k: int) -> float:
-        lr = self._at(CACHE_STEPS - 1)
-        for j in range(CACHE_STEPS, k + 1):
-            lr = lr * self.lr_lambda(j)
+        # Past the table: multiplied on from the furthest step reached (kept), so that the
+        # next step calls lr_lambda once; a step behind it multiplies on from the table.
+        far: tuple[int, float] | None = self.__dict__.get("_far")
+        if far is not None and far[0] <= k:
+            j, lr = far
+        else:
+            j, lr = CACHE_STEPS - 1, self._at(CACHE_STEPS - 1)
+        for step in range(j + 1, k + 1):
+            lr = lr * self.lr_lambda(step)
+        self.__dict__["_far"] = (k, lr)
         return lr
 
 
@@ -231,6 +250,9 @@ class StepLR(TorchSchedule):
 
     def next_rate(self, lr: float, k: int) -> float:
         return lr if k % self._size else lr * self.gamma
+
+    def zero_rate(self, lr: float) -> float:
+        return lr
 
     def _factors(self, ks: Any) -> Any:
         if not plain(self.gamma):
@@ -328,6 +350,9 @@ class ConstantLR(TorchSchedule):
     def next_rate(self, lr: float, k: int) -> float:
         return lr * (1.0 / self.factor) if k == self._total else lr
 
+    def zero_rate(self, lr: float) -> float:
+        return self.first_rate(lr)
+
     def _factors(self, ks: Any) -> Any:
         if not plain(self.factor) or self.factor == 0:
             return None
@@ -378,6 +403,9 @@ class LinearLR(TorchSchedule):
 
     def first_rate(self, lr: float) -> float:
         return lr * self.start_factor
+
+    def zero_rate(self, lr: float) -> float:
+        return self.first_rate(lr)
 
     def next_rate(self, lr: float, k: int) -> float:
         if k > self._total:

@@ -180,6 +180,12 @@ class Attachment:
             for i, t in enumerate(momentum)
             if t is not None
         ]
+        # Schedules that call the user's code (compat.torch's LambdaLR...): read at each step
+        # as it is reached, right after the update before it, where torch's
+        # scheduler.step() calls lr_lambda (and now, as torch's constructor does).
+        self._reached = [t for t in [*lr, *momentum] if t is not None and _calls_user_code(t)]
+        for t in self._reached:
+            t(clock.step)
         keys = ("lr", "momentum", "betas")
         self._saved = [{k: g[k] for k in keys if k in g} for g in groups]
         self._class_found_inf = hasattr(type(optimizer), "found_inf")
@@ -299,7 +305,8 @@ class Attachment:
     def _post_hook(self) -> Callable[[Any, Any, Any], None]:
         """The step post-hook: ticks the clock (and steps an adopted scheduler), unless
         the update was skipped."""
-        advance, scheduler = self.clock.advance, self.scheduler
+        scheduler = self.scheduler
+        advance = self._advance_and_read() if self._reached else self.clock.advance
         class_found_inf = self._class_found_inf
         if scheduler is None and not (
             class_found_inf or getattr(self.optimizer, "_step_supports_amp_scaling", False)
@@ -328,6 +335,20 @@ class Attachment:
 
         return ticked
 
+    def _advance_and_read(self) -> Callable[[], Any]:
+        """The clock's ``advance``, then each schedule that calls user code read at the new
+        step."""
+        clock, reached = self.clock, self._reached
+        advance = clock.advance
+
+        def advance_and_read() -> None:
+            advance()
+            step = clock.step
+            for t in reached:
+                t(step)
+
+        return advance_and_read
+
     def detach(self) -> None:
         """Removes the hooks and puts back each group's rate and momentum as they were.
 
@@ -345,6 +366,13 @@ class Attachment:
             group.update(saved)
         _ATTACHED.pop(id(self.optimizer), None)
         _release(weakref.ref(self.clock), self.tick_owner)
+
+
+def _calls_user_code(fn: Any) -> bool:
+    """Whether ``fn`` (or the schedule a multiplier scales) calls the user's code at each
+    step (:attr:`globalstep.compat.torch.TorchSchedule.calls_user_code`)."""
+    inner = fn.schedule if isinstance(fn, _Scaled) else fn
+    return getattr(inner, "calls_user_code", False) is True
 
 
 def _per_group(name: str, value: Any, n: int) -> list[Any]:
