@@ -127,7 +127,10 @@ class RebuiltLeaf:
     passed: Any
 
     def __str__(self) -> str:
-        where = f" (in a {type(self.container).__name__})" if self.holder else ""
+        kind = type(self.container).__name__
+        where = f" (in a {kind})" if self.holder else f" (in the {kind} at the root)"
+        if self.path == "<root>":
+            where = ""
         return f"{self.path}: restored {self.restored!r}, passed {self.passed!r}{where}"
 
 
