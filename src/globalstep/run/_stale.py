@@ -44,13 +44,15 @@ __all__ = ["Passed", "RebuiltLeaf", "StaleCheck"]
 
 
 _PLAIN = (bool, int, float, str, type(None), np.generic)
+_LEAVES = frozenset({np.ndarray, bool, int, float, str, type(None)})
+"""The common leaves, skipped by type alone (a walk of 10,000 arrays stays cheap)."""
 _ABSENT = object()
 
 
 def _children(obj: Any) -> Iterator[tuple[str, Any]] | None:
     """The entries of a container of a state tree by key (None for a leaf)."""
     if isinstance(obj, Mapping):
-        return ((str(k), v) for k, v in obj.items())
+        return iter(obj.items())  # string keys (flatten refuses others)
     if isinstance(obj, list | tuple):
         return ((str(i), v) for i, v in enumerate(obj))
     fields = dataclass_fields(obj)
@@ -77,8 +79,13 @@ def _rebuilt_containers(tree: Any) -> Iterator[tuple[str, Any]]:
         if children is None:
             continue
         for key, child in children:
+            kind = type(child)
+            if kind in _LEAVES:
+                continue
             sub = f"{path}/{key}" if path else key
-            if _children(child) is not None:
+            if kind is dict or kind is list:  # the common containers, filled in place
+                stack.append((sub, child))
+            elif _children(child) is not None:
                 if _rebuilds(child):
                     yield sub, child
                 stack.append((sub, child))
