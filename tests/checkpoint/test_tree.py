@@ -464,7 +464,7 @@ def _read_only(array):
         (np.ones(4), _read_only(np.zeros(4))),  # read-only: a new array is returned
         (np.float32(1), np.zeros((), np.float32)),  # a NumPy scalar is returned
         (np.float32(1), np.float32(0)),
-        (Moments(np.ones(3), 1), Moments(np.zeros(3), 0)),  # a dataclass: __init__ again
+        (Moments(np.ones(3), 1), Moments(np.zeros(3), 0)),  # a dataclass: filled after the read
         (Clock(), Clock()),  # a stateful object: load_state_dict after the read
     ],
 )

@@ -170,7 +170,7 @@ def _at(tree: Any, path: str) -> Any:
         if isinstance(obj, Mapping):
             obj = obj.get(key, _ABSENT)
         elif isinstance(obj, list | tuple):
-            obj = obj[int(key)] if int(key) < len(obj) else _ABSENT
+            obj = obj[int(key)] if key.isdigit() and int(key) < len(obj) else _ABSENT
         elif dataclass_fields(obj) is not None:
             obj = getattr(obj, key, _ABSENT)
         else:
