@@ -1,5 +1,6 @@
 """Run: restore-or-initialise, the per-update path, durable curves, drift and rollback."""
 
+import dataclasses
 import io
 import json
 import math
@@ -551,3 +552,150 @@ def test_a_bad_save_every_leaves_the_directory_unlocked(tmp_path):
         Run(tmp_path, save_every="soon", progress=False, stream=io.StringIO())
     with Run(tmp_path, progress=False, stream=io.StringIO()) as run:
         run.restore({"w": np.zeros(1)})
+
+
+# -------------------------------------------------------------- plain values in the state
+
+
+@dataclasses.dataclass
+class _Stats:
+    """Counters in a dataclass that is not frozen."""
+
+    calls: int = 0
+    best: float = math.inf
+
+
+def _count(directory, stop):
+    """issue 33's loop: NumPy weights, a dict of counters and a dataclass, changed in what
+    it passed; returns what restore() showed (the objects' identities, their values)."""
+    w, meta = np.zeros(2), {"updates": 0, "seen": {"rows": 0}, "last": [0.0, 0.0]}
+    stats = _Stats()
+    with Run(directory, total_steps=30, save_every=10, progress=False, stream=io.StringIO()) as run:
+        tree = run.restore({"w": w, "meta": meta, "stats": stats})
+        same = tree["meta"] is meta and tree["w"] is w and tree["stats"] is stats
+        shown = (same, json.dumps(meta), dataclasses.astuple(stats), run.step)
+        while not run.done and run.step < stop:
+            w += 1.0
+            meta["updates"] += 1
+            meta["seen"]["rows"] += 4
+            meta["last"][meta["updates"] % 2] = meta["updates"] / 8
+            stats.calls += 1
+            stats.best = min(stats.best, 1 / meta["updates"])
+            run.update(loss=1.0)
+    return shown
+
+
+def test_a_dict_of_counters_is_restored_in_place_and_saved_as_it_counts(tmp_path):
+    """Three attempts (to 15, 25, 30) counting in the dict, list and dataclass they passed:
+    every checkpoint holds the counts of its step, and each restore fills the objects
+    passed (issue 33, point 3: checkpoints 20, 25 and 30 held 15)."""
+    for stop in (15, 25, 30):
+        same, meta, stats, step = _count(tmp_path, stop)
+        assert same
+        assert json.loads(meta)["updates"] == step
+        assert json.loads(meta)["seen"] == {"rows": 4 * step}
+        assert stats == ((step, 1 / step) if step else (0, math.inf))
+    with CheckpointManager(tmp_path / "checkpoints", read_only=True) as reader:
+        assert reader.steps() == [10, 15, 20, 25, 30]
+        for step in reader.steps():
+            state = reader.restore(step=step)["state"]
+            assert state["w"].tolist() == [step, step], step
+            last = [step / 8, (step - 1) / 8] if step % 2 == 0 else [(step - 1) / 8, step / 8]
+            assert state["meta"] == {"updates": step, "seen": {"rows": 4 * step}, "last": last}
+            assert state["stats"] == {"calls": step, "best": 1 / step}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Meta:
+    updates: int
+    name: str = "adam"
+
+
+def _hand_over_then_count(directory, passed, rebind, *, stop=15, total=30):
+    """Trains to ``stop`` handing each new tree over (the checkpoint holds the counts),
+    then resumes with ``passed`` and counts in the objects it passed, never handing the
+    tree over: ``rebind(tree, step)`` builds the new tree the loop keeps to itself."""
+    w = np.zeros(2)
+    with _make_run(directory, total) as run:
+        tree = run.restore(passed(w))
+        while run.step < stop:
+            w += 1.0
+            run.update(state=rebind(tree, run.step + 1))
+    w = np.zeros(2)
+    with _make_run(directory, total) as run:
+        tree = run.restore(passed(w))
+        mine = tree
+        while not run.done:
+            w += 1.0
+            mine = rebind(mine, run.step + 1)
+            run.update(loss=1.0)
+
+
+@pytest.mark.parametrize(
+    ("passed", "rebind", "leaf"),
+    [
+        (
+            lambda w: (w, 0),
+            lambda t, n: (t[0], n),
+            r"'1: restored 15, passed 0 \(in the tuple at the root\)'",
+        ),
+        (
+            lambda w: {"w": w, "meta": _Meta(0)},
+            lambda t, n: {"w": t["w"], "meta": _Meta(n)},
+            r"'meta/updates: restored 15, passed 0 \(in a _Meta\)'",
+        ),
+        (
+            lambda w: {"w": w, "counts": (0, 1.5)},
+            lambda t, n: {"w": t["w"], "counts": (n, 1.5)},
+            r"'counts/0: restored 15, passed 0 \(in a tuple\)'",
+        ),
+    ],
+    ids=["a tuple at the root", "a frozen dataclass", "a tuple in a dict"],
+)
+def test_a_restored_value_that_cannot_be_put_in_place_is_refused_at_the_save(
+    tmp_path, passed, rebind, leaf
+):
+    """A plain value in a container restore() cannot fill (a tuple, a frozen dataclass),
+    restored to another value than the one passed and still in the tree after updates, is
+    refused at the save, naming the leaf and what to do, before anything is written."""
+    with pytest.raises(ConfigError, match=r"got state=\[" + leaf) as caught:
+        _hand_over_then_count(tmp_path, passed, rebind)
+    message = str(caught.value)
+    assert "values restored at step 15" in message
+    assert "save at step 20" in message
+    assert "run.update(..., state=new_tree)" in message
+    assert "a dict, a list or a dataclass that is not frozen" in message
+    with CheckpointManager(tmp_path / "checkpoints", read_only=True) as reader:
+        assert reader.steps() == [10, 15]
+
+
+def test_restored_values_equal_to_those_passed_or_handed_over_are_saved(tmp_path):
+    """Constants in a tuple (restored equal to the values passed), a rebuilt tuple handed
+    over, or one replaced in the dict passed are not taken for stale values."""
+    constants = {"w": np.zeros(2), "cfg": ("adam", 0.9, None)}
+    with _make_run(tmp_path / "constants", 30) as run:
+        run.restore(constants)
+        for _ in range(15):
+            constants["w"] += 1.0
+            run.update()
+    with _make_run(tmp_path / "constants", 30) as run:
+        tree = run.restore({"w": np.zeros(2), "cfg": ("adam", 0.9, None)})
+        while not run.done:
+            tree["w"] += 1.0
+            run.update()
+    for how in ("handed over", "replaced in the dict"):
+        directory = tmp_path / how.replace(" ", "_")
+        for attempt in range(2):
+            with _make_run(directory, 30) as run:
+                tree = run.restore({"w": np.zeros(2), "counts": (0,)})
+                while not run.done and run.step < 15 * (attempt + 1):
+                    tree["w"] += 1.0
+                    counts = (tree["counts"][0] + 1,)
+                    if how == "handed over":
+                        tree = {"w": tree["w"], "counts": counts}
+                        run.update(state=tree)
+                    else:
+                        tree["counts"] = counts
+                        run.update()
+        with CheckpointManager(directory / "checkpoints", read_only=True) as reader:
+            assert reader.restore()["state"]["counts"] == (30,), how

@@ -24,6 +24,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from globalstep import CheckpointManager
 from globalstep.summary.reader import read_run
 
 LOOP = str(pathlib.Path(__file__).with_name("run_loop.py"))
@@ -63,15 +64,18 @@ def _wait_for(lines, prefix):
 
 
 def _run_to_end(directory, writer):
+    """Runs the loop to its end; returns its output lines."""
     process, lines = _start(directory, writer)
     output = []
     while (line := lines.get(timeout=300)) is not None:
         output.append(line)
     assert process.wait(timeout=60) == 0, "\n".join(output)
+    return output
 
 
-def _crash_and_resume(directory, writer, seed):
-    """Kills the loop at 10 moments (4 inside a save, 6 at random), then runs it to the end.
+def _crash_and_resume(directory, writer, seed, readies=None):
+    """Kills the loop at 10 moments (4 inside a save, 6 at random), then runs it to the end;
+    appends each attempt's ``ready`` line to ``readies`` where given.
 
     Returns how many kills left a checkpoint half written (a temporary directory).
     """
@@ -83,6 +87,8 @@ def _crash_and_resume(directory, writer, seed):
         process, lines = _start(directory, writer)
         ready = _wait_for(lines, "ready")
         assert ready is not None
+        if readies is not None:
+            readies.append(ready)
         remaining = TOTAL_STEPS - int(ready.split()[1])
         if moment == "save" and remaining > 25:  # a save before the last one
             _wait_for(lines, "save ")
@@ -97,7 +103,9 @@ def _crash_and_resume(directory, writer, seed):
         checkpoints = pathlib.Path(directory, "checkpoints")
         inside_saves += any(p.name.startswith(".tmp") for p in checkpoints.iterdir())
     assert not pathlib.Path(directory, "weights").exists(), "a run ended before its kill"
-    _run_to_end(directory, writer)
+    output = _run_to_end(directory, writer)
+    if readies is not None:
+        readies.extend(line for line in output if line.startswith("ready"))
     return inside_saves
 
 
@@ -236,3 +244,46 @@ def test_sigkilled_run_resumes_exactly(tmp_path):
                 f"--load_fast={mode} did not serve {run}:\n{server_log}"
             )
             assert [(step, value) for _wall, step, value in series] == float32, (mode, run)
+
+
+@pytest.mark.slow
+def test_sigkilled_loop_counting_in_its_dict_saves_every_count(tmp_path):
+    """Issue 33, point 3, under SIGKILL: the loop counts in a dict of plain numbers it
+    passed to restore() (restored in place). Killed at 10 random moments and resumed, each
+    resume restores the count of its step into that dict; every checkpoint kept holds the
+    count of its step, bit for bit the uninterrupted run's; the final weights, counts and
+    curve are the uninterrupted run's."""
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    readies = []
+    _in_threads(
+        (_run_to_end, (reference, "after")),
+        (_crash_and_resume, (crashed, "after", 33, readies)),
+    )
+    resumed = [tuple(int(n) for n in line.split()[1:]) for line in readies]
+    assert len(resumed) == 11
+    assert any(step > 0 for step, _ in resumed), resumed
+    assert all(updates == step for step, updates in resumed), resumed
+
+    assert (crashed / "weights").read_bytes() == (reference / "weights").read_bytes()
+    meta = (crashed / "meta.json").read_text()
+    assert meta == (reference / "meta.json").read_text()
+    assert json.loads(meta)["updates"] == TOTAL_STEPS
+
+    with (
+        CheckpointManager(reference / "checkpoints", read_only=True) as straight,
+        CheckpointManager(crashed / "checkpoints", read_only=True) as again,
+    ):
+        steps = again.steps()
+        assert steps == straight.steps()
+        assert steps[-1] == TOTAL_STEPS
+        for step in steps:
+            kept, expected = again.restore(step=step)["state"], straight.restore(step=step)["state"]
+            assert kept["meta"]["updates"] == step
+            assert json.dumps(kept["meta"]) == json.dumps(expected["meta"]), step
+            assert kept["weights"].tobytes() == expected["weights"].tobytes(), step
+
+    expected_curve = [(p.step, p.value) for p in read_run(reference / "logs").scalars["loss"]]
+    assert [s for s, _ in expected_curve] == list(range(1, TOTAL_STEPS + 1))
+    log = read_run(crashed / "logs")
+    assert [(p.step, p.value) for p in log.scalars["loss"]] == expected_curve
+    assert log.restarts

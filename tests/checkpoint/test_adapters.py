@@ -59,13 +59,17 @@ def test_restore_fills_a_shared_template_in_place_and_applies_after_the_fit():
 
 
 def test_immutable_kind_is_replaced_by_restore():
-    """An adapter's restore() value stands for an immutable template in the restored tree."""
+    """An adapter's restore() value stands for an immutable template in the restored tree,
+    and in the template's own dict (restored in place)."""
     flat = flatten({"f": fw.Frozen([3.0])})
-    template = {"f": fw.Frozen([0.0])}
+    before = fw.Frozen([0.0])
+    template = {"f": before}
     tree, _ = unflatten(flat.structure, flat.arrays, template)
     assert isinstance(tree["f"], fw.Frozen)
-    assert tree["f"] is not template["f"]
+    assert tree["f"] is not before
+    assert tree is template
     np.testing.assert_array_equal(tree["f"].data, [3.0])
+    np.testing.assert_array_equal(before.data, [0.0])
 
 
 def test_no_apply_when_the_fit_fails():

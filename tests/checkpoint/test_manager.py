@@ -101,6 +101,34 @@ def test_restore_fills_template_arrays_in_place(ckpt_dir):
     np.testing.assert_array_equal(template["w"], np.arange(6.0).reshape(2, 3))
 
 
+@pytest.mark.parametrize("walk", ["fit check", "second walk"])
+def test_restore_fills_the_templates_dicts_and_lists_in_place(ckpt_dir, walk):
+    """A template's own dicts and lists (nested too) take the restored plain values, by
+    the fit check's tree or by a second walk (a NumPy scalar forces one): a loop that goes
+    on counting in what it passed saves the right count (issue 33); a restore that does
+    not fit touches none of them."""
+    scalar = np.float32(3) if walk == "second walk" else 3.0
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(15, {"w": np.ones(2), "meta": {"updates": 15, "c": [1, {"s": scalar}]}})
+        w, inner = np.zeros(2), {"s": type(scalar)(0)}
+        counts = [0, inner]
+        meta = {"updates": 0, "c": counts}
+        misfit = {"w": np.zeros(3), "meta": meta}
+        with pytest.raises(RestoreMismatchError, match="w: expected float64"):
+            manager.restore(misfit)
+        assert meta == {"updates": 0, "c": [0, {"s": 0}]}
+        tree = manager.restore({"w": w, "meta": meta})
+        assert tree["meta"] is meta
+        assert meta["c"] is counts
+        assert counts[1] is inner
+        assert meta == {"updates": 15, "c": [1, {"s": 3}]}
+        assert type(inner["s"]) is type(scalar)
+        for step in (16, 17):
+            meta["updates"] += 1
+            manager.save(step, {"w": w, "meta": meta})
+        assert [manager.restore(step=s)["meta"]["updates"] for s in (15, 16, 17)] == [15, 16, 17]
+
+
 def test_template_filled_in_place_is_rebuilt_by_the_fit_check_alone(ckpt_dir, monkeypatch):
     """Where every array is read into the template's, the tree the fit check built is
     returned, with no second walk of the tree; values and misfits come out the same."""

@@ -464,7 +464,7 @@ def _read_only(array):
         (np.ones(4), _read_only(np.zeros(4))),  # read-only: a new array is returned
         (np.float32(1), np.zeros((), np.float32)),  # a NumPy scalar is returned
         (np.float32(1), np.float32(0)),
-        (Moments(np.ones(3), 1), Moments(np.zeros(3), 0)),  # a dataclass: __init__ again
+        (Moments(np.ones(3), 1), Moments(np.zeros(3), 0)),  # a dataclass: filled after the read
         (Clock(), Clock()),  # a stateful object: load_state_dict after the read
     ],
 )
@@ -475,3 +475,110 @@ def test_fit_tree_is_not_final_where_the_restore_must_rebuild(saved, template):
 
     flat = flatten({"x": saved})
     assert not fit_template(flat.structure, {"x": template}).final
+
+
+# --------------------------------------------------------------- containers filled in place
+
+
+def test_dicts_and_lists_are_restored_in_place():
+    """The template's own dicts and lists, nested ones too, receive the restored values:
+    a loop that goes on counting in what it passed counts from the checkpoint (issue 33)."""
+    saved = {
+        "w": np.arange(2.0),
+        "meta": {"updates": 15, "loss": 0.25, "inner": {"name": "b", "seen": [3, 4.5]}},
+        "history": [1, {"best": 0.5}, np.float32(2)],
+    }
+    flat = flatten(saved)
+    w, inner, seen = np.zeros(2), {"name": "a", "seen": [0, 0.0]}, [0, 0.0]
+    inner["seen"] = seen
+    meta = {"updates": 0, "loss": 0.0, "inner": inner}
+    best = {"best": 9.0}
+    history = [0, best, np.float32(0)]
+    template = {"w": w, "meta": meta, "history": history}
+    tree, report = unflatten(flat.structure, flat.arrays, template)
+    assert report.ok
+    assert tree is template
+    assert tree["w"] is w
+    assert tree["meta"] is meta
+    assert tree["history"] is history
+    assert meta["inner"] is inner
+    assert inner["seen"] is seen
+    assert history[1] is best
+    assert meta == {"updates": 15, "loss": 0.25, "inner": {"name": "b", "seen": [3, 4.5]}}
+    assert history[:2] == [1, {"best": 0.5}]
+    assert type(history[2]) is np.float32
+    assert history[2] == 2
+    assert w.tolist() == [0.0, 1.0]
+    meta["updates"] += 1  # counted in the dict passed: what the next save holds
+    assert flatten(template).structure["dict"]["meta"]["dict"]["updates"] == {"value": 16}
+
+
+def test_dataclasses_with_mutable_fields_are_restored_in_place():
+    """A dataclass that is not frozen is the template's own object after the restore, its
+    fields (non-init ones too) set in place; a frozen one is rebuilt."""
+    saved = Moments(np.arange(3.0), 7)
+    saved.seen = 2.5
+    flat = flatten({"m": saved, "f": Frozen(0.5, np.ones(1)), "p": Pair(np.ones(1), 4)})
+    moments, frozen, pair = Moments(np.zeros(3), 0), Frozen(1.0, np.zeros(1)), Pair(np.zeros(1), 0)
+    template = {"m": moments, "f": frozen, "p": pair}
+    tree, _ = unflatten(flat.structure, flat.arrays, template)
+    assert tree["m"] is moments
+    assert (moments.count, moments.seen) == (7, 2.5)
+    assert moments.mean.tolist() == [0.0, 1.0, 2.0]
+    # Immutable containers cannot change: new ones, in the template's own dict.
+    assert tree["f"] is not frozen
+    assert template["f"] is tree["f"]
+    assert tree["f"].scale == 0.5
+    assert frozen.scale == 1.0
+    assert tree["p"] is not pair
+    assert type(tree["p"]) is Pair
+    assert tree["p"].count == 4
+
+
+def test_a_list_in_a_tuple_is_filled_in_place():
+    """A tuple is rebuilt, but the dict and list it holds are the template's, filled."""
+    flat = flatten(({"n": 3}, [1, 2], 5))
+    counts, items = {"n": 0}, [0, 0]
+    tree, _ = unflatten(flat.structure, flat.arrays, (counts, items, 0))
+    assert tree == ({"n": 3}, [1, 2], 5)
+    assert tree[0] is counts
+    assert tree[1] is items
+
+
+def test_a_misfit_leaves_the_templates_containers_untouched():
+    """A strict restore that does not fit raises before any container is filled; under
+    partial=True the entries that fit are filled, the others follow the report."""
+    flat = flatten({"meta": {"updates": 15, "extra": 1}, "l": [1, 2, 3], "x": np.ones(2)})
+    meta, items = {"updates": 0, "mine": "kept"}, [0, 0]
+    template = {"meta": meta, "l": items, "x": np.zeros(3)}
+    with pytest.raises(RestoreMismatchError, match="missing: meta/mine"):
+        unflatten(flat.structure, flat.arrays, template)
+    assert meta == {"updates": 0, "mine": "kept"}
+    assert items == [0, 0]
+    tree, report = unflatten(flat.structure, flat.arrays, template, partial=True)
+    assert tree is template
+    assert tree["meta"] is meta
+    assert tree["l"] is items
+    # Unexpected entries are not added, missing ones keep the template's value.
+    assert meta == {"updates": 15, "mine": "kept"}
+    assert items == [1, 2]
+    assert sorted(report.unexpected) == ["l/2", "meta/extra"]
+    assert report.missing == ["meta/mine"]
+    assert template["x"].tolist() == [0.0, 0.0, 0.0]  # mismatched: left as it is
+
+
+def test_the_fit_tree_fills_the_template_when_it_is_returned():
+    """The fast path (Fit.restored, no second walk) fills the containers too, and only
+    when it returns the tree."""
+    from globalstep.checkpoint.tree import fit_template
+
+    flat = flatten({"w": np.ones(2), "meta": {"n": 4}})
+    meta = {"n": 0}
+    fit = fit_template(flat.structure, {"w": np.zeros(2), "meta": meta})
+    assert fit.final
+    assert meta == {"n": 0}
+    assert fit.restored({"w": np.ones(2)}) is None
+    assert meta == {"n": 0}
+    tree, _ = fit.restored(fit.targets)
+    assert tree["meta"] is meta
+    assert meta == {"n": 4}

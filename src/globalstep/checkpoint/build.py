@@ -3,8 +3,13 @@ is given, and the :class:`RestoreReport` of how it fitted.
 
 Against a template, stateful objects receive their state (``load_state_dict``), framework
 objects theirs through their adapter, writable arrays the saved values (in place where
-they can); a dataclass comes back as the template's class, a namedtuple as its own.
-Without one, a dict and a tuple: no class is ever looked up by a name read from a file.
+they can), and the template's own mutable containers (dicts and other mutable mappings,
+lists, dataclasses that are not frozen) the restored values of their entries, in place: a
+loop that goes on counting in the dict it passed counts from the restored value. Those
+are assigned only once the whole fit is known (a misfit leaves them untouched). Immutable
+containers (tuples, namedtuples, frozen dataclasses, read-only mappings) come back as new
+objects of the template's class. Without a template, a dict and a tuple: no class is ever
+looked up by a name read from a file.
 
 Example:
     >>> import numpy as np
@@ -18,13 +23,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from globalstep.checkpoint import adapters
+from globalstep.checkpoint.adapters import OpenTemplate
 from globalstep.checkpoint.flatten import (
     Sharded,
     node_kind,
@@ -32,6 +39,7 @@ from globalstep.checkpoint.flatten import (
 from globalstep.checkpoint.leaves import (
     dataclass_fields,
     float_from_json,
+    is_frozen,
     is_stateful,
     rebuilt_dataclass,
 )
@@ -42,7 +50,19 @@ from globalstep.errors import (
     RestoreMismatchError,
 )
 
-__all__ = ["RestoreReport", "build_tree", "unflatten"]
+__all__ = ["Assignment", "RestoreReport", "assign", "build_tree", "unflatten"]
+
+
+Assignment = tuple[Callable[[Any, Any, Any], None], Any, Any, Any]
+"""``(setter, container, key, value)``: one entry of a template's own container to set to
+its restored value (``operator.setitem`` for a mapping or a list, ``setattr`` for a
+dataclass), once the fit is known (see :func:`assign`)."""
+
+
+def assign(assignments: list[Assignment]) -> None:
+    """Sets every entry listed to its restored value, in the template's own containers."""
+    for setter, container, key, value in assignments:
+        setter(container, key, value)
 
 
 @dataclass
@@ -137,6 +157,8 @@ class _Builder:
         self.copies: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         self.targets: dict[str, np.ndarray[Any, Any]] = {}
         """The template's arrays met where the structure has an array (see check_fit)."""
+        self.assignments: list[Assignment] = []
+        """The entries of the template's own containers to set once the fit is known."""
         self.final = True
         """While checking the fit: every node built so far is what the restore returns,
         once each target is filled in place (no array to copy or convert, no dataclass to
@@ -299,16 +321,42 @@ class _Builder:
     def _dict(self, children: Any, tmpl: Any, path: str, has_tmpl: bool) -> Any:
         fields = dataclass_fields(tmpl) if has_tmpl else None
         if fields is not None:
-            self.final = False  # its __init__ runs again with the arrays read
-            values = self._dict(children, fields, path, True)
-            return rebuilt_dataclass(tmpl, values)
+            self.final = False  # filled after the read, or its __init__ runs again
+            values = self._entries(children, fields, path, True)
+            if is_frozen(tmpl):
+                return rebuilt_dataclass(tmpl, values)
+            self._fill(setattr, tmpl, values, fields)
+            return tmpl
         if has_tmpl and not isinstance(tmpl, Mapping):
             self.report.mismatched.append(
                 f"{path or '<root>'}: expected {type(tmpl).__name__}, got a dict"
             )
             return tmpl
+        values = self._entries(children, tmpl, path, has_tmpl)
+        # An adapter's open template is only checked against (its object takes the state).
+        if has_tmpl and isinstance(tmpl, MutableMapping) and not isinstance(tmpl, OpenTemplate):
+            self._fill(operator.setitem, tmpl, values, tmpl)
+            return tmpl
+        return values
+
+    def _fill(
+        self,
+        setter: Callable[[Any, Any, Any], None],
+        container: Any,
+        values: Mapping[Any, Any],
+        current: Mapping[Any, Any],
+    ) -> None:
+        """Notes the entries of the template's own ``container`` to set to ``values``
+        (``current`` holds what it has now: an entry already the restored object stays)."""
+        for key, value in values.items():
+            if value is not current[key]:
+                self.assignments.append((setter, container, key, value))
+
+    def _entries(self, children: Any, tmpl: Any, path: str, has_tmpl: bool) -> dict[str, Any]:
+        """The restored value of every entry: the saved ones the template has (all of them
+        without a template), then the template's own for those the checkpoint lacks."""
         result: dict[str, Any] = {}
-        open_template = isinstance(tmpl, adapters.OpenTemplate)
+        open_template = isinstance(tmpl, OpenTemplate)
         for key, child in children.items():
             sub = f"{path}/{key}" if path else key
             if has_tmpl and key not in tmpl:
@@ -343,6 +391,9 @@ class _Builder:
             for i in range(len(children), len(tmpl)):
                 self.report.missing.append(f"{path}/{i}" if path else str(i))
                 items.append(tmpl[i])
+        if has_tmpl and isinstance(tmpl, list):  # the template's own list, filled in place
+            self._fill(operator.setitem, tmpl, dict(enumerate(items)), dict(enumerate(tmpl)))
+            return tmpl
         named = kind == "tuple" and has_tmpl and isinstance(tmpl, tuple) and hasattr(tmpl, "_make")
         if named and len(items) == len(tmpl):
             return tmpl._make(items)  # a namedtuple comes back as the template's class
@@ -364,13 +415,14 @@ def unflatten(
         structure: the JSON structure from :func:`flatten`.
         arrays: every array by flat name.
         template: a tree of the expected shape; its stateful objects receive their state,
-            and its writable arrays the saved values (copied in where ``arrays`` holds
-            another array than the template's own).
+            its writable arrays the saved values (copied in where ``arrays`` holds
+            another array than the template's own), and its mutable containers (dicts,
+            lists, dataclasses that are not frozen) their entries' restored values.
         partial: allow a template that does not fit; otherwise a misfit raises. A framework
             object (an adapted node) is restored whole or, if anything in it misfits, left
             as it is.
-        apply: call ``load_state_dict`` on the template's stateful objects; False only
-            checks the fit.
+        apply: call ``load_state_dict`` on the template's stateful objects and fill its
+            containers; False only checks the fit.
         ranks: what stands, without a template, for each per-rank node left in the
             structure (a checkpoint of another world size): name -> value.
 
@@ -397,6 +449,7 @@ def unflatten(
             obj.load_state_dict(state)
         for adapter, obj, state in builder.applies:
             adapter.apply(obj, state)
+        assign(builder.assignments)
     return tree, report
 
 

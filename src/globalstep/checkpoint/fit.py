@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.checkpoint.build import RestoreReport, build_tree
+from globalstep.checkpoint.build import Assignment, RestoreReport, assign, build_tree
 from globalstep.checkpoint.flatten import (
     array_nodes,
 )
@@ -47,11 +47,15 @@ class Fit:
     report: RestoreReport
     final: bool
     """True when ``tree`` is the restored tree once every target is filled in place."""
+    assignments: list[Assignment]
+    """The entries of the template's own containers that :meth:`restored` sets (the
+    restored values of plain leaves: the tree holds the template's containers)."""
 
     def restored(self, arrays: Mapping[str, Any]) -> tuple[Any, RestoreReport] | None:
         """Returns the restored tree and its report without a second walk, where the
-        restore's ``arrays`` are exactly the targets, each filled in place; None otherwise
-        (then :func:`unflatten` builds the tree).
+        restore's ``arrays`` are exactly the targets, each filled in place, once the
+        template's containers received their entries' restored values; None otherwise
+        (then :func:`unflatten` builds the tree, and fills them).
 
         Example:
             >>> from globalstep.checkpoint.flatten import flatten
@@ -68,6 +72,7 @@ class Fit:
         for key, array in arrays.items():
             if targets.get(key) is not array:
                 return None
+        assign(self.assignments)
         return self.tree, self.report
 
 
@@ -125,7 +130,7 @@ def fit_template(
     """
     saved = {key: _Saved(shape, dtype) for key, shape, dtype in _saved_arrays(structure, nodes)}
     builder, tree = build_tree(structure, saved, template, partial, False)
-    return Fit(builder.targets, tree, builder.report, builder.final)
+    return Fit(builder.targets, tree, builder.report, builder.final, builder.assignments)
 
 
 class _Saved:

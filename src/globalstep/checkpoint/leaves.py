@@ -39,6 +39,7 @@ __all__ = [
     "encode_dtype",
     "float_from_json",
     "float_to_json",
+    "is_frozen",
     "is_shape",
     "is_stateful",
     "rebuilt_dataclass",
@@ -223,6 +224,21 @@ def dataclass_fields(obj: Any) -> dict[str, Any] | None:
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type) or is_stateful(obj):
         return None
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def is_frozen(obj: Any) -> bool:
+    """True for an instance of a frozen dataclass (its fields cannot be set in place).
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Point:
+        ...     x: int
+        >>> is_frozen(Point(1))
+        True
+    """
+    params = getattr(type(obj), "__dataclass_params__", None)
+    return bool(getattr(params, "frozen", False))
 
 
 def rebuilt_dataclass(tmpl: Any, values: dict[str, Any]) -> Any:

@@ -11,7 +11,9 @@ and framework objects that an :mod:`~globalstep.checkpoint.adapters` adapter tak
 modules and tensors, JAX arrays and pytrees, Keras models). A dataclass instance is saved
 as a dict of its fields and a namedtuple as a tuple; restored against a template of the
 same kind they come back as the template's class (without one, as a dict and a tuple: no
-class is ever looked up by a name read from a file). Arrays are named by their path,
+class is ever looked up by a name read from a file). A template's own dicts, lists and
+dataclasses that are not frozen are restored in place, their entries set to the restored
+values once the whole fit is known. Arrays are named by their path,
 ``model/layer1/weight``; everything else goes into a JSON node. Nothing is pickled: an array
 of Python objects is refused.
 

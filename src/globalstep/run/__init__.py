@@ -30,7 +30,10 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
   <globalstep.clock.Clock.claim_ticks>`), and refuses a clock advanced elsewhere.
 - No stale checkpoint: a loop that builds a new state tree per update (JAX, optax,
   ``w = w - lr * g``) hands it over with ``run.update(..., state=tree)``; a save of the
-  restored tree, every array unchanged after updates, is refused with that advice.
+  restored tree, every array unchanged after updates, is refused with that advice. Dicts,
+  lists and dataclasses that are not frozen are restored in place (counters kept in them
+  go on from the checkpoint's); a save still holding a restored value that only a rebuilt
+  tuple or frozen dataclass holds, the objects passed holding another, is refused too.
 
 The data position (``run.data_position``, the batches drawn so far, read with
 :meth:`Run.next_batch`) is state of its own, saved with the checkpoint and never derived

@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from globalstep._unchanged import Unchanged
 from globalstep.checkpoint import CheckpointManager
 from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.run._config import check_drift, stored_config
-from globalstep.run._refusals import stale_state
+from globalstep.run._stale import StaleCheck
 
 __all__ = ["RunCheckpoints"]
 
@@ -138,16 +137,17 @@ class RunCheckpoints:
             self.next_check = saves.next_due(clock.step)
         return due
 
-    def save(self, state: Any, data_position: int, stale: Unchanged | None) -> Unchanged | None:
+    def save(self, state: Any, data_position: int, stale: StaleCheck | None) -> StaleCheck | None:
         """Saves a checkpoint at the clock's step, with the numbers of the scalars that made
         it due as its metrics (the manager flushes and fsyncs the logs first); returns the
         stale check still to make at the next save.
 
         A step saved (or restored) already is not saved again; a rank that does not write
         only notes the step. ``stale`` is the tree that ``restore()`` returned, noted then:
-        where it is the tree to save after updates, every array unchanged, the save is
-        refused; where it changed, it is not asked again (a tree that changes goes on
-        changing).
+        where it is the tree to save after updates, every array unchanged, or it still
+        holds plain values restore() could not put in the loop's own objects (see
+        :mod:`~globalstep.run._stale`), the save is refused; where it changed, it is not
+        asked again (a tree that changes goes on changing).
 
         Raises:
             ConfigError: the tree to save is the stale one.
@@ -161,8 +161,7 @@ class RunCheckpoints:
             self.saved_step = step
             return stale
         if stale is not None and step != stale.step:
-            if stale.holds(state):
-                stale_state(stale, step)
+            stale.refuse_stale(state, step)
             stale = None
         metrics = {}
         for tag, value in self._metrics.items():

@@ -6,14 +6,17 @@ Run's methods stay its wiring.
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from globalstep import distributed
 from globalstep._unchanged import Unchanged
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError
 
-__all__ = ["not_restored", "not_the_writer", "stale_state", "ticked_elsewhere"]
+if TYPE_CHECKING:
+    from globalstep.run._stale import RebuiltLeaf
+
+__all__ = ["not_restored", "not_the_writer", "rebuilt_state", "stale_state", "ticked_elsewhere"]
 
 
 def not_restored() -> NoReturn:
@@ -64,4 +67,23 @@ def stale_state(check: Unchanged, step: int) -> NoReturn:
         hint="If the loop builds a new tree at each update (JAX, optax, "
         "`w = w - lr * g`), pass it: run.update(..., state=new_tree); or change the "
         "restored arrays in place (`w -= lr * g`).",
+    )
+
+
+def rebuilt_state(leaves: list[RebuiltLeaf], restored: int, step: int) -> NoReturn:
+    """A save at ``step`` of plain values that restore() (at ``restored``) could put only
+    in containers it rebuilt, the objects passed to it still holding other values."""
+    raise ConfigError(
+        "state",
+        "must not keep values restore() could not put in the objects passed: the tree to "
+        f"save at step {step} still holds the values restored at step {restored} in "
+        "containers restore() rebuilt (a tuple, a namedtuple, a frozen dataclass or a "
+        "read-only mapping cannot be filled in place) while the objects passed hold other "
+        "values; a loop counting in those would be saved with the restored values, stale",
+        [str(leaf) for leaf in leaves],
+        hint="Keep the values the loop changes in a dict, a list or a dataclass that is "
+        "not frozen (restore() fills those in place), or pass the tree as it changes: "
+        "run.update(..., state=new_tree). If they are meant to stay as restored, read "
+        "them from the tree restore() returned and hand it over once: "
+        "run.update(..., state=run.state).",
     )

@@ -16,7 +16,6 @@ from typing import Any, TextIO
 
 from globalstep._closing import Closing, close_in_order
 from globalstep._tracing import opaque
-from globalstep._unchanged import Unchanged
 from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.clock import Clock
 from globalstep.errors import ConfigError
@@ -36,6 +35,7 @@ from globalstep.run._ranks import RankPlan, Ranks
 from globalstep.run._rollback import Rollback, Watch
 from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
+from globalstep.run._stale import Passed, StaleCheck
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter
@@ -143,7 +143,7 @@ class Run(Closing):
         self.progress: ProgressDisplay | None = None
         self._restored, self._closed, self._careful = False, False, True
         self._started_at = self._ticked_to = 0  # _ticked_to: the step after the last update
-        self._stale_check: Unchanged | None = None  # see save()
+        self._stale_check: StaleCheck | None = None  # see save()
         self.checkpoints = manager = options.open(self.directory / "checkpoints")
         writes = plan.is_writer or options.all_ranks_save
         self._saves = RunCheckpoints(manager, saves, self.clocks, self.config, writes=writes)
@@ -158,17 +158,17 @@ class Run(Closing):
     def restore(self, state: Any = None) -> Any:
         """Restores the newest checkpoint into ``state``, or starts a new run with it.
 
-        Arrays in ``state`` are filled in place and stateful leaves (modules, optimizers,
-        :class:`GeneratorState`, ...) restored in place; the clocks, the data position and
-        the save trigger are restored with them. Before anything is touched, the stored
-        configuration is compared with this run's (see ``strict``).
+        Arrays in ``state`` are filled in place; stateful leaves (modules, optimizers,
+        :class:`GeneratorState`, ...), dicts, lists and dataclasses that are not frozen are
+        restored in place, the clocks, data position and save trigger with them. Before
+        anything is touched, the stored configuration is compared (see ``strict``).
 
         Args:
             state: the state tree to checkpoint (see :mod:`globalstep.checkpoint.tree`).
 
         Returns:
-            The tree, restored (leaves that cannot be filled in place, such as Python
-            numbers, are new objects in it); also kept as ``run.state``.
+            The tree, restored (a tuple or a frozen dataclass, which cannot be filled in
+            place, is a new object in it); also kept as ``run.state``.
 
         Raises:
             ConfigError: ``restore`` was called already, or the configuration differs and
@@ -179,6 +179,7 @@ class Run(Closing):
         self._check_usable()
         if self._restored:
             raise ConfigError("restore", "must be called once per Run", "a second call")
+        passed = Passed.note(state)  # what a restore rebuilds: noted for save()'s check
         latest, self.state, self.data_position = self._saves.resume(
             state, self.data_position, self.config, strict=self.strict, run=self.directory
         )
@@ -187,8 +188,7 @@ class Run(Closing):
         self._restored = True
         self._careful = self.rollback is not None
         self._started_at = self._ticked_to = self.clock.step
-        # Noted now, asked at the first save after updates (see save()).
-        self._stale_check = Unchanged.take(self.state, self._started_at)
+        self._stale_check = StaleCheck.take(self.state, self._started_at, passed)  # save()
         self.progress = self._display.open(self.clock, self.total_steps)
         return self.state
 
