@@ -255,7 +255,7 @@ class TorchSchedule(Schedule):
             value = getattr(self, f.name)
             if callable(value) and not isinstance(value, TorchSchedule):
                 return True
-        return any(isinstance(p, TorchSchedule) and p._code for p in self.parts())
+        return any(isinstance(p, TorchSchedule) and p.calls_user_code for p in self.parts())
 
     @property
     def calls_user_code(self) -> bool:

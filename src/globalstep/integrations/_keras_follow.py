@@ -292,22 +292,7 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
         >>> clock.step
         1
     """
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ConfigError("optimizer", "must be a Keras optimizer", type(optimizer).__name__)
-    if not isinstance(clock, Clock):
-        raise ConfigError("clock", "must be a globalstep Clock", clock)
-    if Follower.of(clock) is not None:
-        gc.collect()  # a follower nothing reaches may still wait for the cycle collector
-    first = Follower.of(clock)
-    if first is not None:
-        raise ConfigError(
-            "clock",
-            f"is followed already, by {first!r}",
-            clock,
-            hint="One follower per clock: keep calling the first, or detach it first "
-            "(globalstep.integrations.keras.Follower.of(clock).detach()) and follow again; "
-            "a second optimizer takes a Clock of its own.",
-        )
+    _check_free(optimizer, clock)
     follower = Follower(optimizer, clock)
     value = follower.read()
     if value != clock.step:
@@ -325,3 +310,23 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
     weakref.finalize(follower, _release, weakref.ref(clock), owner)
     _FOLLOWING[id(clock)] = follower
     return follower
+
+
+def _check_free(optimizer: Any, clock: Clock) -> None:
+    """Refuses what is not a Keras optimizer and a Clock, and a clock followed already."""
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ConfigError("optimizer", "must be a Keras optimizer", type(optimizer).__name__)
+    if not isinstance(clock, Clock):
+        raise ConfigError("clock", "must be a globalstep Clock", clock)
+    if Follower.of(clock) is not None:
+        gc.collect()  # a follower nothing reaches may still wait for the cycle collector
+    first = Follower.of(clock)
+    if first is not None:
+        raise ConfigError(
+            "clock",
+            f"is followed already, by {first!r}",
+            clock,
+            hint="One follower per clock: keep calling the first, or detach it first "
+            "(globalstep.integrations.keras.Follower.of(clock).detach()) and follow again; "
+            "a second optimizer takes a Clock of its own.",
+        )
