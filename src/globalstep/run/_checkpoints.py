@@ -2,7 +2,9 @@
 
 A Run's checkpoint holds its own part beside the state tree, ``{"run": {...}, "state":
 ...}``: the clocks, the data position, the save trigger's state and the configuration (one
-JSON string, see :mod:`globalstep.run._config`). When to save is the
+JSON string, see :mod:`globalstep.run._config`) and, where a save comes between a skipped
+update and the next applied one, the skipped attempts pending (``"skipped"``, a JSON string,
+see :mod:`globalstep.run._skipped`). When to save is the
 :class:`~globalstep.checkpoint.save_trigger.SaveTrigger` of ``save_every`` (the part that
 the CheckpointManager's own ``save_every`` uses); its state is stored in the run part,
 where checkpoints written before this module kept it too, so that a resumed run saves
@@ -23,6 +25,7 @@ from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.run._config import check_drift, stored_config
 from globalstep.run._refusals import stale_state
+from globalstep.run._skipped import Skipped, stored_skipped
 
 __all__ = ["RunCheckpoints"]
 
@@ -35,6 +38,7 @@ class RunCheckpoints:
         trigger: the save trigger of the Run's ``save_every`` (None: none).
         clocks: every clock by name, the one that updates tick first.
         config: the configuration to store (as JSON, see :mod:`globalstep.run._config`).
+        skipped: the skipped attempts pending, saved and restored with the run part.
         writes: whether this rank writes checkpoints (the writer rank, or every rank of a
             distributed manager); a rank that does not only notes the steps saved.
 
@@ -52,6 +56,7 @@ class RunCheckpoints:
         trigger: SaveTrigger | None,
         clocks: dict[str, Clock],
         config: dict[str, Any],
+        skipped: Skipped,
         *,
         writes: bool,
     ) -> None:
@@ -60,23 +65,25 @@ class RunCheckpoints:
         self.saved_step: int | None = None
         self.next_check = 0
         self.writes = writes
+        self.skipped = skipped
         self._clocks = clocks
         self._clock = next(iter(clocks.values()))
         self._config = json.dumps(config, sort_keys=True)
         self._metrics: dict[str, float] = {}  # the scalars of the update that made a save due
 
-    def tree(self, state: Any, data_position: int) -> dict[str, Any]:
-        """Returns the tree a checkpoint holds: the run part and ``state``."""
+    def tree(self, state: Any, data_position: int, skipped: str | None) -> dict[str, Any]:
+        """Returns the tree a checkpoint holds: the run part (with ``skipped``, the pending
+        skipped attempts, where not None) and ``state``."""
         trigger = self.trigger
-        return {
-            "run": {
-                "clocks": dict(self._clocks),
-                "data_position": data_position,
-                "save_trigger": trigger.state_dict() if trigger is not None else None,
-                "config": self._config,
-            },
-            "state": state,
+        part = {
+            "clocks": dict(self._clocks),
+            "data_position": data_position,
+            "save_trigger": trigger.state_dict() if trigger is not None else None,
+            "config": self._config,
         }
+        if skipped is not None:
+            part["skipped"] = skipped
+        return {"run": part, "state": state}
 
     def load(self, step: int, state: Any, data_position: int) -> tuple[Any, int]:
         """Restores ``step``'s checkpoint into ``state`` and the clocks (in place) and the
@@ -86,8 +93,10 @@ class RunCheckpoints:
             CheckpointError: as :meth:`CheckpointManager.restore
                 <globalstep.checkpoint.CheckpointManager.restore>`.
         """
-        tree = self.manager.restore(self.tree(state, data_position), step=step)
+        held = stored_skipped(self.manager.metadata(step))
+        tree = self.manager.restore(self.tree(state, data_position, held), step=step)
         part = tree["run"]
+        self.skipped.load(part.get("skipped"))
         position = int(part["data_position"])
         if self.trigger is not None:
             # Another save_every than the checkpoint's: fire only at boundaries ahead.
@@ -172,7 +181,7 @@ class RunCheckpoints:
                 metrics[tag] = value
         manager.save(
             clock,
-            self.tree(state, data_position),
+            self.tree(state, data_position, self.skipped.to_json()),
             metrics=metrics,
             force=step in manager.steps(),
             # The save makes the curves up to `step` durable before it commits (on the
