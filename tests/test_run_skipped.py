@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from globalstep import Run
+from globalstep import ConfigError, Run
 from globalstep.cli import main
 from globalstep.summary.reader import read_run
 
@@ -109,3 +109,12 @@ def test_a_save_between_skipped_updates_holds_them(tmp_path, capsys, stop_after_
     curves = _curves(tmp_path / "logs", capsys)
     assert curves["jsonl"] == EXPECTED
     assert curves["csv"] == EXPECTED
+
+
+def test_a_skipped_attempts_value_that_is_no_number_is_refused_at_once(tmp_path):
+    """A skipped attempt's value is held until the update that applies: one that is not a
+    number is refused by the call that gives it, naming the tag."""
+    with Run(tmp_path, progress=False, stream=io.StringIO()) as run:
+        run.restore({})
+        with pytest.raises(ConfigError, match=r"`loss` must be a number.*got loss='high'"):
+            run.update(loss="high", applied=False)

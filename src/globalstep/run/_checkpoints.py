@@ -38,7 +38,6 @@ class RunCheckpoints:
         trigger: the save trigger of the Run's ``save_every`` (None: none).
         clocks: every clock by name, the one that updates tick first.
         config: the configuration to store (as JSON, see :mod:`globalstep.run._config`).
-        skipped: the skipped attempts pending, saved and restored with the run part.
         writes: whether this rank writes checkpoints (the writer rank, or every rank of a
             distributed manager); a rank that does not only notes the steps saved.
 
@@ -47,6 +46,8 @@ class RunCheckpoints:
         trigger: the save trigger, or None.
         saved_step: the step saved (or restored) last by this run, or None.
         next_check: the step from which :meth:`due` can be True.
+        skipped: the skipped attempts pending (see :mod:`globalstep.run._skipped`),
+            saved and restored with the run part.
         writes: as given.
     """
 
@@ -56,7 +57,6 @@ class RunCheckpoints:
         trigger: SaveTrigger | None,
         clocks: dict[str, Clock],
         config: dict[str, Any],
-        skipped: Skipped,
         *,
         writes: bool,
     ) -> None:
@@ -65,7 +65,7 @@ class RunCheckpoints:
         self.saved_step: int | None = None
         self.next_check = 0
         self.writes = writes
-        self.skipped = skipped
+        self.skipped = Skipped()
         self._clocks = clocks
         self._clock = next(iter(clocks.values()))
         self._config = json.dumps(config, sort_keys=True)

@@ -36,7 +36,6 @@ from globalstep.run._ranks import RankPlan, Ranks
 from globalstep.run._rollback import Rollback, Watch
 from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
-from globalstep.run._skipped import Skipped
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter
@@ -147,10 +146,7 @@ class Run(Closing):
         self._stale_check: Unchanged | None = None  # see save()
         self.checkpoints = manager = options.open(self.directory / "checkpoints")
         writes = plan.is_writer or options.all_ranks_save
-        self._skipped = skipped = Skipped()  # the skipped attempts pending (see update())
-        self._saves = RunCheckpoints(
-            manager, saves, self.clocks, self.config, skipped, writes=writes
-        )
+        self._saves = RunCheckpoints(manager, saves, self.clocks, self.config, writes=writes)
         self.save_trigger = saves.trigger if saves is not None else None
         self._messages = Messages(
             self._stream, self.is_writer, self.directory, manager.directory, total_steps
@@ -261,13 +257,8 @@ class Run(Closing):
         between two updates is refused.
 
         Args:
-            applied: False for an update that was skipped (a mixed-precision overflow):
-                the clock does not tick, and the scalars are logged with the next applied
-                update, at its step, under ``skipped/<tag>`` (the last skipped attempt's
-                value), beside ``run/skipped_updates`` (how many were skipped): each step
-                holds one point per tag (see docs/what-is-a-step.md). Under an owner of the
-                ticks (``attach``) an update after which the step did not move is a
-                skipped one.
+            applied: False for an update that was skipped (a mixed-precision overflow): no
+                tick; the scalars go with the next update applied (see ``run/_skipped.py``).
             state: the state tree after this update, for loops that build a new tree at
                 each update instead of changing the restored one in place (JAX and optax,
                 ``w = w - lr * g`` in NumPy): it replaces ``run.state`` and is what the
@@ -288,25 +279,20 @@ class Run(Closing):
         """
         if self._careful and self._rolled_back(scalars):  # before restore(), or a policy
             return False
-        if state is not None:
-            self.state = state
-            self._stale_check = None  # the loop hands its tree over: nothing to suspect
-        clock = self.clock
-        step = clock.step
+        if state is not None:  # the loop hands its tree over: nothing to suspect
+            self.state, self._stale_check = state, None
+        step = (clock := self.clock).step
         if clock.tick_owner is None:
             if step != self._ticked_to:
                 _refusals.ticked_elsewhere(clock, self._ticked_to)
             if applied:
                 step = clock.advance()
-        skipped = step == self._ticked_to  # the step did not move: a skipped attempt
-        self._ticked_to = step
+        skipped, self._ticked_to = step == self._ticked_to, step  # skipped: the step stayed
         if self._per_rank:
             scalars = self._plan.update(scalars, clock)
-        if skipped:
-            self._skipped.note(scalars)  # logged with the update that applies
-        elif self._skipped.count:
-            (self._writer or self.writer).enqueue_scalars(self._skipped.drain(scalars), step)
-        elif scalars:
+        if skipped or self._saves.skipped.count:  # (see globalstep.run._skipped)
+            scalars = self._saves.skipped.take(scalars, skipped=skipped, log=self.is_writer)
+        if scalars:
             (self._writer or self.writer).enqueue_scalars(scalars, step)  # a dict of its own
         if step >= self._next_check:
             self._after_update(scalars, step)

@@ -17,7 +17,9 @@ applied update and share its fate: covered by the next checkpoint, replayed with
 crash. The attempts not yet followed by an applied update are *pending*: a checkpoint
 saved then (a stop signal, a time trigger, the final save) holds them in its run part
 (``"skipped"``, only where there are some), so a run resumed from it logs them, as an
-uninterrupted one would, with its first applied update.
+uninterrupted one would, with its first applied update. Attempts skipped after a run's last
+applied update are logged by no step (the run never reaches the step they would be drawn
+at); the checkpoint of the final save holds them where it is saved after them.
 """
 
 from __future__ import annotations
@@ -59,17 +61,28 @@ class Skipped:
         for tag, value in scalars.items():
             self.values[tag] = _number(tag, value)
 
-    def drain(self, scalars: dict[str, Any]) -> dict[str, Any]:
-        """The scalars of the applied update, with the pending skipped attempts' points
-        added (see the module's docstring); nothing is pending after it."""
-        if not self.count:
-            return scalars
-        merged = dict(scalars)
+    def take(self, scalars: dict[str, Any], *, skipped: bool, log: bool) -> dict[str, Any]:
+        """The scalars to log for an update: none for a skipped attempt (held, see
+        :meth:`note`); for an applied one, its own with the attempts held before it, which
+        are then no longer pending. With ``log`` False (a rank that writes no logs) none,
+        the attempts counted all the same (every rank's run part holds them where the
+        writer rank's does).
+
+        Raises:
+            ConfigError: a skipped attempt's value is not a number.
+        """
+        if skipped:
+            self.note(scalars)
+            return {}
+        if not log:
+            self.count, self.values = 0, {}
+            return {}
+        scalars = dict(scalars)
         for tag, value in self.values.items():
-            merged[PREFIX + tag] = value
-        merged[COUNT_TAG] = float(self.count)
+            scalars[PREFIX + tag] = value
+        scalars[COUNT_TAG] = float(self.count)
         self.count, self.values = 0, {}
-        return merged
+        return scalars
 
     def to_json(self) -> str | None:
         """The pending attempts as a checkpoint's run part holds them, or None for none."""
