@@ -1,23 +1,39 @@
 """A child process for the Run crash and signal tests: a Run-based NumPy training loop.
 
-Run as ``python run_loop.py DIRECTORY TOTAL_STEPS WRITER [SLEEP_SECONDS]``. WRITER is
-``before`` (the writer is opened before the restore) or ``after`` (opened at the first
-update, after it). The loop shuffles its data per epoch, adds a noise term drawn from a
-saved random generator, follows a schedule, saves every 25 steps and logs a scalar per
-step. It also counts in a dict of plain numbers it passed to ``restore`` (issue 33: restored
-in place, so the counting goes on from the checkpoint's). It prints ``ready S U`` after the
-restore (S: the step resumed at, U: the dict's update count then), ``save S`` just before
-each checkpoint commit and ``saved S`` after it; at the end it writes the weights' bytes to
-``DIRECTORY/weights`` and the dict, as JSON, to ``DIRECTORY/meta.json``.
+Run as ``python run_loop.py DIRECTORY TOTAL_STEPS WRITER [SLEEP_SECONDS [LOOP [KILL_AT]]]``.
+WRITER is ``before`` (the writer is opened before the restore) or ``after`` (opened at the
+first update, after it). LOOP is ``plain`` (the default) or ``skips``: each update
+accumulates the gradients of two micro-batches, and a loss scale (saved state, as a
+``GradScaler``'s) makes some updates overflow: skipped (``applied=False``, the scale
+halved), once or twice in a row, among them the first attempts after each checkpoint;
+the scale grows back after applied updates. With KILL_AT=S the process SIGKILLs itself
+right after its first skipped update at step S (its logs flushed first). The loop shuffles
+its data per epoch, adds a noise term drawn from a saved random generator, follows a
+schedule, saves every 25 steps and logs a scalar per step (the "skips" loop: ``loss`` and
+``lr``). The plain loop also counts in a dict of plain numbers it passed to ``restore``
+(issue 33: restored in place, so the counting goes on from the checkpoint's). It prints
+``ready S U`` after the restore (S: the step resumed at, U: the dict's update count then),
+``save S`` just before each checkpoint commit and ``saved S`` after it; at the end it
+writes the weights' bytes to ``DIRECTORY/weights`` and the dict, as JSON, to
+``DIRECTORY/meta.json``.
 """
 
 import sys
 
 
-def main(directory: str, total_steps: int, writer: str, sleep_seconds: float) -> None:
+def main(
+    directory: str,
+    total_steps: int,
+    writer: str,
+    sleep_seconds: float,
+    loop: str = "plain",
+    kill_at: int | None = None,
+) -> None:
     """Trains to total_steps, resuming from the newest checkpoint."""
     import json
+    import os
     import pathlib
+    import signal
     import time
 
     import numpy as np
@@ -53,13 +69,40 @@ def main(directory: str, total_steps: int, writer: str, sleep_seconds: float) ->
         print(f"saved {run.step}", flush=True)
 
     run.checkpoints.save = save
+    scale = np.array([1024.0])  # the loss scale of the "skips" loop
+    state = {"weights": weights, "noise": GeneratorState(noise), "ballast": ballast, "meta": meta}
+    if loop == "skips":
+        state["scale"] = scale
     with run:
         if writer == "before":
             _ = run.writer
-        run.restore(
-            {"weights": weights, "noise": GeneratorState(noise), "ballast": ballast, "meta": meta}
-        )
+        run.restore(state)
         print(f"ready {run.step} {meta['updates']}", flush=True)
+        while loop == "skips" and not run.done:
+            lr, gradient, losses = run.value("lr"), np.zeros(features), []
+            for _micro in range(2):  # gradient accumulation over two micro-batches
+                epoch, index = divmod(run.next_batch(), rows // batch)
+                order = np.random.default_rng([5, epoch]).permutation(rows)
+                taken = order[index * batch : (index + 1) * batch]
+                error = inputs[taken] @ weights - targets[taken]
+                gradient += scale * (2 * inputs[taken].T @ error / batch)
+                losses.append(float(np.mean(error**2)))
+            gradient = gradient / (2 * scale) + 0.01 * noise.normal(size=features)
+            # An overflow, as under a loss scale too high: at some steps, until the scale
+            # has come down to 256 (then it grows back, doubling per applied update).
+            step = run.step
+            if (step % 25 == 0 or step % 7 == 3) and scale[0] > 256:
+                scale /= 2
+                run.update(loss=float(np.mean(losses)), lr=lr, applied=False)
+                if step == kill_at:
+                    run.writer.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                weights -= lr * gradient
+                np.minimum(scale * 2, 1024.0, out=scale)
+                run.update(loss=float(np.mean(losses)), lr=lr)
+            if sleep_seconds:
+                time.sleep(sleep_seconds)
         while not run.done:
             epoch, index = divmod(run.next_batch(), rows // batch)
             order = np.random.default_rng([5, epoch]).permutation(rows)
@@ -81,4 +124,11 @@ def main(directory: str, total_steps: int, writer: str, sleep_seconds: float) ->
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if sys.argv[4:] else 0.0)
+    main(
+        sys.argv[1],
+        int(sys.argv[2]),
+        sys.argv[3],
+        float(sys.argv[4]) if sys.argv[4:] else 0.0,
+        sys.argv[5] if sys.argv[5:] else "plain",
+        int(sys.argv[6]) if sys.argv[6:] else None,
+    )

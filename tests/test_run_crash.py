@@ -33,10 +33,19 @@ SLEEP_SECONDS = 0.003
 _SERVER_SECONDS = 120
 
 
-def _start(directory, writer):
-    """Starts the loop; a thread queues its output lines."""
+def _start(directory, writer, *loop):
+    """Starts the loop (``loop``: run_loop.py's further arguments, LOOP [KILL_AT]); a thread
+    queues its output lines."""
     process = subprocess.Popen(
-        [sys.executable, LOOP, str(directory), str(TOTAL_STEPS), writer, str(SLEEP_SECONDS)],
+        [
+            sys.executable,
+            LOOP,
+            str(directory),
+            str(TOTAL_STEPS),
+            writer,
+            str(SLEEP_SECONDS),
+            *loop,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -63,9 +72,9 @@ def _wait_for(lines, prefix):
             return line
 
 
-def _run_to_end(directory, writer):
+def _run_to_end(directory, writer, *loop):
     """Runs the loop to its end; returns its output lines."""
-    process, lines = _start(directory, writer)
+    process, lines = _start(directory, writer, *loop)
     output = []
     while (line := lines.get(timeout=300)) is not None:
         output.append(line)
@@ -73,7 +82,7 @@ def _run_to_end(directory, writer):
     return output
 
 
-def _crash_and_resume(directory, writer, seed, readies=None):
+def _crash_and_resume(directory, writer, seed, *loop, readies=None):
     """Kills the loop at 10 moments (4 inside a save, 6 at random), then runs it to the end;
     appends each attempt's ``ready`` line to ``readies`` where given.
 
@@ -84,7 +93,7 @@ def _crash_and_resume(directory, writer, seed, readies=None):
     rng.shuffle(moments)
     inside_saves = 0
     for moment in moments:
-        process, lines = _start(directory, writer)
+        process, lines = _start(directory, writer, *loop)
         ready = _wait_for(lines, "ready")
         assert ready is not None
         if readies is not None:
@@ -103,10 +112,47 @@ def _crash_and_resume(directory, writer, seed, readies=None):
         checkpoints = pathlib.Path(directory, "checkpoints")
         inside_saves += any(p.name.startswith(".tmp") for p in checkpoints.iterdir())
     assert not pathlib.Path(directory, "weights").exists(), "a run ended before its kill"
-    output = _run_to_end(directory, writer)
+    output = _run_to_end(directory, writer, *loop)
     if readies is not None:
         readies.extend(line for line in output if line.startswith("ready"))
     return inside_saves
+
+
+def _series(logs, tags):
+    """Each tag's (step, value) pairs in the JSONL reader, `globalstep logs --csv -` and
+    TensorBoard's EventAccumulator (on the event files alone), by reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = read_run(logs)
+    out = subprocess.run(
+        [sys.executable, "-m", "globalstep", "logs", str(logs), "--csv", "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    accumulator = EventAccumulator(str(logs), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {
+        "jsonl": {t: [(p.step, p.value) for p in log.scalars.get(t, [])] for t in tags},
+        "csv": {
+            t: [(int(r["step"]), float(r["value"])) for r in rows if r["tag"] == t] for t in tags
+        },
+        "tensorboard": {t: [(e.step, e.value) for e in accumulator.Scalars(t)] for t in tags},
+    }
+
+
+def _assert_same_curves(logs, reference_logs, tags):
+    """Every reader shows each of ``tags`` with each step once (at most), as it shows the
+    uninterrupted run's (event files hold float32)."""
+    expected = _series(reference_logs, tags)
+    assert expected["jsonl"] == expected["csv"]
+    for tag in tags:
+        steps = [step for step, _ in expected["jsonl"][tag]]
+        assert steps == sorted(set(steps)), f"{tag}: a step twice in the uninterrupted run"
+        float32 = [(s, float(np.float32(v))) for s, v in expected["jsonl"][tag]]
+        assert expected["tensorboard"][tag] == float32, tag
+    assert _series(logs, tags) == expected
 
 
 def _free_port():
@@ -190,8 +236,6 @@ def test_sigkilled_run_resumes_exactly(tmp_path):
     run's value, in the JSONL reader, `globalstep logs`, EventAccumulator and a real
     TensorBoard server with either loader."""
     pytest.importorskip("tensorboard")
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     reference = tmp_path / "reference"
     inside = {}
     _in_threads(
@@ -213,25 +257,9 @@ def test_sigkilled_run_resumes_exactly(tmp_path):
         crashed = tmp_path / writer
         assert (crashed / "weights").read_bytes() == (reference / "weights").read_bytes()
 
-        # The JSONL reader.
-        log = read_run(crashed / "logs")
-        assert [(p.step, p.value) for p in log.scalars["loss"]] == expected, writer
-        assert log.restarts, "the kills should have left restart marks"
-
-        # `globalstep logs DIR --csv -`.
-        out = subprocess.run(
-            [sys.executable, "-m", "globalstep", "logs", str(crashed / "logs"), "--csv", "-"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        rows = [r for r in csv.DictReader(io.StringIO(out)) if r["tag"] == "loss"]
-        assert [(int(r["step"]), float(r["value"])) for r in rows] == expected, writer
-
-        # TensorBoard's Python reader, on the event files alone.
-        accumulator = EventAccumulator(str(crashed / "logs"), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == float32, writer
+        # The JSONL reader, `globalstep logs DIR --csv -` and TensorBoard's Python reader.
+        _assert_same_curves(crashed / "logs", reference / "logs", ["loss"])
+        assert read_run(crashed / "logs").restarts, "the kills should have left restart marks"
 
     # A real server, with its Python loader and with its default one, side by side.
     results = {}
@@ -257,7 +285,7 @@ def test_sigkilled_loop_counting_in_its_dict_saves_every_count(tmp_path):
     readies = []
     _in_threads(
         (_run_to_end, (reference, "after")),
-        (_crash_and_resume, (crashed, "after", 33, readies)),
+        (lambda: _crash_and_resume(crashed, "after", 33, readies=readies), ()),
     )
     resumed = [tuple(int(n) for n in line.split()[1:]) for line in readies]
     assert len(resumed) == 11
@@ -287,3 +315,60 @@ def test_sigkilled_loop_counting_in_its_dict_saves_every_count(tmp_path):
     log = read_run(crashed / "logs")
     assert [(p.step, p.value) for p in log.scalars["loss"]] == expected_curve
     assert log.restarts
+
+
+SKIPS_TAGS = ["loss", "lr", "skipped/loss", "skipped/lr", "run/skipped_updates"]
+
+
+def _assert_skips_logged(logs):
+    """The uninterrupted "skips" loop's curves: the main tags at each step 1..N once, the
+    skipped attempts at the step of the update that applied after them, among them the
+    first update after each checkpoint; once or twice in a row."""
+    scalars = read_run(logs).scalars
+    for tag in ("loss", "lr"):
+        assert [p.step for p in scalars[tag]] == list(range(1, TOTAL_STEPS + 1)), tag
+    counts = {p.step: p.value for p in scalars["run/skipped_updates"]}
+    assert {26, 51, 76} <= set(counts), counts
+    assert set(counts.values()) == {1.0, 2.0}, counts
+    assert [p.step for p in scalars["skipped/loss"]] == sorted(counts)
+
+
+def test_skipped_update_after_a_checkpoint_then_a_kill(tmp_path):
+    """An update skipped right after the checkpoint of step 25, the process SIGKILLed then
+    (its logs flushed), and resumed: each step once per tag, equal to the uninterrupted
+    run's, in the JSONL reader, `globalstep logs --csv` and EventAccumulator; the point of
+    step 25, which the checkpoint covers, is there; the weights match bit for bit."""
+    pytest.importorskip("tensorboard")
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    _run_to_end(reference, "after", "skips")
+    process, lines = _start(crashed, "after", "skips", "25")
+    assert _wait_for(lines, "saved 25") is not None
+    assert process.wait(timeout=120) == -9, "the loop should have killed itself"
+    _run_to_end(crashed, "after", "skips")
+    # The update that made the step 25 logged its loss before the checkpoint committed.
+    covered = next(p.value for p in read_run(reference / "logs").scalars["loss"] if p.step == 25)
+    at_25 = [p.value for p in read_run(crashed / "logs").scalars["loss"] if p.step == 25]
+    assert at_25 == [covered], "the point of step 25, which the checkpoint covers, is lost"
+    _assert_skips_logged(reference / "logs")
+    assert (crashed / "weights").read_bytes() == (reference / "weights").read_bytes()
+    _assert_same_curves(crashed / "logs", reference / "logs", SKIPS_TAGS)
+
+
+@pytest.mark.slow
+def test_sigkilled_run_with_skipped_updates_resumes_exactly(tmp_path):
+    """The "skips" loop (gradient accumulation, updates skipped by a loss scale, some right
+    after a checkpoint), SIGKILLed at 10 random moments (4 inside a save) and resumed:
+    the weights match bit for bit, and every tag, the skipped attempts' included, holds
+    each step once with the uninterrupted run's values in every reader."""
+    pytest.importorskip("tensorboard")
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    inside = {}
+    _in_threads(
+        (_run_to_end, (reference, "after", "skips")),
+        (lambda: inside.__setitem__(0, _crash_and_resume(crashed, "before", 7, "skips")), ()),
+    )
+    print(f"kills inside a checkpoint commit, of 10: {inside[0]}")
+    _assert_skips_logged(reference / "logs")
+    assert (crashed / "weights").read_bytes() == (reference / "weights").read_bytes()
+    _assert_same_curves(crashed / "logs", reference / "logs", SKIPS_TAGS)
+    assert read_run(crashed / "logs").restarts, "the kills should have left restart marks"

@@ -475,7 +475,8 @@ def test_attach_claims_the_clock_until_detach():
 
 def test_skipped_update_beside_attach_keeps_its_meaning(tmp_path):
     """With attach(), run.update(applied=False) (a skipped update: no optimizer.step())
-    logs at the unchanged step; the next applied update is counted once."""
+    is held for the next applied update, which is counted once and logs it at its step
+    under skipped/loss, beside the count of skipped attempts: each step once per tag."""
     import io
 
     from globalstep import Run
@@ -496,12 +497,15 @@ def test_skipped_update_beside_attach_keeps_its_meaning(tmp_path):
         _sgd_step(opt, [w])
         run.update(loss=1.0)
         run.update(applied=False, loss=2.0)  # the scaler skipped this one
+        run.update(loss=2.5)  # and this one (no optimizer.step(): the step did not move)
         _sgd_step(opt, [w])
         run.update(loss=3.0)
         assert run.step == 2
     attachment.detach()
-    points = read_run(tmp_path / "logs").scalars["loss"]
-    assert [(p.step, p.value) for p in points] == [(1, 1.0), (1, 2.0), (2, 3.0)]
+    scalars = read_run(tmp_path / "logs").scalars
+    assert [(p.step, p.value) for p in scalars["loss"]] == [(1, 1.0), (2, 3.0)]
+    assert [(p.step, p.value) for p in scalars["skipped/loss"]] == [(2, 2.5)]
+    assert [(p.step, p.value) for p in scalars["run/skipped_updates"]] == [(2, 2.0)]
 
 
 # ------------------------------------------------ attach() written as a statement (issue 33)

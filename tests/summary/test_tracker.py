@@ -358,3 +358,36 @@ def test_refused_parameters_are_named_and_the_points_still_go(tmp_path):
     with pytest.warns(TrackerWarning, match=r"parameters could not be set .*cannot change"):
         writer.close()
     assert steps(client) == [1, 2, 3]
+
+
+def test_a_skipped_update_after_a_checkpoint_sends_nothing_a_crash_takes_back(tmp_path):
+    """A Run's update skipped (applied=False) right after its checkpoint of step 3: the
+    tracker receives no point for it then (a crash now would take it back: the resumed run
+    makes that attempt again), and in the end each step once per tag, the skipped attempt
+    under skipped/loss at the step of the update that applied after it."""
+    import io
+
+    from globalstep import Run
+
+    client = FakeClient()
+    options = {"formats": ("jsonl", tracker(client))}
+    with Run(
+        tmp_path, save_every=3, progress=False, stream=io.StringIO(), writer_options=options
+    ) as run:
+        run.restore({})
+        for step in range(3):
+            run.update(loss=float(step))
+        run.update(loss=10.0, applied=False)  # an overflow, right after the commit of 3
+        run.writer.flush()
+        wait_until(lambda: (CHECKPOINT_TAG, 3) in {(t, s) for t, s, *_ in client.sent})
+        time.sleep(0.2)  # the sender had its chance
+        assert [(t, s, v) for t, s, v, _ in client.sent if t != CHECKPOINT_TAG] == [
+            ("loss", s + 1, float(s)) for s in range(3)
+        ]
+        run.update(loss=3.0)
+    sent = {}
+    for tag, step, value, _ in client.sent:
+        sent.setdefault(tag, []).append((step, value))
+    assert sent["loss"] == [(1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0)]
+    assert sent["skipped/loss"] == [(4, 10.0)]
+    assert sent["run/skipped_updates"] == [(4, 1.0)]

@@ -2,7 +2,9 @@
 
 A Run's checkpoint holds its own part beside the state tree, ``{"run": {...}, "state":
 ...}``: the clocks, the data position, the save trigger's state and the configuration (one
-JSON string, see :mod:`globalstep.run._config`). When to save is the
+JSON string, see :mod:`globalstep.run._config`) and, where a save comes between a skipped
+update and the next applied one, the skipped attempts pending (``"skipped"``, a JSON string,
+see :mod:`globalstep.run._skipped`). When to save is the
 :class:`~globalstep.checkpoint.save_trigger.SaveTrigger` of ``save_every`` (the part that
 the CheckpointManager's own ``save_every`` uses); its state is stored in the run part,
 where checkpoints written before this module kept it too, so that a resumed run saves
@@ -21,6 +23,7 @@ from globalstep.checkpoint import CheckpointManager
 from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.clock import MAX_STEP, Clock
 from globalstep.run._config import check_drift, stored_config
+from globalstep.run._skipped import Skipped, stored_skipped
 from globalstep.run._stale import StaleCheck
 
 __all__ = ["RunCheckpoints"]
@@ -42,6 +45,8 @@ class RunCheckpoints:
         trigger: the save trigger, or None.
         saved_step: the step saved (or restored) last by this run, or None.
         next_check: the step from which :meth:`due` can be True.
+        skipped: the skipped attempts pending (see :mod:`globalstep.run._skipped`),
+            saved and restored with the run part.
         writes: as given.
     """
 
@@ -59,23 +64,25 @@ class RunCheckpoints:
         self.saved_step: int | None = None
         self.next_check = 0
         self.writes = writes
+        self.skipped = Skipped()
         self._clocks = clocks
         self._clock = next(iter(clocks.values()))
         self._config = json.dumps(config, sort_keys=True)
         self._metrics: dict[str, float] = {}  # the scalars of the update that made a save due
 
-    def tree(self, state: Any, data_position: int) -> dict[str, Any]:
-        """Returns the tree a checkpoint holds: the run part and ``state``."""
+    def tree(self, state: Any, data_position: int, skipped: str | None) -> dict[str, Any]:
+        """Returns the tree a checkpoint holds: the run part (with ``skipped``, the pending
+        skipped attempts, where not None) and ``state``."""
         trigger = self.trigger
-        return {
-            "run": {
-                "clocks": dict(self._clocks),
-                "data_position": data_position,
-                "save_trigger": trigger.state_dict() if trigger is not None else None,
-                "config": self._config,
-            },
-            "state": state,
+        part = {
+            "clocks": dict(self._clocks),
+            "data_position": data_position,
+            "save_trigger": trigger.state_dict() if trigger is not None else None,
+            "config": self._config,
         }
+        if skipped is not None:
+            part["skipped"] = skipped
+        return {"run": part, "state": state}
 
     def load(self, step: int, state: Any, data_position: int) -> tuple[Any, int]:
         """Restores ``step``'s checkpoint into ``state`` and the clocks (in place) and the
@@ -85,8 +92,10 @@ class RunCheckpoints:
             CheckpointError: as :meth:`CheckpointManager.restore
                 <globalstep.checkpoint.CheckpointManager.restore>`.
         """
-        tree = self.manager.restore(self.tree(state, data_position), step=step)
+        held = stored_skipped(self.manager.metadata(step))
+        tree = self.manager.restore(self.tree(state, data_position, held), step=step)
         part = tree["run"]
+        self.skipped.load(part.get("skipped"))
         position = int(part["data_position"])
         if self.trigger is not None:
             # Another save_every than the checkpoint's: fire only at boundaries ahead.
@@ -171,7 +180,7 @@ class RunCheckpoints:
                 metrics[tag] = value
         manager.save(
             clock,
-            self.tree(state, data_position),
+            self.tree(state, data_position, self.skipped.to_json()),
             metrics=metrics,
             force=step in manager.steps(),
             # The save makes the curves up to `step` durable before it commits (on the

@@ -257,8 +257,8 @@ class Run(Closing):
         clock advanced by anything else between two updates is refused.
 
         Args:
-            applied: False for an update that was skipped (a mixed-precision overflow):
-                the scalars are logged at the unchanged step and the clock does not tick.
+            applied: False for an update that was skipped (a mixed-precision overflow): no
+                tick; the scalars go with the next update applied (see ``run/_skipped.py``).
             state: the state tree after this update, for loops that build a new tree at
                 each update instead of changing the restored one in place (JAX and optax,
                 ``w = w - lr * g`` in NumPy): it replaces ``run.state`` and is what the
@@ -279,19 +279,19 @@ class Run(Closing):
         """
         if self._careful and self._rolled_back(scalars):  # before restore(), or a policy
             return False
-        if state is not None:
-            self.state = state
-            self._stale_check = None  # the loop hands its tree over: nothing to suspect
-        clock = self.clock
-        step = clock.step
+        if state is not None:  # the loop hands its tree over: nothing to suspect
+            self.state, self._stale_check = state, None
+        step = (clock := self.clock).step
         if clock.tick_owner is None:
             if step != self._ticked_to:
                 _refusals.ticked_elsewhere(clock, self._ticked_to)
             if applied:
                 step = clock.advance()
-        self._ticked_to = step
+        skipped, self._ticked_to = step == self._ticked_to, step  # skipped: the step stayed
         if self._per_rank:
             scalars = self._plan.update(scalars, clock)
+        if skipped or self._saves.skipped.count:  # (see globalstep.run._skipped)
+            scalars = self._saves.skipped.take(scalars, skipped=skipped, log=self.is_writer)
         if scalars:
             (self._writer or self.writer).enqueue_scalars(scalars, step)  # a dict of its own
         if step >= self._next_check:
