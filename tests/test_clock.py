@@ -3,6 +3,7 @@
 import json
 import threading
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,11 +97,20 @@ def test_samples_and_tokens_explicit():
     assert (clock.samples, clock.tokens) == (94, 15)
 
 
-@pytest.mark.parametrize("n", [0, -1, 1.0, "1", True, None])
+@pytest.mark.parametrize("n", [0, -1, 1.0, "1", True, None, np.float64(1.0), np.True_])
 def test_bad_tick_is_rejected(n):
     """A tick that is not an int >= 1 raises StepError naming n."""
     with pytest.raises(StepError, match="`n` must be"):
         Clock().tick(n)
+
+
+def test_numpy_integer_tick():
+    """A NumPy integer number of updates is a count like an int; the step stays an int."""
+    clock = Clock()
+    clock.tick(np.int64(3))
+    clock.tick(np.int32(2))
+    assert clock.step == 5
+    assert type(clock.step) is int
 
 
 @pytest.mark.parametrize(("kwarg", "value"), [("samples", -1), ("tokens", 1.5)])

@@ -49,6 +49,7 @@ Several clocks coexist without hidden global state, one per optimizer:
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -61,6 +62,27 @@ __all__ = ["MAX_STEP", "Clock", "Progress"]
 
 MAX_STEP = 2**63 - 1
 """The largest step a clock holds: the int64 range frameworks store the step in."""
+
+
+def integer(value: Any) -> int | None:
+    """Returns ``value`` as an int where it is an integer: an int, a NumPy integer, a
+    0-d integer tensor, anything :func:`operator.index` takes; None for a bool (of any
+    library), a float or anything else.
+
+    Example:
+        >>> import numpy as np
+        >>> integer(np.int64(4)), integer(True), integer(4.0)
+        (4, None, None)
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or "bool" in str(getattr(value, "dtype", "")):
+        return None
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError):
+        return None
+
 
 _STATE_VERSION = 1
 
@@ -354,8 +376,10 @@ class Clock:
             return
         if traced_by() is not None:
             self._traced("clock.tick()")
-        if isinstance(n, bool) or not isinstance(n, int):
+        count = integer(n)
+        if count is None:
             raise StepError(f"`n` must be an int number of updates; got n={n!r}.", n)
+        n = count
         if n < 1:
             raise StepError(f"`n` must be >= 1 (one tick per applied update); got n={n}.", n)
         _check_count("samples", samples, minimum=0)

@@ -449,6 +449,42 @@ def test_invalid_step(ckpt_dir, step):
         manager.save(step, {})
 
 
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint16])
+def test_numpy_integer_step_is_a_step(ckpt_dir, kind):
+    """A NumPy integer (a counter kept in an array, a step read back from one) is a step:
+    saved as the int step's directory, restored and read by it, reported as an int."""
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(kind(4), {"s": np.arange(2)})
+        assert (ckpt_dir / "step-000000000004").is_dir()
+        assert manager.latest_step() == 4
+        assert type(manager.latest_step()) is int
+        np.testing.assert_array_equal(manager.restore(step=kind(4))["s"], np.arange(2))
+        assert manager.steps() == [4]
+
+
+@pytest.mark.parametrize("step", [4.0, np.float64(4.0), np.True_, True, "4"])
+def test_float_or_bool_step_is_refused(ckpt_dir, step):
+    """A float or a bool, of Python or NumPy, is no step, whatever its value."""
+    with (
+        CheckpointManager(ckpt_dir) as manager,
+        pytest.raises(ConfigError, match=r"`step` must be an int in \[0, 2\*\*63-1\] or a Clock"),
+    ):
+        manager.save(step, {})
+    assert not list(ckpt_dir.glob("step-*"))
+
+
+def test_misfit_error_says_what_partial_returns(ckpt_dir):
+    """The error that suggests partial=True says that restore() then returns a pair."""
+    with CheckpointManager(ckpt_dir) as manager:
+        manager.save(1, {"w": np.ones(3)})
+        with pytest.raises(
+            RestoreMismatchError,
+            match=r"Pass partial=True to restore what fits; restore\(\) then returns "
+            r"\(tree, report\)",
+        ):
+            manager.restore({"w": np.zeros(3), "new": np.zeros(1)})
+
+
 @pytest.mark.parametrize("metrics", [{"loss": "low"}, {"loss": True}, [1.0], {1: 1.0}])
 def test_invalid_metrics(ckpt_dir, metrics):
     """Metrics must map names to numbers."""

@@ -1,6 +1,7 @@
 """Tests for the data position: ResumableSampler, the data cursor, and skip_ahead."""
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -206,6 +207,93 @@ def test_overflow_keeps_clock_schedule_and_cursor_consistent():
     assert rates == [schedule(k) for k in (0, 0, 1, 2, 2, 3)]
     assert sampler.state_dict() == {"seed": 2, "epoch": 1, "position": 0}
     assert scaler.get_scale() == 2.0**16 / 4
+
+
+LOADER_FIX = r"Iterate the loader through the sampler: `for batch in sampler\.batches\(loader\):`"
+
+
+@forks
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_iterated_directly_refuses_the_save(tmp_path, workers):
+    """`for batch in loader` counts nothing: the checkpoint that would hold the stale
+    position (a resume then trains on those batches again) is refused, naming
+    sampler.batches(loader), and none is written; whatever num_workers."""
+    from globalstep import CheckpointManager
+
+    data = Recording(40)
+    sampler = ResumableSampler(data, seed=1)
+    loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=workers)
+    clock = Clock()
+
+    def train(manager):
+        for _ in loader:
+            clock.tick()
+            manager.maybe_save(clock, {"clock": clock, "data": sampler})
+
+    with CheckpointManager(tmp_path / "ckpt", save_every=3) as manager:
+        with pytest.raises(ConfigError, match=LOADER_FIX) as info:
+            train(manager)
+        assert manager.steps() == []
+    assert clock.step == 3
+    assert "`sampler` was drawn by a DataLoader iterated directly" in str(info.value)
+    assert "epoch 0, position 0" in str(info.value)
+
+
+@forks
+@pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
+def test_loader_iterated_directly_refuses_its_next_pass(workers, persistent):
+    """A second direct pass (the next epoch of `for epoch ...: for batch in loader`) would
+    repeat the same epoch's order from the same position: it raises at its start."""
+    data = Recording(12)
+    sampler = ResumableSampler(data, seed=1)
+    loader = DataLoader(
+        data, batch_size=4, sampler=sampler, num_workers=workers, persistent_workers=persistent
+    )
+    assert len([batch for batch in loader]) == 3
+    with pytest.raises(ConfigError, match="is drawn by a DataLoader iterated directly again"):
+        for _ in loader:
+            pass
+
+
+def test_restored_sampler_iterated_directly_refuses_the_save():
+    """Restored mid-epoch, then drawn by the loader directly: the next save refuses the
+    restored position the loop has moved past."""
+    data = Recording(12)
+    first = ResumableSampler(data, seed=4)
+    first.advance(8)
+    resumed = ResumableSampler(data, seed=4)
+    resumed.load_state_dict(first.state_dict())
+    loader = DataLoader(data, batch_size=2, sampler=resumed)
+    assert _indices(loader) == first.order()[8:].tolist()
+    with pytest.raises(ConfigError, match=r"epoch 0, position 8, whatever the loop took") as info:
+        resumed.state_dict()
+    assert re.search(LOADER_FIX, str(info.value))
+
+
+@forks
+@pytest.mark.parametrize("workers", [0, 2])
+def test_counted_uses_keep_working(workers):
+    """What counts keeps working: a peek at the loader before the batches() loop, a loop
+    that counts with advance() and end_epoch(), a restore after a direct draw, and reading
+    the sampler itself."""
+    data = Recording(12)
+    sampler = ResumableSampler(data, seed=3)
+    loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=workers)
+    peek = next(iter(loader))  # e.g. the shapes, before training
+    assert _indices([peek]) == sampler.order()[:4].tolist()
+    assert _indices(sampler.batches(loader)) == sampler.order(0).tolist()
+    assert sampler.state_dict() == {"seed": 3, "epoch": 1, "position": 0}
+    for epoch in (1, 2):  # counting by hand
+        for batch in loader:
+            sampler.advance(len(batch))
+            assert sampler.state_dict()["position"] > 0
+        sampler.end_epoch()
+        assert sampler.state_dict() == {"seed": 3, "epoch": epoch + 1, "position": 0}
+    next(iter(loader))
+    sampler.load_state_dict({"seed": 3, "epoch": 5, "position": 4})
+    assert sampler.state_dict() == {"seed": 3, "epoch": 5, "position": 4}
+    assert list(sampler) == list(sampler) == sampler.order()[4:].tolist()
+    assert sampler.state_dict() == {"seed": 3, "epoch": 5, "position": 4}
 
 
 def test_skip_ahead_drops_batches_and_reports():

@@ -448,6 +448,23 @@ def test_numpy_integer_step_is_accepted():
     assert lr(np.int64(7)) == lr(7)
 
 
+class _Index:
+    """An integer of another library: it has ``__index__`` and is no int."""
+
+    def __index__(self) -> int:
+        return 7
+
+
+def test_any_index_integer_step_is_accepted_but_a_bool():
+    """Anything operator.index takes is a step, as the checkpoint manager takes it; a
+    NumPy bool or float is refused as a Python one is."""
+    lr = ExponentialDecay(0.1, 10, 0.9)
+    assert lr(_Index()) == lr(np.uint8(7)) == lr(7)
+    for bad in (np.True_, np.float64(7.0)):
+        with pytest.raises(StepError, match=r"`step` must be an int >= 0; got step="):
+            lr(bad)
+
+
 def test_exponential_with_epoch_begin_resolves():
     """An exponential decay whose begin is in epochs works once resolved, not before."""
     lr = ExponentialDecay(1.0, 1, 0.5, begin="1ep")

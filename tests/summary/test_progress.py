@@ -95,7 +95,28 @@ def test_plain_lines_without_total():
     display = ProgressDisplay(clock, every_n_steps=1, stream=out, time_fn=FakeTime())
     clock.tick()
     display.update(lr=0.1)
-    assert out.getvalue() == "step 1  epoch 0  lr 0.1\n"
+    assert out.getvalue() == "step 1  lr 0.1\n"
+
+
+def test_no_epoch_where_the_clock_counts_none():
+    """A clock without steps_per_epoch shows no epoch (not "epoch 0" for the whole run);
+    one whose loop ends epochs shows them from the first end_epoch() on."""
+    clock = Clock()
+    time_fn = FakeTime()
+    out = io.StringIO()
+    display = ProgressDisplay(clock, 300, every_n_steps=100, stream=out, time_fn=time_fn)
+    for step in range(1, 301):
+        clock.tick()
+        time_fn.now += 1.0
+        display.update(loss=0.5)
+        if step == 200:
+            clock.end_epoch()
+    lines = out.getvalue().splitlines()
+    assert [line.split("  ")[:2] for line in lines] == [
+        ["step 100/300 (33%)", "1 steps/s"],
+        ["step 200/300 (66%)", "1 steps/s"],
+        ["step 300/300 (100%)", "epoch 1"],
+    ]
 
 
 def test_live_bar_with_rich():

@@ -14,7 +14,7 @@ from typing import Any
 
 from globalstep.checkpoint.commit import CommitProtocol
 from globalstep.checkpoint.document import COMMIT_FILE
-from globalstep.clock import MAX_STEP, Clock
+from globalstep.clock import MAX_STEP, Clock, integer
 from globalstep.errors import ConfigError
 from globalstep.storage import wrap_os_errors
 
@@ -32,16 +32,18 @@ def step_name(step: int) -> str:
 
 
 def step_of(step: Any) -> int:
-    """Returns ``step``, or a Clock's step, checked to be a step.
+    """Returns ``step`` (an int, a NumPy integer, anything :func:`operator.index` takes but
+    a bool), or a Clock's step, checked to be a step, as an int.
 
     Raises:
         ConfigError: ``step`` is not an int in [0, 2**63-1] or a Clock.
     """
     if isinstance(step, Clock):
         return step.step
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+    number = integer(step)
+    if number is None or not 0 <= number <= MAX_STEP:
         raise ConfigError("step", "must be an int in [0, 2**63-1] or a Clock", step)
-    return step
+    return number
 
 
 _EMPTY_LISTINGS = 3

@@ -249,7 +249,7 @@ class RankLeaves:
             f"rank should get. Restore on {_ranks(self.saved_world)}, give the object a "
             "load_state_from_ranks(states, *, rank, world_size, step) method (states "
             "indexed by the old rank), or leave the leaf out of the template and pass "
-            "partial=True",
+            "partial=True (restore() then returns (tree, report))",
             key=key,
             saved_world_size=self.saved_world,
             world_size=self.world_size,

@@ -471,7 +471,8 @@ def build_tree(
     if not report.ok and not partial:
         raise RestoreMismatchError(
             f"the checkpoint does not fit the template: {report}. "
-            "Pass partial=True to restore what fits.",
+            "Pass partial=True to restore what fits; restore() then returns (tree, report), "
+            "the report naming what was left out.",
             report,
         )
     return builder, tree

@@ -316,7 +316,8 @@ class CheckpointManager(Closing):
         """Saves ``state`` as the checkpoint of ``step``, then applies retention.
 
         Args:
-            step: the step, or a Clock whose step is used.
+            step: the step (an int, or a NumPy integer or anything else ``operator.index``
+                takes, but a bool), or a Clock whose step is used.
             state: the state tree (see :mod:`globalstep.checkpoint.tree`).
             metrics: numbers for ``keep_best`` and ``globalstep ckpt ls``.
             force: replace an existing checkpoint of this step (atomically).

@@ -76,7 +76,8 @@ def _check_fits(key: str, variable: Any, value: Any, what: str) -> None:
         raise RestoreMismatchError(
             f"the {what}'s variable {key} ({variable.path}) was created as {expected}, but "
             f"the checkpoint restored into it holds {got}: build the {what} as it was when "
-            "the checkpoint was saved, or restore with partial=True and leave it out",
+            "the checkpoint was saved, or restore with partial=True and leave it out "
+            "(restore() then returns (tree, report))",
             None,
         )
 

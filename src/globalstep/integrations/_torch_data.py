@@ -92,6 +92,15 @@ def _saved_position(
     return epoch, start, position, rank, world
 
 
+def _drawn_by_loader() -> bool:
+    """Whether the code that iterates the sampler (the caller of ``__iter__``) is torch's
+    DataLoader machinery (its ``BatchSampler``, or its iterator where batching is off),
+    rather than the user's own (``list(sampler)``, a loop that calls :meth:`advance`). The
+    index sampler is always iterated in the main process, whatever ``num_workers``."""
+    caller = sys._getframe(2)  # 0: here, 1: ResumableSampler.__iter__
+    return str(caller.f_globals.get("__name__", "")).startswith("torch.utils.data")
+
+
 def _merged_position(states: Sequence[Any], seed: int, n: int) -> tuple[int, int]:
     """The ``(epoch, position)`` that every old rank's state leaves: the samples before
     ``position`` in the epoch's order were drawn (by some rank), none after it.
@@ -158,6 +167,16 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
     :meth:`batches`, which counts the samples of each batch the loop takes and moves to
     the next epoch when the loader is exhausted. Put the sampler in the checkpoint tree:
     its state is ``{"seed", "epoch", "position"}``.
+
+    A DataLoader iterated directly (``for batch in loader``) counts nothing: the position
+    and the epoch would stay where they were, a checkpoint would hold them, and a resume
+    would train on those batches again. So, once a DataLoader has drawn the sampler outside
+    :meth:`batches`, :meth:`state_dict` (a checkpoint's save) and the DataLoader's next
+    pass raise a ``ConfigError`` naming ``sampler.batches(loader)``, until :meth:`advance`,
+    :meth:`end_epoch`, a restore or a pass through :meth:`batches` counts again (a loop
+    that counts for itself calls ``advance(len(batch))`` per batch and ``end_epoch()`` at
+    each epoch's end). Iterating the sampler itself (``list(sampler)``) is no DataLoader's
+    draw: it only reads the order.
 
     On several ranks, rank ``r`` of ``W`` draws every ``W``-th sample of the epoch's one
     order from ``r`` on (as torch's ``DistributedSampler`` does, without its padding: each
@@ -229,6 +248,10 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
         self._taken = 0  # samples of this split this rank has drawn
         self._order_epoch: int | None = None
         self._order: np.ndarray[Any, np.dtype[np.int64]] = np.arange(0, dtype=np.int64)
+        # The pass of batches() whose draw of the sampler comes next (one object a pass).
+        self._counting: object | None = None
+        # A DataLoader drew the sampler outside batches() since the last count.
+        self._uncounted = False
 
     def __repr__(self) -> str:
         ranks = f", rank={self._rank}, world_size={self._world}" if self._world > 1 else ""
@@ -284,8 +307,37 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
         return self._start + self._rank + self._world * self._taken
 
     def __iter__(self) -> Iterator[int]:
-        """Yields this rank's rest of the epoch in progress, from :attr:`position` on."""
+        """Yields this rank's rest of the epoch in progress, from :attr:`position` on.
+
+        Raises:
+            ConfigError: a DataLoader draws the sampler outside :meth:`batches` a second
+                time with nothing counted since its last draw (see the class text).
+        """
+        if self._counting is not None:  # batches() draws: it counts what the loop takes
+            self._counting = None
+            self._uncounted = False
+        elif _drawn_by_loader():
+            if self._uncounted:
+                raise self._uncounted_error(
+                    "is drawn by a DataLoader iterated directly again, with nothing counted "
+                    "since its last pass: iterated so, the sampler never ends its epoch, so "
+                    f"every pass would repeat epoch {self._epoch}'s order from position "
+                    f"{self.position} on, and a checkpoint would hold that position"
+                )
+            self._uncounted = True
         return iter(self.order()[self._next() :: self._world].tolist())
+
+    def _uncounted_error(self, rule: str) -> ConfigError:
+        return ConfigError(
+            "sampler",
+            rule,
+            self,
+            hint="Iterate the loader through the sampler: `for batch in "
+            "sampler.batches(loader):`, which counts each batch the loop takes and ends the "
+            "epoch when the loader is exhausted (or count yourself: "
+            "sampler.advance(len(batch)) for each batch, sampler.end_epoch() at each "
+            "epoch's end).",
+        )
 
     def __len__(self) -> int:
         """Samples left to this rank in the epoch in progress."""
@@ -306,11 +358,13 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
                 samples,
             )
         self._taken += samples
+        self._uncounted = False
 
     def end_epoch(self) -> None:
         """Moves to the start of the next epoch."""
         self._epoch += 1
         self._start = self._taken = 0
+        self._uncounted = False
 
     def batches(self, loader: Iterable[T]) -> Iterator[T]:
         """Iterates ``loader`` for the rest of this epoch, counting what the loop takes.
@@ -356,24 +410,43 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
 
     def _batches(self, loader: Iterable[T], batch_size: int, drop_last: bool) -> Iterator[T]:
         left = len(self)
-        if getattr(loader, "generator", None) is None:
-            state = torch.get_rng_state()
-            iterator = iter(loader)
-            torch.set_rng_state(state)
-        else:
-            iterator = iter(loader)
-        for batch in iterator:
-            size = min(batch_size, left)
-            left -= size
-            self._taken += size
-            yield batch
+        # The loader's next draw of the sampler is this pass's (it comes at iter() with
+        # workers, at the first batch without).
+        counting = self._counting = object()
+        try:
+            if getattr(loader, "generator", None) is None:
+                state = torch.get_rng_state()
+                iterator = iter(loader)
+                torch.set_rng_state(state)
+            else:
+                iterator = iter(loader)
+            for batch in iterator:
+                size = min(batch_size, left)
+                left -= size
+                self._taken += size
+                yield batch
+        finally:
+            if self._counting is counting:  # never drawn (the loader failed first)
+                self._counting = None
         if drop_last:  # the partial batch dropped counts as drawn
             self._taken = len(range(self._start + self._rank, self._n, self._world))
         self.end_epoch()
 
     def state_dict(self) -> dict[str, int]:
         """Returns ``{"seed", "epoch", "position"}``, and on several ranks also
-        ``{"start", "rank", "world_size"}``."""
+        ``{"start", "rank", "world_size"}``.
+
+        Raises:
+            ConfigError: a DataLoader drew the sampler outside :meth:`batches` and nothing
+                counted since (see the class text): the state would not be the loop's.
+        """
+        if self._uncounted:
+            raise self._uncounted_error(
+                "was drawn by a DataLoader iterated directly (`for batch in loader`), which "
+                f"counts nothing: its state would still say epoch {self._epoch}, position "
+                f"{self.position}, whatever the loop took since, and a run resumed from it "
+                "would train on those batches again"
+            )
         state = {"seed": self._seed, "epoch": self._epoch, "position": self.position}
         if self._world > 1:
             state.update(start=self._start, rank=self._rank, world_size=self._world)
@@ -402,6 +475,7 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
             )
         self._epoch, self._start = epoch, start
         self._taken = len(range(start + self._rank, position, self._world))
+        self._uncounted = False
 
     def load_state_from_ranks(
         self, states: Sequence[Mapping[str, Any]], *, rank: int, world_size: int, step: int
@@ -449,6 +523,7 @@ class ResumableSampler(Sampler[int]):  # type: ignore[misc]  # torch is untyped 
                 )
         self._epoch, self._start = _merged_position(states, self._seed, self._n)
         self._taken = 0
+        self._uncounted = False
 
 
 def skip_ahead(

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from globalstep.clock import Clock
+from globalstep.clock import Clock, integer
 from globalstep.errors import ConfigError, StepError
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
@@ -122,8 +122,10 @@ class OneCycleMomentum:
 
     def __call__(self, step: int) -> float:
         """Returns the momentum update number ``step`` uses."""
-        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
+        number = integer(step)
+        if number is None or number < 0:
             raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
+        step = number
         s = self.schedule
         total, pct_start = s.steps_total, s.pct_start
         top, low = self.max_momentum, self.base_momentum

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from globalstep._tracing import traced_by
-from globalstep.clock import MAX_STEP, Clock, Progress
+from globalstep.clock import MAX_STEP, Clock, Progress, integer
 from globalstep.errors import (
     ConfigError,
     ConversionError,
@@ -151,14 +151,14 @@ def traced_step_error(step: Any, what: str, kind: type[GlobalStepError]) -> Glob
 
 
 def check_step(step: Any) -> int:
-    """Returns ``step`` as an int, or raises StepError unless it is an int >= 0."""
-    if isinstance(step, bool) or not isinstance(step, int | np.integer):
+    """Returns ``step`` as an int, or raises StepError unless it is an int >= 0 (a NumPy
+    integer or anything else :func:`operator.index` takes, but a bool)."""
+    number = integer(step)
+    if number is None or number < 0:
         raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
-    if step < 0:
-        raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
-    if step > MAX_STEP:
+    if number > MAX_STEP:
         raise StepError(f"`step` must be <= 2**63-1; got step={step!r}.", step)
-    return int(step)
+    return number
 
 
 def check_steps(steps: Any) -> Steps:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from globalstep.clock import MAX_STEP, Clock
+from globalstep.clock import MAX_STEP, Clock, integer
 from globalstep.errors import ConfigError
 from globalstep.summary._tracker import TRACKERS, Tracker
 from globalstep.summary._values import short
@@ -49,26 +49,22 @@ def check_tag(tag: Any) -> str:
 
 
 def check_step(step: Any, parameter: str = "step") -> int:
-    """Returns ``step`` as an int where it is one (or has ``__index__``) in [0, 2**63-1].
+    """Returns ``step`` as an int where it is one (or :func:`operator.index` takes it, but a
+    bool) in [0, 2**63-1].
 
     Raises:
         ConfigError: ``step`` (named ``parameter``) is not such an int.
     """
-    if isinstance(step, bool) or not isinstance(step, int):
-        index = getattr(step, "__index__", None)
-        if index is None or isinstance(step, bool):
-            raise ConfigError(parameter, "must be an int", step)
-        try:
-            step = index()
-        except (TypeError, ValueError) as err:
-            raise ConfigError(parameter, "must be an int", step) from err
-    if step < 0:
-        raise ConfigError(parameter, "must be >= 0", short(step))
-    if step > MAX_STEP:
+    number = integer(step)
+    if number is None:
+        raise ConfigError(parameter, "must be an int", step)
+    if number < 0:
+        raise ConfigError(parameter, "must be >= 0", short(number))
+    if number > MAX_STEP:
         raise ConfigError(
-            parameter, "must be <= 2**63-1 (TensorBoard stores steps as int64)", short(step)
+            parameter, "must be <= 2**63-1 (TensorBoard stores steps as int64)", short(number)
         )
-    return int(step)
+    return number
 
 
 def check_formats(formats: Any) -> tuple[str | Tracker, ...]:

@@ -142,6 +142,9 @@ def _rich_available() -> bool:
 class ProgressDisplay(Closing):
     """Shows training progress: step/total, epoch, rate, ETA and chosen scalars.
 
+    The epoch is shown where the clock knows it: given ``steps_per_epoch``, or once the
+    loop ended an epoch with ``clock.end_epoch()``; a clock that counts no epochs shows none.
+
     Args:
         clock: the clock whose step is shown.
         total_steps: the run's length in steps, for the percentage and ETA; None if unknown.
@@ -219,7 +222,9 @@ class ProgressDisplay(Closing):
 
     def _describe(self, scalars: dict[str, Any]) -> str:
         p = self._clock.progress()
-        parts = [f"epoch {p.epoch}"]
+        # An epoch the clock knows: it counts them itself (steps_per_epoch) or the loop
+        # ended one (end_epoch()); a clock that knows none would say "epoch 0" throughout.
+        parts = [f"epoch {p.epoch}"] if p.steps_per_epoch or p.epoch else []
         if math.isfinite(self._rate):
             rate = f"{self._rate:,.0f}" if self._rate >= 100 else f"{self._rate:.3g}"
             parts.append(f"{rate} steps/s")
