@@ -83,13 +83,15 @@ class Committer:
             raise
 
     def _commit(self, job: SaveJob) -> None:
-        # The curves up to this step reach the disk before the checkpoint exists.
-        _durability.sync_registered()
-        if job.before_commit is not None:
-            job.before_commit()
-        # The abandoned timeline goes before the new checkpoint is committed.
-        Timeline.drop(job.step, job.abandoned, self._retention)
         step = job.step
+
+        def before() -> None:
+            # The protocol has made the curves up to this step durable (every commit
+            # does); then the caller's hook, and the abandoned timeline goes.
+            if job.before_commit is not None:
+                job.before_commit()
+            Timeline.drop(step, job.abandoned, self._retention)
+
         try:
             self._protocol.commit(
                 step_name(step),
@@ -99,6 +101,7 @@ class Committer:
                 hooks=job.round.hooks,
                 fresh=job.fresh and step not in job.abandoned,
                 marked=job.marked,
+                before=before,
             )
         except BaseException:
             self._retention.failed()  # leftovers of this attempt go at the next save

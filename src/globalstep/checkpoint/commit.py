@@ -13,6 +13,12 @@ Two protocols, one per kind of storage, chosen once by :func:`protocol_for`:
   forced replacement is written whole beside the old checkpoint first. A deletion removes
   the marker first.
 
+Every commit, whoever asks for it (the manager's saves, sync, async or distributed; the
+compat managers; a user calling :func:`~globalstep.checkpoint.format.commit`), first makes
+the points every open summary writer accepted durable (:mod:`globalstep._durability`):
+the one durability path, here, where every checkpoint passes, so a checkpoint is never
+committed past curves a crash could take back.
+
 Readers only see names that match and hold a marker (:meth:`CommitProtocol.is_committed`).
 Both protocols write the same files (:mod:`globalstep.checkpoint.document`,
 :mod:`globalstep.checkpoint.arrays`); only the way they are published differs.
@@ -34,12 +40,13 @@ import contextlib
 import re
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from globalstep import _durability
 from globalstep.checkpoint.arrays import write_arrays
 from globalstep.checkpoint.document import (
     ARRAYS_FILE,
@@ -142,8 +149,10 @@ class CommitProtocol(ABC):
         hooks: CommitHooks | None = None,
         fresh: bool = False,
         marked: bool | None = None,
+        before: Callable[[], None] | None = None,
     ) -> None:
-        """Writes one checkpoint and commits it atomically under ``name``.
+        """Makes the open writers' points durable, then writes one checkpoint and commits
+        it atomically under ``name``.
 
         Args:
             name: the checkpoint directory's name, e.g. ``step-000000000100``.
@@ -161,12 +170,20 @@ class CommitProtocol(ABC):
                 an object store).
             marked: whether ``name`` is committed, where the caller (the directory's only
                 writer) has just looked; None looks here.
+            before: called once after the writers' points are durable and before
+                anything of the checkpoint is written, or None.
 
         Raises:
             CheckpointExistsError: ``name`` is committed already and ``force`` is False.
             CheckpointError: an I/O error (full disk, file too large, ...); nothing
                 visible has changed, and no earlier checkpoint is touched.
+            BaseException: a writer's error making its points durable (a
+                ``SummaryWriteError``), or ``before``'s: nothing is written.
         """
+        # The curves up to this checkpoint reach the disk before any of it exists.
+        _durability.sync_registered()
+        if before is not None:
+            before()
         storage = self.storage
         final = storage.join(name)
         if marked is None:

@@ -70,8 +70,9 @@ def commit(
     storage: Storage, name: str, arrays: Mapping[str, Any], document: dict[str, Any], **how: Any
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``, by the protocol of
-    ``storage``: :meth:`globalstep.checkpoint.commit.CommitProtocol.commit`, whose keyword
-    arguments ``how`` are (``force``, ``hooks``, ``fresh``, ``marked``).
+    ``storage``: :meth:`globalstep.checkpoint.commit.CommitProtocol.commit` (the open
+    summary writers' points made durable first), whose keyword arguments ``how`` are
+    (``force``, ``hooks``, ``fresh``, ``marked``, ``before``).
 
     Raises:
         CheckpointExistsError: ``name`` is committed already and ``force`` is False.

@@ -47,6 +47,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from globalstep import _durability
 from globalstep.checkpoint.format import (
     COMMIT_FILE,
     commit,
@@ -269,7 +270,12 @@ class Checkpoint:
         storage = open_storage(directory)
         flat = flatten(self._tree())
         document = {"created_unix": time.time(), "tree": flat.structure, "clocks": flat.clocks}
+        # The commit makes every open writer's points durable first (the one path all
+        # checkpoints take); once it is committed, a tracker may send the points up to
+        # its clock's step, as after a CheckpointManager save.
         commit(storage, name, flat.arrays, document, force=True)
+        if len(flat.clocks) == 1:
+            _durability.committed(int(flat.clocks[0]["step"]))
         return str(file_prefix)
 
     def save(self, file_prefix: str) -> str:
