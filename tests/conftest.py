@@ -14,6 +14,7 @@ import pytest
 # import torch for nothing.
 collect_ignore = [
     "checkpoint/dist_worker.py",
+    "compat_tf_loop.py",
     "distributed/sampler_workers.py",
     "distributed/spawn.py",
     "distributed/workers.py",
