@@ -176,14 +176,16 @@ def test_checkpoint_commits_after_the_logs_are_on_disk(tmp_path, monkeypatch, as
     """At the moment a checkpoint at step S commits (on the save's own thread when it is
     async), the JSONL file holds every step <= S."""
     seen = {}
-    real_commit = RenameCommit.commit
+    # The writing of the checkpoint, inside CommitProtocol.commit (which makes the logs
+    # durable first, for every save).
+    real_write = RenameCommit._write
 
-    def spy(storage, name, arrays, document, **kwargs):
+    def spy(protocol, save, **kwargs):
         lines = (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
-        seen[document["step"]] = {json.loads(line).get("step") for line in lines}
-        return real_commit(storage, name, arrays, document, **kwargs)
+        seen[save.document["step"]] = {json.loads(line).get("step") for line in lines}
+        return real_write(protocol, save, **kwargs)
 
-    monkeypatch.setattr(RenameCommit, "commit", spy)
+    monkeypatch.setattr(RenameCommit, "_write", spy)
     _train(
         tmp_path,
         total_steps=30,
