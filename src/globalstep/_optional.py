@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from globalstep.errors import MissingDependencyError
 
-__all__ = ["require"]
+__all__ = ["require", "require_installed"]
 
 
 def require(module: str, extra: str, purpose: str) -> ModuleType:
@@ -29,3 +30,21 @@ def require(module: str, extra: str, purpose: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as err:
         raise MissingDependencyError(module, extra, purpose) from err
+
+
+def require_installed(module: str, extra: str, purpose: str) -> None:
+    """Checks that ``module`` is installed, without importing it (for a module a
+    background thread imports later).
+
+    Raises:
+        MissingDependencyError: the module is not installed.
+
+    Example:
+        >>> require_installed("json", "core", "this example")
+    """
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent missing, or sys.modules[module] = None
+        found = False
+    if not found:
+        raise MissingDependencyError(module, extra, purpose)

@@ -10,6 +10,7 @@ in test_mlflow.py.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -214,8 +215,12 @@ def test_close_gives_up_after_close_seconds_and_keeps_the_rest(tmp_path):
     for _ in range(5):
         clock.tick()
         writer.scalars({"loss": float(clock.step)})
-    with pytest.warns(TrackerWarning, match=r"5 points were not sent within close_seconds=0.2"):
+    command = re.escape(f"run `globalstep logs {tmp_path} --send` once the server is reachable")
+    with pytest.warns(
+        TrackerWarning, match=r"5 points were not sent to MLflow \(close_seconds=0.2 passed"
+    ) as got:
         writer.close()
+    assert re.search(command, str(got[0].message))
     assert client.sent == []
     later = FakeClient()  # a writer opening the directory again sends them
     SummaryWriter(tmp_path, formats=(tracker(later),)).close()

@@ -37,6 +37,7 @@ from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
 from globalstep.run._stale import Passed, StaleCheck
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
+from globalstep.summary._tracker import has_unsent
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter
 from globalstep.triggers import Trigger
@@ -190,6 +191,12 @@ class Run(Closing):
         self._started_at = self._ticked_to = self.clock.step
         self._stale_check = StaleCheck.take(self.state, self._started_at, passed)  # save()
         self.progress = self._display.open(self.clock, self.total_steps)
+        if self.is_writer and has_unsent(
+            str(self.directory / "logs"), self._writer_options.keywords["formats"]
+        ):
+            # Points an earlier process left unsent (a tracker's outage): the writer's
+            # tracker formats send them, even where no update follows (a complete run).
+            _ = self.writer
         return self.state
 
     @property

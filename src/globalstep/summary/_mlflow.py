@@ -12,6 +12,11 @@ clean close; a resumed process continues the run its record names and marks it
 run's key, so that a process killed after MLflow made the run and before its id reached
 the record is followed by one that finds the run instead of making a second.
 
+The writer's training thread never imports MLflow (a second or more): :func:`prepare`
+only checks it is installed and notes the user's active run where MLflow is imported
+already (a user who started a run imported it); the client is built, MLflow imported, on
+the tracker's sender thread.
+
 MLflow's own HTTP retries would hold the sender for minutes (7 retries, a 120 s timeout by
 default) while the tracker format's backoff should be in charge: where the user has not
 set them, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` is set to 0 and
@@ -30,14 +35,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
-from globalstep._optional import require
+from globalstep._optional import require, require_installed
 from globalstep.errors import TrackerRefusedError
 from globalstep.summary._tracker import Point
 
-__all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params"]
+__all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params", "prepare"]
 
 LOGDIR_TAG = "globalstep.logdir"
 """The tag of an MLflow run this client created: the writer's log directory."""
@@ -49,6 +56,22 @@ _BATCH = 1000  # MLflow's most metrics per log_batch
 _PARAM_VALUE = 6000  # MLflow's longest parameter value
 _REFUSALS = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST")
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+_PURPOSE = 'the "mlflow" writer format'
+_HERE: Any = object()  # MlflowClient's default: the run active on the building thread
+
+
+def prepare() -> Callable[[], MlflowClient]:
+    """On the thread that opens the writer: checks MLflow is installed and notes the run
+    active there, without importing MLflow; returns what builds the client (on the
+    sender thread).
+
+    Raises:
+        MissingDependencyError: the ``mlflow`` extra is not installed.
+    """
+    require_installed("mlflow", "mlflow", _PURPOSE)
+    mlflow = sys.modules.get("mlflow")  # not imported: no run was started
+    active = mlflow.active_run() if mlflow is not None else None
+    return partial(MlflowClient, active.info.run_id if active is not None else None)
 
 
 def flat_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -79,8 +102,11 @@ def _refusal(err: Exception) -> bool:
 class MlflowClient:
     """Sends a tracker format's points to MLflow (see the module docstring).
 
-    Built on the thread that opens the writer (it notes the active MLflow run there);
-    its other methods run on the tracker's sender thread.
+    Args:
+        active_run: the id of the user's MLflow run to log to, or None; by default the
+            run active on the thread that builds the client (see :func:`prepare`).
+
+    Its methods run on the tracker's sender thread.
 
     Raises:
         MissingDependencyError: the ``mlflow`` extra is not installed.
@@ -88,15 +114,17 @@ class MlflowClient:
 
     name = "mlflow"
 
-    def __init__(self) -> None:
-        mlflow = require("mlflow", "mlflow", 'the "mlflow" writer format')
+    def __init__(self, active_run: str | None = _HERE) -> None:
+        mlflow = require("mlflow", "mlflow", _PURPOSE)
         for variable, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(variable, value)
         from mlflow.tracking import MlflowClient as Client
 
         self._client = Client()
-        active = mlflow.active_run()
-        self._active = active.info.run_id if active is not None else None
+        if active_run is _HERE:
+            active = mlflow.active_run()
+            active_run = active.info.run_id if active is not None else None
+        self._active: str | None = active_run
         self._run_id: str | None = None
         self._owned = False
 

@@ -63,6 +63,7 @@ import importlib
 import json
 import math
 import os
+import shlex
 import threading
 import time
 import uuid
@@ -89,10 +90,13 @@ __all__ = [
 TRACKERS = ("mlflow", "wandb")
 """The tracker formats a writer knows, by name."""
 
-_CLIENTS = {
-    "mlflow": ("globalstep.summary._mlflow", "MlflowClient"),
-    "wandb": ("globalstep.summary._wandb", "WandbClient"),
+_CLIENTS = {  # each module's prepare(): the training thread's part of building a client
+    "mlflow": "globalstep.summary._mlflow",
+    "wandb": "globalstep.summary._wandb",
 }
+
+SEND_COMMAND = "globalstep logs {logdir} --send"
+"""The command that sends what a directory's tracker records hold unsent."""
 
 CHECKPOINT_TAG = "globalstep/checkpoint"
 """The series of committed checkpoints' steps (value = step) each tracker run shows."""
@@ -108,9 +112,13 @@ _Entry = tuple[int, str, int, float, float]  # (number in the record, tag, step,
 class TrackerClient(Protocol):
     """One tool's client; every method is called from the tracker's sender thread.
 
-    A client is built with no arguments (``MlflowClient()``) on the thread that opens the
-    writer, and imports its tool there (a missing extra raises
-    :class:`~globalstep.errors.MissingDependencyError` at once). Any exception but
+    A client is built on the sender thread (importing the tool, setting it up: a second
+    or more for MLflow, which the training thread never waits for), by what its module's
+    ``prepare()`` returned on the thread that opens the writer: that checks the extra is
+    installed, without importing it (a missing one raises
+    :class:`~globalstep.errors.MissingDependencyError` at once), and notes the tool's run
+    the user started there. A build that fails gives the tracker up (the warning at close
+    says why; the points stay in the record). Any exception of the methods but
     :class:`~globalstep.errors.TrackerRefusedError` is retried with backoff.
     """
 
@@ -138,6 +146,22 @@ class TrackerClient(Protocol):
         """Ends what :meth:`open` started (not a run the user started)."""
 
 
+_TITLES = {"mlflow": "MLflow", "wandb": "W&B"}
+
+
+def send_command(logdir: str) -> str:
+    """The command line that sends what ``logdir``'s tracker records hold unsent."""
+    return SEND_COMMAND.format(logdir=shlex.quote(logdir))
+
+
+class _BuildFailedError(Exception):
+    """Building the client failed on the sender thread (the tracker is given up)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
 def _positive(name: str, value: Any, kind: type | tuple[type, ...]) -> None:
     """Refuses ``value`` unless it is a finite number > 0 of type ``kind``."""
     what = "an int" if kind is int else "a finite number"
@@ -162,7 +186,8 @@ class Tracker:
         max_retry_seconds: the longest wait between two attempts.
         close_seconds: the longest ``close()`` waits for the sender to send the rest.
         client: builds the client instead of the tool's own (a client set up by hand, a
-            test's fake); called with no arguments when a writer opens.
+            test's fake); called with no arguments on the sender thread when a writer
+            opens.
 
     Raises:
         ConfigError: an option breaks its rule.
@@ -197,13 +222,22 @@ class Tracker:
                 self.max_retry_seconds,
             )
 
-    def build(self) -> TrackerClient:
-        """Builds this tracker's client (importing the tool)."""
+    def builder(self) -> Callable[[], TrackerClient]:
+        """On the thread that opens the writer: what builds this tracker's client on the
+        sender thread (see :class:`TrackerClient`; the tool is not imported here).
+
+        Raises:
+            MissingDependencyError: the tool is not installed.
+        """
         if self.client is not None:
-            return self.client()
-        module, name = _CLIENTS[self.name]
-        client: TrackerClient = getattr(importlib.import_module(module), name)()
-        return client
+            return self.client
+        prepare: Callable[[], Callable[[], TrackerClient]]
+        prepare = importlib.import_module(_CLIENTS[self.name]).prepare
+        return prepare()
+
+    def build(self) -> TrackerClient:
+        """Builds this tracker's client here (importing the tool)."""
+        return self.builder()()
 
 
 def record_path(logdir: str, name: str) -> str:
@@ -317,6 +351,43 @@ def _apply(loaded: _Loaded, entry: Any) -> None:
         loaded.key = entry["key"]
 
 
+def unsent_points(path: str) -> int:
+    """The points of a record that are final (a commit or a clean close made them so)
+    and were not sent: what a writer opening the directory again sends."""
+    loaded = _load(path)
+    return sum(
+        1
+        for number, point in loaded.points.items()
+        if number not in loaded.sent and (point[4] or point[1] <= loaded.committed)
+    )
+
+
+def has_unsent(logdir: str, formats: Any) -> bool:
+    """Whether a tracker format among ``formats`` (names or :class:`Tracker`) has a record
+    in ``logdir`` holding points to send (a ``Run`` that is complete opens its writer for
+    them)."""
+    for chosen in formats:
+        name = chosen.name if isinstance(chosen, Tracker) else chosen
+        path = record_path(logdir, name) if name in TRACKERS else ""
+        if path and os.path.exists(path) and unsent_points(path):
+            return True
+    return False
+
+
+def send_unsent(logdir: str, tracker: Tracker) -> TrackerBackend:
+    """Sends what the record of ``tracker`` in ``logdir`` holds unsent, waiting at most
+    ``tracker.close_seconds``; returns the closed backend (``sent``, ``unsent``,
+    ``run_id``). No warning: the caller reports.
+
+    Raises:
+        ConfigError: the record cannot be read or written.
+        MissingDependencyError: the tool is not installed.
+    """
+    backend = TrackerBackend(logdir, tracker)
+    backend.close()
+    return backend
+
+
 def recorded_max_step(logdir: str) -> int | None:
     """The highest step that stands in any tracker record of ``logdir``, or None (for
     the writer's restart check, when a tracker is the only format)."""
@@ -346,7 +417,8 @@ class TrackerBackend:
     Args:
         logdir: the writer's local directory.
         tracker: the format and its options.
-        client: the tool's client (``tracker.build()`` if None).
+        client: the tool's client (built on the sender thread by ``tracker.builder()``'s
+            result if None).
 
     Raises:
         ConfigError: the record cannot be read or written.
@@ -355,7 +427,8 @@ class TrackerBackend:
 
     def __init__(self, logdir: str, tracker: Tracker, client: TrackerClient | None = None) -> None:
         self._options = tracker
-        self._client = tracker.build() if client is None else client
+        self._build = tracker.builder() if client is None else None
+        self._client: TrackerClient | None = client
         self._logdir = logdir
         self.path = record_path(logdir, tracker.name)
         loaded = _load(self.path)
@@ -369,7 +442,7 @@ class TrackerBackend:
                 entry = (number, tag, step, value, wall_time)
                 (self._ready if final or step <= self._committed else self._waiting).append(entry)
         self._first = loaded.count  # this process's first point number
-        self._in_flight = self._unsent = 0
+        self._in_flight = self._unsent = self.sent = 0
         self._purged_since = MAX_STEP + 1
         self._opened: str | None = None
         self._connected = False  # whether the client opened (or continued) the run
@@ -516,7 +589,7 @@ class TrackerBackend:
             else:
                 delay = 0.0
                 self._done(task, batch)
-        if self._connected:
+        if self._connected and self._client is not None:
             try:
                 self._client.close()
             except Exception as err:
@@ -534,6 +607,12 @@ class TrackerBackend:
         return "send", batch
 
     def _do(self, task: str, batch: list[_Entry]) -> None:
+        if self._client is None:  # built here, off the training thread (see TrackerClient)
+            assert self._build is not None
+            try:
+                self._client = self._build()
+            except Exception as err:
+                raise _BuildFailedError(err) from err
         if task == "open":
             self._opened = self._client.open(self._run_id, logdir=self._logdir, key=self._key)
         elif task == "params":
@@ -556,6 +635,7 @@ class TrackerBackend:
                 self._params = None
             else:
                 self._in_flight = 0
+                self.sent += len(batch)
                 self._batch_limit = self._options.batch_points
                 self._max_sent = max([self._max_sent, *(e[2] for e in batch)])
                 if self._max_sent >= self._purged_since:  # a restart voided some in flight
@@ -580,6 +660,9 @@ class TrackerBackend:
                 self._ready.extendleft(e for e in reversed(batch) if e[2] < self._purged_since)
                 if isinstance(err, TrackerRefusedError):
                     return 0.0
+            elif task == "open" and isinstance(err, _BuildFailedError):  # give up
+                self._open_refused = self._last_error = err.error
+                return 0.0
             elif task == "open" and isinstance(err, TrackerRefusedError):  # give up
                 self._open_refused = err
                 return 0.0
@@ -615,6 +698,21 @@ class TrackerBackend:
             self._file_closed = True
             self._file.close()
 
+    @property
+    def unsent(self) -> int:
+        """The points a closed backend left unsent (in the record, for the next writer)."""
+        return self._unsent
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The tracker's last error (a failed send, open or build), or None."""
+        return self._last_error
+
+    @property
+    def run_id(self) -> str | None:
+        """The tracker run's id, once known."""
+        return self._run_id
+
     def report(self) -> None:
         """Gives the one :class:`~globalstep.errors.TrackerWarning` of a closed backend
         that could not send everything (nothing where it did)."""
@@ -629,9 +727,10 @@ class TrackerBackend:
             parts.append(f"{self._refused} points were refused by {name}")
         if self._unsent:
             parts.append(
-                f"{self._unsent} points were not sent within close_seconds="
-                f"{options.close_seconds} (kept in {self.path}; a writer opening this "
-                "directory again sends them)"
+                f"{self._unsent} points were not sent to {_TITLES[name]} (close_seconds="
+                f"{options.close_seconds} passed; they are kept in {self.path}); run "
+                f"`{send_command(self._logdir)}` once the server is reachable (or open a "
+                f"writer with the {name} format on this directory again)"
             )
         if self._open_refused is not None:
             parts.append(f"the {name} run could not be opened ({self._open_refused!r})")

@@ -41,19 +41,22 @@ import json
 import os
 import re
 import struct
+import sys
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
-from globalstep._optional import require
+from globalstep._optional import require, require_installed
 from globalstep.errors import ConfigError, TrackerRefusedError
 
 __all__ = [
     "STEP_METRIC",
     "WandbClient",
     "WandbLog",
+    "prepare",
     "read_records",
     "wandb_files",
 ]
@@ -190,10 +193,29 @@ def history_rows(records: list[Any]) -> Iterator[dict[str, Any]]:
             }
 
 
+_PURPOSE = "the wandb summary format"
+_HERE: Any = object()  # WandbClient's default: wandb.run where the client is built
+
+
+def prepare() -> Callable[[], WandbClient]:
+    """On the thread that opens the writer: checks wandb is installed and notes the
+    user's ``wandb.run``, without importing wandb (a user who started a run imported it);
+    returns what builds the client on the sender thread.
+
+    Raises:
+        MissingDependencyError: wandb is not installed.
+    """
+    require_installed("wandb", "wandb", _PURPOSE)
+    wandb = sys.modules.get("wandb")
+    return partial(WandbClient, active=getattr(wandb, "run", None))
+
+
 class WandbClient:
     """The tracker client for W&B: ``open``, ``send``, ``set_params``, ``close``.
 
     Args:
+        active: the user's W&B run to log to, or None; by default ``wandb.run`` where the
+            client is built (see :func:`prepare`).
         confirm_seconds: how long :meth:`send` waits for W&B's transaction log to hold
             the rows it logged before it raises (the backend then retries).
         flush_seconds: the transaction log's flush interval for runs this client starts
@@ -207,7 +229,9 @@ class WandbClient:
 
     name = "wandb"
 
-    def __init__(self, *, confirm_seconds: float = 60.0, flush_seconds: float = 1.0) -> None:
+    def __init__(
+        self, *, active: Any = _HERE, confirm_seconds: float = 60.0, flush_seconds: float = 1.0
+    ) -> None:
         for parameter, value in (
             ("confirm_seconds", confirm_seconds),
             ("flush_seconds", flush_seconds),
@@ -216,8 +240,9 @@ class WandbClient:
                 raise ConfigError(parameter, "must be > 0", value)
         self._confirm_seconds = float(confirm_seconds)
         self._flush_seconds = float(flush_seconds)
-        self._wandb = require("wandb", "wandb", "the wandb summary format")
-        self._active: Any = self._wandb.run  # the user's run, noted where the writer opens
+        self._wandb = require("wandb", "wandb", _PURPOSE)
+        # the user's run, noted where the writer opens
+        self._active: Any = self._wandb.run if active is _HERE else active
         self._run: Any = None
         self._owned = False
         self._file: str | None = None

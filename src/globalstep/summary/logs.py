@@ -5,6 +5,9 @@ For each run under DIR (JSONL or TensorBoard event files, restarts applied, see
 first and last step, last value, minimum and maximum. ``--tag loss`` draws that series in
 the terminal, ``--tag loss --plot out.png`` draws it to a PNG (the ``plot`` extra), and
 ``--csv out.csv`` exports the points (``--csv`` alone, or ``--csv -``, prints them).
+``--send`` sends to MLflow or W&B what the tracker records under DIR hold unsent (an
+outage outlasted the writer's ``close_seconds``), and says what it sent; it exits with 1
+where some could not be sent (they stay in the record for the next try).
 
 Example:
     >>> import tempfile
@@ -26,6 +29,7 @@ import csv
 import io
 import math
 import os
+import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TextIO
@@ -33,7 +37,7 @@ from typing import Any, TextIO
 from globalstep.errors import ConfigError
 from globalstep.summary.reader import Point, RunLog, read_logs
 
-__all__ = ["add_parser", "run_logs", "summary_table", "terminal_plot"]
+__all__ = ["add_parser", "run_logs", "send_records", "summary_table", "terminal_plot"]
 
 _HEADER = ("tag", "points", "first step", "last step", "last value", "min", "max")
 
@@ -175,6 +179,85 @@ def _plot_png(runs: list[tuple[str, RunLog]], tag: str, path: str, *, log_y: boo
         plt.close(figure)  # also when the file cannot be written
 
 
+def _records(directory: str) -> list[str]:
+    """The tracker records under ``directory``, at any depth, sorted."""
+    from globalstep.summary._tracker import RECORD_SUFFIX
+
+    found = []
+    for root, _, files in os.walk(directory):
+        found += [os.path.join(root, f) for f in files if f.endswith(RECORD_SUFFIX)]
+    return sorted(found)
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def send_records(
+    logdirs: Sequence[str],
+    *,
+    seconds: float = 30.0,
+    out: Callable[[str], Any] = print,
+    err: Callable[[str], Any] = _stderr,
+) -> int:
+    """Does ``globalstep logs DIR --send``' work and returns its exit status: 0 where
+    every final point of every record was sent, 1 otherwise.
+
+    Args:
+        logdirs: the directories searched, at any depth, for tracker records.
+        seconds: the longest time one record's points are tried for.
+
+    Raises:
+        ConfigError: a directory holds no tracker record, or ``seconds`` is not > 0.
+        MissingDependencyError: a record's tool is not installed.
+    """
+    from globalstep.summary._tracker import (
+        _TITLES,
+        RECORD_SUFFIX,
+        TRACKERS,
+        Tracker,
+        send_unsent,
+        unsent_points,
+    )
+
+    if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
+        raise ConfigError("--send-seconds", "must be a finite number > 0", seconds)
+    records = []
+    for directory in logdirs:
+        found = _records(str(directory))
+        if not found:
+            names = ", ".join(name + RECORD_SUFFIX for name in TRACKERS)
+            raise ConfigError(
+                "DIR",
+                f"must hold a tracker record ({names}) at some depth for --send: no writer "
+                "with the mlflow or wandb format logged there",
+                directory,
+            )
+        records += found
+    status = 0
+    for path in records:
+        name = os.path.basename(path)[: -len(RECORD_SUFFIX)]
+        if name not in TRACKERS:
+            continue
+        waiting = unsent_points(path)
+        if not waiting:
+            out(f"{path}: nothing to send (every point is in {_TITLES[name]} already)")
+            continue
+        sent = send_unsent(os.path.dirname(path), Tracker(name, close_seconds=seconds))
+        if not sent.unsent:
+            out(f"{path}: sent {sent.sent} points to {_TITLES[name]} (run {sent.run_id})")
+            continue
+        status = 1
+        error = sent.last_error
+        last = f" (last error: {error!r})" if error is not None else " (no answer yet)"
+        err(
+            f"globalstep logs: error: {path}: {sent.unsent} of {waiting} points could not "
+            f"be sent to {_TITLES[name]} within --send-seconds={seconds:g}{last}; they stay "
+            "in the record: run this again once the server is reachable"
+        )
+    return status
+
+
 def run_logs(
     logdir: str | Sequence[str],
     *,
@@ -239,6 +322,8 @@ def run_logs(
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.send:
+        return send_records(args.dir, seconds=args.send_seconds)
     return run_logs(args.dir, tag=args.tag, plot=args.plot, csv_path=args.csv, log_y=args.log_y)
 
 
@@ -263,5 +348,17 @@ def add_parser(subparsers: Any) -> None:
         nargs="?",
         const="-",
         help="export the points as CSV to PATH; to standard output without one (or '-')",
+    )
+    parser.add_argument(
+        "--send",
+        action="store_true",
+        help="send to MLflow or W&B what the tracker records under DIR hold unsent",
+    )
+    parser.add_argument(
+        "--send-seconds",
+        metavar="S",
+        type=float,
+        default=30.0,
+        help="with --send: the longest time one record's points are tried for (30)",
     )
     parser.set_defaults(func=_run)
