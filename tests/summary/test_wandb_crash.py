@@ -44,10 +44,10 @@ def _env():
     return env
 
 
-def _start(directory):
+def _start(directory, sleep_seconds=SLEEP_SECONDS):
     """Starts the loop; a thread queues its output lines (None at its end)."""
     process = subprocess.Popen(
-        [sys.executable, LOOP, str(directory), str(TOTAL_STEPS), str(SLEEP_SECONDS)],
+        [sys.executable, LOOP, str(directory), str(TOTAL_STEPS), str(sleep_seconds)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -83,17 +83,39 @@ def _wait_for(lines, wanted, output):
     raise AssertionError(f"the loop ended before {wanted!r}:\n" + "\n".join(output))
 
 
+def _opened(directory, before, lines, output):
+    """Waits until this attempt's sender has opened the W&B run (a transaction log more
+    than ``before``; the training thread never waits for it), then returns the last step
+    the loop printed."""
+    deadline = time.monotonic() + 120
+    while len(list(pathlib.Path(directory, "logs").glob("wandb/*/*.wandb"))) <= before:
+        assert time.monotonic() < deadline, "the attempt never opened its W&B run"
+        time.sleep(0.05)
+    while True:
+        try:
+            line = lines.get_nowait()
+        except queue.Empty:
+            break
+        assert line is not None, "the loop ended before its kill:\n" + "\n".join(output)
+        output.append(line)
+    steps = [int(line.split()[1]) for line in output if line.startswith(("step ", "ready "))]
+    return max(steps)
+
+
 def _kill_and_resume(directory, seed):
-    """SIGKILLs the loop at 3 random updates (each after an update it printed; one of
-    them the update right after a commit, while the sender sends), then runs it to the
-    end; returns the steps killed at."""
+    """SIGKILLs the loop at 3 random updates (each after an update it printed, once the
+    attempt has opened the W&B run; one of them the update right after a commit, while
+    the sender sends), then runs it to the end; returns the steps killed at. The killed
+    attempts step slowly (0.15 s), so that W&B opens before their end."""
     rng = random.Random(seed)
     killed = []
     for attempt in range(3):
-        process, lines = _start(directory)
+        before = len(list(pathlib.Path(directory, "logs").glob("wandb/*/*.wandb")))
+        process, lines = _start(directory, sleep_seconds=0.15)
         output = []
         resumed = int(_wait_for(lines, "ready", output).split()[1])
         at = rng.randint(resumed + 3, resumed + (TOTAL_STEPS - resumed) // 2)
+        at = max(at, _opened(directory, before, lines, output) + 2)
         if attempt == 1:
             at = (at // SAVE_EVERY + 1) * SAVE_EVERY + 1
         _wait_for(lines, f"step {at}", output)

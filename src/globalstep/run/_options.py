@@ -171,6 +171,14 @@ class WriterOptions:
         keywords.setdefault("formats", available_formats())
         return cls(MappingProxyType(keywords))
 
+    def unsent(self, directory: Path) -> bool:
+        """Whether a tracker format of these options has points in ``directory``'s record
+        that an earlier process left unsent (an outage): a writer opening there sends
+        them, so a Run opens its writer even where no update follows (a complete run)."""
+        from globalstep.summary._tracker import has_unsent
+
+        return has_unsent(str(directory), self.keywords["formats"])
+
     def open(
         self, directory: Path, clock: Clock, config: Mapping[str, Any], *, is_writer: bool
     ) -> SummaryWriter:

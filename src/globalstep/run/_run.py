@@ -37,7 +37,6 @@ from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
 from globalstep.run._stale import Passed, StaleCheck
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
-from globalstep.summary._tracker import has_unsent
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter
 from globalstep.triggers import Trigger
@@ -132,10 +131,10 @@ class Run(Closing):
         saves = SaveTrigger.of(save_every)  # checked before the manager takes the lock
         self.directory, self.total_steps = Path(directory), total_steps
         self._memos: Memos = {}  # see value()
-        self._next_check = 0  # the step from which update() looks at more than the step
+        # _next_check: the step from which update() looks at more than the step
+        self.data_position = self._next_check = 0
         self.strict, self.rollback = strict, rollback
         self._watch = Watch(rollback, plan) if rollback is not None else None
-        self.data_position = 0
         self.state: Any = None
         self.config = run_config(config, self.schedules, self.clocks)
         self._stream = stream if stream is not None else sys.stdout
@@ -191,12 +190,8 @@ class Run(Closing):
         self._started_at = self._ticked_to = self.clock.step
         self._stale_check = StaleCheck.take(self.state, self._started_at, passed)  # save()
         self.progress = self._display.open(self.clock, self.total_steps)
-        if self.is_writer and has_unsent(
-            str(self.directory / "logs"), self._writer_options.keywords["formats"]
-        ):
-            # Points an earlier process left unsent (a tracker's outage): the writer's
-            # tracker formats send them, even where no update follows (a complete run).
-            _ = self.writer
+        if self.is_writer and self._writer_options.unsent(self.directory / "logs"):
+            _ = self.writer  # it sends the tracker points an earlier process left unsent
         return self.state
 
     @property
@@ -224,9 +219,8 @@ class Run(Closing):
         Index the data with it (``epoch, index = divmod(run.next_batch(), batches)``):
         it is restored with the checkpoint, and a rollback moves it past bad batches.
         """
-        position = self.data_position
-        self.data_position = position + 1
-        return position
+        self.data_position += 1
+        return self.data_position - 1
 
     def value(self, name: str) -> float:
         """Returns schedule ``name`` at the clock's step (the value update ``run.step`` uses).
@@ -239,8 +233,7 @@ class Run(Closing):
             KeyError: no schedule has that name.
         """
         try:
-            # The per-update path: the schedule's memo, read here while the name still
-            # maps to the schedule it belongs to.
+            # The per-update path: the memo, while the name maps to the schedule it is of.
             schedule, memo = self._memos[name]
             if self.schedules[name] is schedule:
                 step = self.clock.step

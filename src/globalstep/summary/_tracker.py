@@ -75,6 +75,10 @@ from globalstep import _durability
 from globalstep.clock import MAX_STEP
 from globalstep.errors import ConfigError, TrackerRefusedError, TrackerWarning
 from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item
+from globalstep.summary._record import RECORD_SUFFIX as RECORD_SUFFIX
+from globalstep.summary._record import TRACKERS as TRACKERS
+from globalstep.summary._record import load_record, record_path, runs, unsent_points
+from globalstep.summary._record import recorded_max_step as recorded_max_step
 
 __all__ = [
     "CHECKPOINT_TAG",
@@ -87,8 +91,6 @@ __all__ = [
     "recorded_max_step",
 ]
 
-TRACKERS = ("mlflow", "wandb")
-"""The tracker formats a writer knows, by name."""
 
 _CLIENTS = {  # each module's prepare(): the training thread's part of building a client
     "mlflow": "globalstep.summary._mlflow",
@@ -100,8 +102,6 @@ SEND_COMMAND = "globalstep logs {logdir} --send"
 
 CHECKPOINT_TAG = "globalstep/checkpoint"
 """The series of committed checkpoints' steps (value = step) each tracker run shows."""
-
-RECORD_SUFFIX = ".tracker.jsonl"
 
 Point = tuple[str, int, float, float]
 """A point sent to a tracker: (tag, step, value, wall_time in seconds since the epoch)."""
@@ -240,128 +240,6 @@ class Tracker:
         return self.builder()()
 
 
-def record_path(logdir: str, name: str) -> str:
-    """The record of tracker ``name`` in ``logdir``."""
-    return os.path.join(logdir, name + RECORD_SUFFIX)
-
-
-class _Ranges:
-    """Numbers as sorted, merged inclusive ranges (the points sent)."""
-
-    def __init__(self) -> None:
-        self.ranges: list[list[int]] = []
-
-    def add(self, first: int, last: int) -> None:
-        self.ranges.append([first, last])
-        self.ranges.sort()
-        merged: list[list[int]] = []
-        for lo, hi in self.ranges:
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        self.ranges = merged
-
-    def __contains__(self, number: int) -> bool:
-        import bisect
-
-        i = bisect.bisect_right(self.ranges, [number, MAX_STEP]) - 1
-        return i >= 0 and self.ranges[i][0] <= number <= self.ranges[i][1]
-
-
-def _runs(numbers: list[int]) -> list[list[int]]:
-    """``numbers`` as inclusive ranges of consecutive numbers, in order."""
-    out: list[list[int]] = []
-    for n in numbers:
-        if out and n == out[-1][1] + 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return out
-
-
-@dataclass
-class _Loaded:
-    """What a record says: the run, the points that stand, which are final or sent."""
-
-    run_id: str | None
-    key: str | None
-    points: dict[int, list[Any]]  # number -> [tag, step, value, wall_time, final]
-    committed: int
-    sent: _Ranges
-    count: int  # point lines read (the next point's number)
-    torn: int  # the bytes of complete lines where the last was cut short (a crash), or 0
-
-
-def _load(path: str) -> _Loaded:
-    """Reads a record; a line cut short at the end (a crash) is ignored.
-
-    Raises:
-        ConfigError: a line before the last cannot be read (the record is damaged).
-    """
-    loaded = _Loaded(None, None, {}, -1, _Ranges(), 0, 0)
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        return loaded
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        lines.pop()
-        loaded.torn = data.rfind(b"\n") + 1 or -1
-    for index, line in enumerate(lines):
-        try:
-            entry = json.loads(line)
-        except ValueError as err:
-            raise ConfigError(
-                "logdir",
-                f"must hold a readable tracker record; line {index + 1} of {path} is not JSON",
-                path,
-                hint="Move the file away to start a new tracker run.",
-            ) from err
-        _apply(loaded, entry)
-    return loaded
-
-
-def _apply(loaded: _Loaded, entry: Any) -> None:
-    if isinstance(entry, list):
-        tag, step, value, wall_time = entry
-        loaded.points[loaded.count] = [tag, step, value, wall_time, False]
-        loaded.count += 1
-    elif "restart" in entry:
-        purge = entry["restart"]
-        loaded.points = {n: p for n, p in loaded.points.items() if p[1] < purge}
-        loaded.committed = min(loaded.committed, purge - 1)
-    elif "committed" in entry:
-        loaded.committed = max(loaded.committed, entry["committed"])
-    elif "closed" in entry:  # a clean close: the points of that process are final
-        for number, point in loaded.points.items():
-            if number >= entry["closed"]:
-                point[4] = True
-    elif "sent" in entry:
-        for first, last in entry["sent"]:
-            loaded.sent.add(first, last)
-    elif "dropped" in entry:  # dropped past the bound: never sent
-        loaded.sent.add(entry["dropped"], entry["dropped"])
-    elif "run" in entry:
-        loaded.run_id = entry["run"]
-    elif "key" in entry:
-        loaded.key = entry["key"]
-
-
-def unsent_points(path: str) -> int:
-    """The points of a record that are final (a commit or a clean close made them so)
-    and were not sent: what a writer opening the directory again sends."""
-    loaded = _load(path)
-    return sum(
-        1
-        for number, point in loaded.points.items()
-        if number not in loaded.sent and (point[4] or point[1] <= loaded.committed)
-    )
-
-
 def has_unsent(logdir: str, formats: Any) -> bool:
     """Whether a tracker format among ``formats`` (names or :class:`Tracker`) has a record
     in ``logdir`` holding points to send (a ``Run`` that is complete opens its writer for
@@ -386,17 +264,6 @@ def send_unsent(logdir: str, tracker: Tracker) -> TrackerBackend:
     backend = TrackerBackend(logdir, tracker)
     backend.close()
     return backend
-
-
-def recorded_max_step(logdir: str) -> int | None:
-    """The highest step that stands in any tracker record of ``logdir``, or None (for
-    the writer's restart check, when a tracker is the only format)."""
-    steps: list[int] = []
-    for name in TRACKERS:
-        path = record_path(logdir, name)
-        if os.path.exists(path):
-            steps.extend(p[1] for p in _load(path).points.values())
-    return max(steps) if steps else None
 
 
 _TAGS: dict[str, str] = {}  # a tag's JSON text, made once (the drain writes one per point)
@@ -431,7 +298,7 @@ class TrackerBackend:
         self._client: TrackerClient | None = client
         self._logdir = logdir
         self.path = record_path(logdir, tracker.name)
-        loaded = _load(self.path)
+        loaded = load_record(self.path)
         self._run_id = loaded.run_id
         self._committed = loaded.committed
         self._count = loaded.count
@@ -640,7 +507,7 @@ class TrackerBackend:
                 self._max_sent = max([self._max_sent, *(e[2] for e in batch)])
                 if self._max_sent >= self._purged_since:  # a restart voided some in flight
                     self._voided_sent.append(self._purged_since)
-                self._write(json.dumps({"sent": _runs([e[0] for e in batch])}) + "\n")
+                self._write(json.dumps({"sent": runs([e[0] for e in batch])}) + "\n")
                 if not self._file_closed:
                     self._file.flush()
 
@@ -652,7 +519,7 @@ class TrackerBackend:
                 self._in_flight = 0
                 if isinstance(err, TrackerRefusedError) and len(batch) == 1:
                     self._refused += 1
-                    self._write(json.dumps({"sent": _runs([batch[0][0]])}) + "\n")
+                    self._write(json.dumps({"sent": runs([batch[0][0]])}) + "\n")
                     return 0.0
                 if isinstance(err, TrackerRefusedError):  # find the refused ones: halve
                     self._batch_limit = max(1, len(batch) // 2)

@@ -211,13 +211,13 @@ def send_records(
         ConfigError: a directory holds no tracker record, or ``seconds`` is not > 0.
         MissingDependencyError: a record's tool is not installed.
     """
+    from globalstep.summary._record import unsent_points
     from globalstep.summary._tracker import (
         _TITLES,
         RECORD_SUFFIX,
         TRACKERS,
         Tracker,
         send_unsent,
-        unsent_points,
     )
 
     if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
