@@ -258,3 +258,91 @@ def test_empty_directory_is_not_a_failure_for_ls(places, capsys):
     """ls of an empty directory says it has no checkpoint, exit 0."""
     assert main(["ckpt", "ls", str(places / "empty")]) == 0
     assert capsys.readouterr().out.strip().startswith("no committed checkpoint in ")
+
+
+# ------------------------------------- verify decodes as restore does (issue 33, frictions)
+
+
+def _resealed(tmp_path, edit):
+    """Two checkpoints of a clock and an array; step 20's state.json edited by ``edit``
+    and resealed (its checksums rewritten, so that only decoding can tell)."""
+    import json
+
+    from ckpt_helpers import reseal
+
+    clock = Clock()
+    with CheckpointManager(tmp_path) as manager:
+        for _ in range(2):
+            clock.tick(10)
+            manager.save(clock, {"clock": clock, "w": np.ones(3), "n": 3})
+    checkpoint = tmp_path / "step-000000000020"
+    doc = json.loads((checkpoint / "state.json").read_bytes())
+    edit(doc)
+    reseal(checkpoint, state=json.dumps(doc).encode())
+
+
+def _clock_state(doc):
+    return doc["tree"]["dict"]["clock"]["stateful"]["dict"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (
+            lambda doc: _clock_state(doc).update(step={"value": "garbage"}),
+            "the clock state at clock: `state['step']` must be an int; got state['step']='garbage'",
+        ),
+        (lambda doc: _clock_state(doc).update(epoch={"value": [1, 2]}), "bad value at clock/epoch"),
+        (
+            lambda doc: doc["clocks"][0].update(step=[20]),
+            "clocks[0]: `data['step']` must be an int; got data['step']=[20]",
+        ),
+    ],
+    ids=["garbage clock state", "a list where a number was", "a list in a saved Progress"],
+)
+def test_verify_refuses_what_restore_refuses(tmp_path, capsys, edit, named):
+    """A state.json resealed with a value a restore cannot decode fails `ckpt verify`
+    (exit 1), which names the checkpoint and the value; the other checkpoint is ok."""
+    _resealed(tmp_path, edit)
+    assert main(["ckpt", "verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "step 10: ok" in out
+    assert "step 20: CORRUPT: checkpoint step-000000000020" in out
+    assert named in out
+    assert out.rstrip().endswith("1 of 2 checkpoints corrupt")
+
+
+def test_restore_refuses_the_resealed_garbage_clock_state(tmp_path):
+    """The garbage clock state verify refuses, a restore into the run's clock refuses too."""
+    from globalstep.errors import CorruptCheckpointError
+
+    _resealed(tmp_path, lambda doc: _clock_state(doc).update(step={"value": "garbage"}))
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        template = {"clock": Clock(), "w": np.zeros(3), "n": 0}
+        with pytest.raises(CorruptCheckpointError, match="must be an int; got state"):
+            manager.restore(template)
+
+
+def test_a_renamed_copy_is_named_by_ls_verify_and_restore(tmp_path, capsys):
+    """A copy of step-20 renamed step-45: ls --all, verify and restore name it as the
+    checkpoint of step 20."""
+    import shutil
+
+    from globalstep.errors import CorruptCheckpointError
+
+    with CheckpointManager(tmp_path) as manager:
+        for step in (10, 20):
+            manager.save(step, {"w": np.full(2, float(step))})
+    shutil.copytree(tmp_path / "step-000000000020", tmp_path / "step-000000000045")
+    said = "its state.json is of step 20, not 45 (a copy or a rename of another checkpoint?)"
+    assert main(["ckpt", "ls", str(tmp_path), "--all"]) == 0
+    assert said in capsys.readouterr().out
+    assert main(["ckpt", "verify", str(tmp_path)]) == 1
+    assert f"step 45: CORRUPT: checkpoint step-000000000045 of {tmp_path} is damaged" in (
+        capsys.readouterr().out
+    )
+    with (
+        CheckpointManager(tmp_path, read_only=True) as manager,
+        pytest.raises(CorruptCheckpointError, match=re.escape(said)),
+    ):
+        manager.restore({"w": np.zeros(2)})

@@ -22,6 +22,7 @@ from globalstep.checkpoint.fit import fit_template
 from globalstep.checkpoint.flatten import array_nodes
 from globalstep.checkpoint.lazy import CheckpointReader
 from globalstep.checkpoint.templates import template_sharded
+from globalstep.clock import Clock, Progress
 from globalstep.errors import (
     CheckpointError,
     CheckpointExistsError,
@@ -209,7 +210,15 @@ class Reading:
         return CheckpointReader(self.storage, step_name(step), step, self.load(step))
 
     def verify(self, step: int) -> None:
-        """Checks every checksum of ``step``'s checkpoint."""
+        """Checks every checksum of ``step``'s checkpoint, then decodes it as a restore
+        does: the tree without a template (every leaf's value), every clock's state and
+        every saved Progress, so that what a restore would refuse, verify refuses too.
+
+        Raises:
+            CorruptCheckpointError: a file is damaged (a checksum), or a value cannot be
+                decoded (a state.json resealed with a garbage clock state, a list where a
+                number was, ...).
+        """
         name = step_name(step)
         state = self.load(step)
         read_arrays(self.storage, name, state, keep=False)
@@ -218,6 +227,17 @@ class Reading:
             from globalstep.checkpoint.distributed import verify_sharded
 
             verify_sharded(self.storage, name, state)
+        tree, _ = self.restore(step, None, False)  # the tree's values, decoded
+        where = self.storage.join(name)
+        for number, progress in enumerate(state.get("clocks") or []):
+            try:
+                Progress.from_dict(progress)  # as a restore reads the saved clocks
+            except ConfigError as err:
+                message = f"{where}: state.json clocks[{number}]: {err}"
+                raise CorruptCheckpointError(message, where) from err
+        bad = _bad_clock_state(tree, "")
+        if bad is not None:
+            raise CorruptCheckpointError(f"{where}: state.json: {bad}", where)
 
     def restore(self, step: int, template: Any, partial: bool) -> tuple[Any, RestoreReport]:
         """Reads ``step``'s checkpoint into ``template`` (see ``CheckpointManager.restore``)."""
@@ -261,3 +281,29 @@ class Reading:
             restored = unflatten(structure, arrays, template, partial=partial, ranks=ranks)
         leaves.remap(arrays)
         return restored
+
+
+_CLOCK_STATE = frozenset(Clock().state_dict())
+
+
+def _bad_clock_state(node: Any, path: str) -> str | None:
+    """What a restore into a Clock would refuse of the first bad clock state (a dict with
+    a Clock's state keys) in a tree restored without a template, naming its path; None
+    where every one loads."""
+    if isinstance(node, dict):
+        if node.keys() >= _CLOCK_STATE:
+            try:
+                Clock().load_state_dict(node)
+            except (ConfigError, StepError) as err:
+                return f"the clock state at {path or '/'}: {err}"
+            return None
+        items: Any = node.items()
+    elif isinstance(node, list | tuple):
+        items = enumerate(node)
+    else:
+        return None
+    for key, value in items:
+        bad = _bad_clock_state(value, f"{path}/{key}" if path else str(key))
+        if bad is not None:
+            return bad
+    return None
