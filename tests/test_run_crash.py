@@ -6,6 +6,7 @@ flushes, and resumed after each kill; the final run is compared with an uninterr
 """
 
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -315,6 +316,8 @@ def test_sigkilled_loop_counting_in_its_dict_saves_every_count(tmp_path):
     log = read_run(crashed / "logs")
     assert [(p.step, p.value) for p in log.scalars["loss"]] == expected_curve
     assert log.restarts
+    if importlib.util.find_spec("tensorboard") is not None:  # and in the other readers
+        _assert_same_curves(crashed / "logs", reference / "logs", ["loss"])
 
 
 SKIPS_TAGS = ["loss", "lr", "skipped/loss", "skipped/lr", "run/skipped_updates"]
