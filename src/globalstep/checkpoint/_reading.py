@@ -227,7 +227,9 @@ class Reading:
             from globalstep.checkpoint.distributed import verify_sharded
 
             verify_sharded(self.storage, name, state)
-        tree, _ = self.restore(step, None, False)  # the tree's values, decoded
+        # The tree's values decoded as a restore decodes them (the arrays, read and
+        # checked above, are not read again).
+        _check_values(state["tree"], "")
         where = self.storage.join(name)
         for number, progress in enumerate(state.get("clocks") or []):
             try:
@@ -235,7 +237,7 @@ class Reading:
             except ConfigError as err:
                 message = f"{where}: state.json clocks[{number}]: {err}"
                 raise CorruptCheckpointError(message, where) from err
-        bad = _bad_clock_state(tree, "")
+        bad = _bad_clock_state(state["tree"], "")
         if bad is not None:
             raise CorruptCheckpointError(f"{where}: state.json: {bad}", where)
 
@@ -286,24 +288,48 @@ class Reading:
 _CLOCK_STATE = frozenset(Clock().state_dict())
 
 
-def _bad_clock_state(node: Any, path: str) -> str | None:
-    """What a restore into a Clock would refuse of the first bad clock state (a dict with
-    a Clock's state keys) in a tree restored without a template, naming its path; None
-    where every one loads."""
+def _nodes(node: Any, path: str) -> Any:
+    """Every (path, node) of a saved structure (JSON objects and lists), depth first."""
+    yield path, node
+    children: Any = ()
     if isinstance(node, dict):
-        if node.keys() >= _CLOCK_STATE:
-            try:
-                Clock().load_state_dict(node)
-            except (ConfigError, StepError) as err:
-                return f"the clock state at {path or '/'}: {err}"
-            return None
-        items: Any = node.items()
-    elif isinstance(node, list | tuple):
-        items = enumerate(node)
-    else:
-        return None
-    for key, value in items:
-        bad = _bad_clock_state(value, f"{path}/{key}" if path else str(key))
-        if bad is not None:
-            return bad
+        children = node.items()
+    elif isinstance(node, list):
+        children = enumerate(node)
+    for key, child in children:
+        if isinstance(child, dict | list):
+            yield from _nodes(child, f"{path}/{key}" if path else str(key))
+
+
+def _check_values(structure: Any, path: str) -> None:
+    """Refuses a value node a restore would refuse (what ``build`` decodes: None, a
+    bool, an int, a float or a str).
+
+    Raises:
+        CorruptCheckpointError: a bad value; the message names its path.
+    """
+    for where, node in _nodes(structure, path):
+        if isinstance(node, dict) and node.keys() == {"value"}:
+            value = node["value"]
+            if value is not None and not isinstance(value, bool | int | float | str):
+                where = "/".join(p for p in where.split("/") if p not in ("dict", "stateful"))
+                raise CorruptCheckpointError(f"state.json: bad value at {where or '<root>'}")
+
+
+def _bad_clock_state(structure: Any, path: str) -> str | None:
+    """What a restore into a Clock would refuse of the first bad clock state of a saved
+    structure (a stateful object whose state holds a Clock's keys, as plain values),
+    naming its path; None where every one loads."""
+    for where, node in _nodes(structure, path):
+        inner = node.get("stateful") if isinstance(node, dict) else None
+        entries = inner.get("dict") if isinstance(inner, dict) else None
+        if not isinstance(entries, dict) or not entries.keys() >= _CLOCK_STATE:
+            continue
+        if not all(isinstance(e, dict) and e.keys() == {"value"} for e in entries.values()):
+            continue
+        try:
+            Clock().load_state_dict({key: e["value"] for key, e in entries.items()})
+        except (ConfigError, StepError) as err:
+            where = "/".join(p for p in where.split("/") if p not in ("dict", "stateful"))
+            return f"the clock state at {where or '<root>'}: {err}"
     return None
