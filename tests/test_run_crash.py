@@ -83,14 +83,15 @@ def _run_to_end(directory, writer, *loop):
     return output
 
 
-def _crash_and_resume(directory, writer, seed, *loop, readies=None):
-    """Kills the loop at 10 moments (4 inside a save, 6 at random), then runs it to the end;
-    appends each attempt's ``ready`` line to ``readies`` where given.
+def _crash_and_resume(directory, writer, seed, *loop, readies=None, saved=0):
+    """Kills the loop at 10 moments (4 inside a save, ``saved`` right after a commit, the
+    rest at random), then runs it to the end; appends each attempt's ``ready`` line to
+    ``readies`` where given.
 
     Returns how many kills left a checkpoint half written (a temporary directory).
     """
     rng = random.Random(seed)
-    moments = ["save"] * 4 + ["random"] * 6
+    moments = ["save"] * 4 + ["saved"] * saved + ["random"] * (6 - saved)
     rng.shuffle(moments)
     inside_saves = 0
     for moment in moments:
@@ -102,6 +103,9 @@ def _crash_and_resume(directory, writer, seed, *loop, readies=None):
         remaining = TOTAL_STEPS - int(ready.split()[1])
         if moment == "save" and remaining > 25:  # a save before the last one
             _wait_for(lines, "save ")
+            time.sleep(rng.uniform(0, 0.002))
+        elif moment == "saved" and remaining > 25:  # after a commit, however slow the machine
+            _wait_for(lines, "saved ")
             time.sleep(rng.uniform(0, 0.002))
         else:
             # Every step sleeps SLEEP_SECONDS: within this window the run does at most
@@ -286,7 +290,7 @@ def test_sigkilled_loop_counting_in_its_dict_saves_every_count(tmp_path):
     readies = []
     _in_threads(
         (_run_to_end, (reference, "after")),
-        (lambda: _crash_and_resume(crashed, "after", 33, readies=readies), ()),
+        (lambda: _crash_and_resume(crashed, "after", 33, readies=readies, saved=2), ()),
     )
     resumed = [tuple(int(n) for n in line.split()[1:]) for line in readies]
     assert len(resumed) == 11
