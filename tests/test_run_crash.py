@@ -37,16 +37,13 @@ _SERVER_SECONDS = 120
 def _start(directory, writer, *loop):
     """Starts the loop (``loop``: run_loop.py's further arguments, LOOP [KILL_AT]); a thread
     queues its output lines."""
+    return _spawn(LOOP, directory, TOTAL_STEPS, writer, SLEEP_SECONDS, *loop)
+
+
+def _spawn(script, *args):
+    """Starts ``python script args...``; a thread queues its output lines (None at the end)."""
     process = subprocess.Popen(
-        [
-            sys.executable,
-            LOOP,
-            str(directory),
-            str(TOTAL_STEPS),
-            writer,
-            str(SLEEP_SECONDS),
-            *loop,
-        ],
+        [sys.executable, str(script), *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -7,36 +7,18 @@ lost, though the loop never flushes its writer."""
 
 import contextlib
 import pathlib
-import queue
 import random
 import subprocess
-import sys
-import threading
 
 import pytest
-from test_run_crash import _assert_same_curves
+from test_run_crash import _assert_same_curves, _spawn
 
 LOOP = str(pathlib.Path(__file__).parents[1] / "compat_tf_loop.py")
 TOTAL_STEPS = 120
 
 
 def _start(directory):
-    process = subprocess.Popen(
-        [sys.executable, LOOP, str(directory), str(TOTAL_STEPS), "0.004"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines = queue.Queue()
-
-    def pump():
-        with process.stdout:
-            for line in process.stdout:
-                lines.put(line.strip())
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return process, lines
+    return _spawn(LOOP, directory, TOTAL_STEPS, 0.004)
 
 
 def _until(lines, prefix):
