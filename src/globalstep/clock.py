@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import operator
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
@@ -488,3 +489,12 @@ class Clock:
             self._time_fn(),
         )
         self._step = step
+
+
+def release_claim(clock: weakref.ref[Clock], owner: str) -> None:
+    """Ends ``owner``'s claim on the clock's ticks where it still holds it (the clock
+    alive, the claim not passed on): what an attachment's or a follower's finalizer and
+    ``detach()`` call."""
+    alive = clock()
+    if alive is not None and alive.tick_owner == owner:
+        alive.release_ticks(owner)

@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from globalstep.clock import Clock
+from globalstep.clock import Clock, release_claim
 from globalstep.errors import ConfigError, StepError
 
 __all__ = ["Follower", "follow"]
@@ -112,7 +112,7 @@ class Follower:
         owner, self.tick_owner = self.tick_owner, ""
         if _FOLLOWING.get(id(self.clock)) is self:
             del _FOLLOWING[id(self.clock)]
-        _release(weakref.ref(self.clock), owner)
+        release_claim(weakref.ref(self.clock), owner)
 
     def read(self) -> int:
         """``optimizer.iterations`` now, as an int (one host read; the clock is not moved).
@@ -205,13 +205,6 @@ class Follower:
 def _named(optimizer: Any) -> str:
     """An optimizer as messages name it: its class and id."""
     return f"{type(optimizer).__name__} at {id(optimizer):#x}"
-
-
-def _release(clock: weakref.ref[Clock], owner: str) -> None:
-    """Ends ``owner``'s claim on the clock, where it still holds it."""
-    alive = clock()
-    if alive is not None and alive.tick_owner == owner:
-        alive.release_ticks(owner)
 
 
 def _host_int(value: Any) -> int:
@@ -307,7 +300,7 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
     owner = f"Keras optimizer {_named(optimizer)}, via follow()"
     clock.claim_ticks(owner)
     follower.tick_owner = owner
-    weakref.finalize(follower, _release, weakref.ref(clock), owner)
+    weakref.finalize(follower, release_claim, weakref.ref(clock), owner)
     _FOLLOWING[id(clock)] = follower
     return follower
 

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from globalstep.clock import Clock, integer
+from globalstep.clock import Clock, integer, release_claim
 from globalstep.errors import ConfigError, StepError
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
@@ -367,7 +367,7 @@ class Attachment:
         for group, saved in zip(self.optimizer.param_groups, self._saved, strict=False):
             group.update(saved)
         _ATTACHED.pop(id(self.optimizer), None)
-        _release(weakref.ref(self.clock), self.tick_owner)
+        release_claim(weakref.ref(self.clock), self.tick_owner)
 
 
 def _calls_user_code(fn: Any) -> bool:
@@ -600,16 +600,9 @@ def _hook(
     attachment.tick_owner = owner
     # The hooks hold the attachment and the optimizer holds the hooks: the claim lasts as
     # long as the hooks, and a dropped optimizer frees its clock for another owner.
-    weakref.finalize(attachment, _release, weakref.ref(clock), owner)
+    weakref.finalize(attachment, release_claim, weakref.ref(clock), owner)
     _ATTACHED[id(optimizer)] = attachment
     return attachment
-
-
-def _release(clock: weakref.ref[Clock], owner: str) -> None:
-    """Ends ``owner``'s claim on the clock, where it still holds it."""
-    alive = clock()
-    if alive is not None and alive.tick_owner == owner:
-        alive.release_ticks(owner)
 
 
 @dataclasses.dataclass(frozen=True)
