@@ -89,7 +89,7 @@ def latest_step(directory: str, src: str) -> tuple[float, float]:
 def bookkeeping(directory: str, count: int, saves: int = 30) -> tuple[float, float]:
     """Medians of save() minus its commit and its deletion, and of the deletion alone,
     with max_to_keep=count (so each save deletes the oldest checkpoint)."""
-    import globalstep.checkpoint.manager as manager_module
+    import globalstep.checkpoint._manager as manager_module
     from globalstep.checkpoint import CheckpointManager
 
     real_commit = manager_module.commit

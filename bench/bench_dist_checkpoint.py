@@ -55,7 +55,7 @@ def worker(rank: int, world: int, port: int, mib: int, root: str) -> None:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    from globalstep.checkpoint.manager import CheckpointManager
+    from globalstep.checkpoint import CheckpointManager
 
     model = _model(mib)
     size = _nbytes(model)

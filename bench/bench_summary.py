@@ -87,7 +87,7 @@ def breakdown(logdir: str, n: int) -> dict[str, float]:
     from globalstep.summary._base import SCALAR, Item
     from globalstep.summary._jsonl import JsonlBackend
     from globalstep.summary._tensorboard import TensorBoardBackend
-    from globalstep.summary.writer import _BATCH_ITEMS
+    from globalstep.summary._writer import _BATCH_ITEMS
 
     items: list[Item] = [(SCALAR, TAGS[i % 4], i, time.time(), _value(i)) for i in range(n)]
     result = {}

@@ -51,7 +51,7 @@ import torch
 from globalstep import CheckpointManager, Clock, SummaryWriter, every
 from globalstep.integrations.torch import attach
 from globalstep.schedules import CosineDecay
-from globalstep.summary.writer import available_formats
+from globalstep.summary import available_formats
 
 BATCH, WIDTH, BASE_LR = 32, 32, 0.05
 SAVE_EVERY = 100

@@ -150,3 +150,40 @@ def test_the_walk_sees_a_private_reach() -> None:
 def test_every_module_opens_with_a_docstring() -> None:
     missing = [relative(p) for p in MODULES if not ast.get_docstring(ast.parse(p.read_text()))]
     assert missing == []
+
+
+def owner(module: str) -> str:
+    """The package that owns a module: the part of its dotted name before the first
+    private part (``globalstep.checkpoint._tree.flatten`` -> ``globalstep.checkpoint``)."""
+    parts = module.split(".")
+    for index, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:index])
+    return module
+
+
+def module_name(path: pathlib.Path) -> str:
+    dotted = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+    return dotted.removesuffix(".__init__")
+
+
+def test_no_module_imports_another_package_private_module() -> None:
+    """A private module (``_x``, or any module below a private package) is imported only
+    from inside the package that owns it; every other package goes through its door."""
+    crossing = []
+    for path in MODULES:
+        me = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if not target.startswith("globalstep"):
+                    continue
+                door = owner(target)
+                if door != target and not (me == door or me.startswith(door + ".")):
+                    crossing.append(f"{relative(path)} imports {target}")
+    assert crossing == []

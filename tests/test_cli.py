@@ -1,11 +1,11 @@
-"""Tests for globalstep.cli (the demo has tests/test_demo.py)."""
+"""Tests for globalstep._cli (the demo has tests/test_demo.py)."""
 
 import subprocess
 import sys
 
 import pytest
 
-from globalstep.cli import main
+from globalstep._cli import main
 
 
 def test_version(capsys):

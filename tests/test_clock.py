@@ -1,4 +1,4 @@
-"""Tests for globalstep.clock."""
+"""Tests for globalstep._clock."""
 
 import json
 import threading
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import Clock, ConfigError, Progress, StepError
-from globalstep.clock import MAX_STEP
+from globalstep._clock import MAX_STEP
 
 
 class FakeTime:

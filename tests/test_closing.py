@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from globalstep import ConfigError, SummaryWriteError
 from globalstep._closing import close_in_order
-from globalstep.errors import ConfigError, SummaryWriteError
 from globalstep.summary import SummaryWriter
-from globalstep.summary import writer as writer_module
+from globalstep.summary import _writer as writer_module
 
 
 class Part:

@@ -1,4 +1,4 @@
-"""Tests for globalstep.demo: the demo run end to end, stopped, resumed and rolled back."""
+"""Tests for globalstep._demo: the demo run end to end, stopped, resumed and rolled back."""
 
 import contextlib
 import io
@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from globalstep.cli import main
-from globalstep.demo import run_demo
-from globalstep.errors import ConfigError
+from globalstep import ConfigError
+from globalstep._cli import main
+from globalstep._demo import run_demo
 from globalstep.schedules import CosineDecay, warmup
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +290,7 @@ def test_demo_without_tensorboard_names_only_what_it_wrote(tmp_path):
     directory = str(tmp_path / "run")
     code = (
         "import sys; sys.modules['tensorboard'] = None  # as if not installed\n"
-        "from globalstep.cli import main\n"
+        "from globalstep._cli import main\n"
         f"sys.exit(main(['demo', '--dir', {directory!r}, '--steps', '60', '--bad-batch', '-1',"
         " '--framework', 'numpy']))\n"
     )

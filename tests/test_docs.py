@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from globalstep.cli import main
+from globalstep._cli import main
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # Guides run in a fresh interpreter of their own: the trackers keep state for the whole

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 
 import globalstep
-from globalstep import _durability
+from globalstep import CheckpointError, SummaryWriteError, _durability
 from globalstep.checkpoint import CheckpointManager
-from globalstep.errors import CheckpointError, SummaryWriteError
-from globalstep.summary import SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import SummaryWriter, read_run
 
 SRC = Path(globalstep.__file__).parent
 

@@ -3,7 +3,7 @@ point 5): the points an open summary writer accepted before the save are on disk
 save returns (an async save: when its commit is waited for), read back by a fresh reader,
 without the test flushing or closing the writer.
 
-The path is :meth:`globalstep.checkpoint.commit.CommitProtocol.commit`, where every
+The path is :meth:`globalstep.checkpoint._files.commit.CommitProtocol.commit`, where every
 checkpoint passes; the last test checks that nothing else in ``src/`` writes a commit.
 """
 
@@ -17,8 +17,7 @@ import pytest
 
 import globalstep
 from globalstep.checkpoint import CheckpointManager
-from globalstep.summary import SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import SummaryWriter, read_run
 
 SRC = Path(globalstep.__file__).parent
 
@@ -59,7 +58,7 @@ def _manager_distributed_save(directory, clock, weights):
 
 
 def _format_commit(directory, clock, weights):
-    from globalstep.checkpoint.format import commit
+    from globalstep.checkpoint import commit
     from globalstep.storage import open_storage
 
     commit(open_storage(str(directory)), "step-000000000003", {"w": weights}, {"tree": None})

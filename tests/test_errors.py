@@ -1,11 +1,11 @@
-"""Tests for globalstep.errors."""
+"""Tests for globalstep._errors."""
 
 import inspect
 
 import pytest
 
-import globalstep.errors as errors
-from globalstep.errors import (
+import globalstep._errors as errors
+from globalstep import (
     CheckpointError,
     CheckpointNotFoundError,
     ConfigError,

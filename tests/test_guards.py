@@ -1,11 +1,11 @@
-"""Tests for globalstep.guards."""
+"""Tests for globalstep._guards."""
 
 import warnings
 
 import pytest
 
 from globalstep import ConfigError
-from globalstep.guards import FrozenStepWarning, StaleStepDetector
+from globalstep._guards import FrozenStepWarning, StaleStepDetector
 
 
 def test_warns_once_naming_the_clock():

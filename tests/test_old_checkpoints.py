@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import globalstep
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 DATA = pathlib.Path(__file__).parent / "data" / "main-5d95193"
 EXPECTED = json.loads((DATA / "expected.json").read_text())

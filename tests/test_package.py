@@ -6,8 +6,8 @@ import sys
 import pytest
 
 import globalstep
+from globalstep import MissingDependencyError
 from globalstep._optional import require
-from globalstep.errors import MissingDependencyError
 
 
 def test_all_is_sorted_and_complete():
@@ -28,7 +28,7 @@ def test_core_names_are_public(name):
 def test_import_loads_no_framework():
     """`import globalstep` in a fresh interpreter imports no ML framework."""
     code = (
-        "import sys, globalstep, globalstep.cli\n"
+        "import sys, globalstep, globalstep._cli\n"
         "heavy = {'torch', 'tensorflow', 'jax', 'keras', 'optax', 'tensorboard', 'matplotlib'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
     )

@@ -14,9 +14,13 @@ import threading
 
 import pytest
 
-from globalstep import CheckpointManager, Run
-from globalstep.errors import ConfigError
-from globalstep.preemption import DEFAULT_STOP_SIGNALS, Preemption, check_signals, exit_status
+from globalstep import CheckpointManager, ConfigError, Run
+from globalstep.distributed import (
+    DEFAULT_STOP_SIGNALS,
+    Preemption,
+    check_signals,
+    exit_status,
+)
 from globalstep.run import Ranks
 
 
@@ -130,7 +134,7 @@ def test_a_second_signal_exits_at_once(tmp_path):
     script = textwrap.dedent(
         """
         import os, signal, time
-        from globalstep.preemption import SAME_DELIVERY_SECONDS, Preemption
+        from globalstep.distributed._preemption import SAME_DELIVERY_SECONDS, Preemption
         stop = Preemption()
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)  # directly and through torchrun's agent
@@ -249,7 +253,7 @@ class _Store:
 
 
 def _shared(monkeypatch, store):
-    from globalstep import preemption
+    from globalstep.distributed import _preemption as preemption
 
     monkeypatch.setattr(preemption, "_agreement_store", lambda group: (store, "stop"))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from globalstep.cli import main
+from globalstep._cli import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 FRAGMENT = "# fragment:"
@@ -152,7 +152,7 @@ def _same(got: str, expected: str) -> None:
 
 def _check_writer(directory: Path, printed: str) -> None:
     import globalstep
-    from globalstep.summary.reader import read_run
+    from globalstep.summary import read_run
 
     points = read_run(directory / "logs").scalars
     steps = list(range(241, 265))  # 24 updates after the five lines' 240

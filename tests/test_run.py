@@ -19,9 +19,9 @@ from globalstep import (
     Rollback,
     Run,
 )
-from globalstep.checkpoint.commit import RenameCommit
+from globalstep.checkpoint._files.commit import RenameCommit
 from globalstep.run import ConfigDriftWarning, GeneratorState, config_differences
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 ROWS, BATCH = 60, 10
 

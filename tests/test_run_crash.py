@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from globalstep import CheckpointManager
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 LOOP = str(pathlib.Path(__file__).with_name("run_loop.py"))
 TOTAL_STEPS = 200

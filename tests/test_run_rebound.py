@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from globalstep.checkpoint import CheckpointManager
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 LOOP = str(pathlib.Path(__file__).with_name("rebound_loop.py"))
 TOTAL_STEPS = 40

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from globalstep import CheckpointManager
-from globalstep.preemption import SAME_DELIVERY_SECONDS
-from globalstep.summary.reader import read_run
+from globalstep.distributed import SAME_DELIVERY_SECONDS
+from globalstep.summary import read_run
 
 LOOP = str(pathlib.Path(__file__).with_name("run_loop.py"))
 TOTAL_STEPS = 60

@@ -11,8 +11,8 @@ import io
 import pytest
 
 from globalstep import ConfigError, Run
-from globalstep.cli import main
-from globalstep.summary.reader import read_run
+from globalstep._cli import main
+from globalstep.summary import read_run
 
 # Attempts: update number 0 skipped 3 times (a loss scale coming down at the start), update
 # 4 once, update 5 twice; the others apply at once.

@@ -1,4 +1,4 @@
-"""Tests for globalstep.triggers."""
+"""Tests for globalstep._triggers."""
 
 import json
 
@@ -344,7 +344,7 @@ def test_any_of_samples_and_time_from_one_snapshot():
 
 def test_epoch_trigger_on_a_clock_that_counts_no_epochs_warns_once():
     """every('3ep') on a clock without steps_per_epoch, whose epochs never end, says so once."""
-    from globalstep.triggers import UncountedEpochWarning
+    from globalstep._triggers import UncountedEpochWarning
 
     clock, trigger = Clock("c"), every("3ep")
     clock.tick(5)

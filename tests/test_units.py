@@ -1,4 +1,4 @@
-"""Tests for globalstep.units."""
+"""Tests for globalstep._units."""
 
 from fractions import Fraction
 

@@ -1,6 +1,6 @@
 """globalstep: the training run's global step, and everything keyed by it.
 
-The step is the number of optimizer updates already applied (see :mod:`globalstep.clock`).
+The step is the number of optimizer updates already applied (see :mod:`globalstep._clock`).
 
 Example:
     >>> import globalstep
@@ -14,9 +14,9 @@ Example:
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from globalstep._version import __version__
-from globalstep.clock import Clock, Progress
-from globalstep.errors import (
+from globalstep import _aliases
+from globalstep._clock import MAX_STEP, Clock, Progress
+from globalstep._errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -31,11 +31,17 @@ from globalstep.errors import (
     NonFiniteError,
     RestoreMismatchError,
     StepError,
+    StepMismatchError,
     SummaryWriteError,
     TracingError,
+    TrackerRefusedError,
+    WorldSizeError,
+    WorldSizeWarning,
 )
-from globalstep.triggers import Trigger, all_of, any_of, at, every, once
-from globalstep.units import Duration, Unit
+from globalstep._guards import DEFAULT_STALE_THRESHOLD, FrozenStepWarning, StaleStepDetector
+from globalstep._triggers import Trigger, UncountedEpochWarning, all_of, any_of, at, every, once
+from globalstep._units import Duration, DurationLike, Unit
+from globalstep._version import __version__
 
 if TYPE_CHECKING:
     from globalstep.checkpoint import CheckpointManager, KeepBest, PerRank
@@ -67,6 +73,8 @@ if TYPE_CHECKING:
         warmup,
     )
     from globalstep.summary import SummaryWriter
+
+_aliases.install()  # the old import paths, for one release
 
 # Names whose modules need NumPy (and more) are imported on first use, so that
 # `import globalstep` stays as light as the clock, the units and the triggers it needs.
@@ -106,7 +114,16 @@ _LAZY = {
 
 # Sub-packages reachable as attributes (``globalstep.compat.tf.exponential_decay(...)``)
 # after a bare ``import globalstep``, imported on first use; none imports a framework.
-_SUBMODULES = ("checkpoint", "compat", "schedules", "summary")
+_SUBMODULES = (
+    "checkpoint",
+    "compat",
+    "distributed",
+    "integrations",
+    "run",
+    "schedules",
+    "storage",
+    "summary",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -126,6 +143,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DEFAULT_STALE_THRESHOLD",
+    "MAX_STEP",
     "CheckpointError",
     "CheckpointExistsError",
     "CheckpointManager",
@@ -141,7 +160,9 @@ __all__ = [
     "DivergenceError",
     "Duration",
     "DurationError",
+    "DurationLike",
     "ExponentialDecay",
+    "FrozenStepWarning",
     "GlobalStepError",
     "InverseSqrt",
     "InverseTimeDecay",
@@ -165,14 +186,20 @@ __all__ = [
     "Run",
     "Scale",
     "Schedule",
+    "StaleStepDetector",
     "StepError",
+    "StepMismatchError",
     "SummaryWriteError",
     "SummaryWriter",
     "TracingError",
+    "TrackerRefusedError",
     "Trigger",
+    "UncountedEpochWarning",
     "Unit",
     "Warmup",
     "WarmupStableDecay",
+    "WorldSizeError",
+    "WorldSizeWarning",
     "__version__",
     "all_of",
     "any_of",

@@ -1,6 +1,6 @@
 """``python -m globalstep`` runs the command line."""
 
-from globalstep.cli import main
+from globalstep._cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -29,7 +29,7 @@ checkpoint is never committed past curves that could not be written.
 Example:
     >>> import tempfile
     >>> from globalstep import CheckpointManager, Clock, SummaryWriter
-    >>> from globalstep.summary.reader import read_run
+    >>> from globalstep.summary._reader import read_run
     >>> clock, logdir = Clock(), tempfile.mkdtemp()
     >>> writer = SummaryWriter(logdir, clock=clock, formats=("jsonl",), flush_seconds=3600)
     >>> clock.tick()

@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from globalstep.errors import MissingDependencyError
+from globalstep._errors import MissingDependencyError
 
 __all__ = ["require", "require_installed"]
 

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from globalstep.errors import TracingError
+from globalstep._errors import TracingError
 
 __all__ = ["check_eager", "opaque", "traced_by", "traced_error"]
 
@@ -93,7 +93,7 @@ def traced_error(call: str, tracer: str) -> TracingError:
 
 
 def check_eager(call: str) -> None:
-    """Raises :class:`~globalstep.errors.TracingError` when a tracer runs the caller.
+    """Raises :class:`~globalstep._errors.TracingError` when a tracer runs the caller.
 
     Raises:
         TracingError: ``tf.function`` or ``jax.jit`` is tracing.

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.checkpoint.format import checksum_of
+from globalstep.checkpoint import checksum_of
 
 __all__ = ["Unchanged"]
 

@@ -6,7 +6,7 @@ import pathlib
 
 import numpy as np
 
-from globalstep.checkpoint.format import checksum_of
+from globalstep.checkpoint import checksum_of
 
 SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 

@@ -40,10 +40,9 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-from globalstep import Clock
-from globalstep.checkpoint import distributed as gs_dist
-from globalstep.checkpoint.manager import CheckpointManager
-from globalstep.errors import CheckpointError
+from globalstep import CheckpointError, Clock
+from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint._ranks import coordinated as gs_dist
 
 MODE = PORT = DIRECTORY = ""
 RANK_ = WORLD_ = 0
@@ -190,8 +189,7 @@ def late_reader() -> None:
 
 
 def logged_save() -> None:
-    from globalstep.summary import SummaryWriter
-    from globalstep.summary.reader import read_run
+    from globalstep.summary import SummaryWriter, read_run
 
     logdir = os.path.join(DIRECTORY, f"logs-rank{RANK_}")
     clock = Clock()

@@ -7,7 +7,7 @@ from typing import Any
 import fake_framework as fw
 import numpy as np
 
-from globalstep.checkpoint import adapters
+from globalstep.checkpoint._tree import adapters
 
 LOADS: list[str] = []
 

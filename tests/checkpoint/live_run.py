@@ -26,9 +26,9 @@ import warnings
 
 import numpy as np
 
+from globalstep import LockError
+from globalstep._cli import main as cli
 from globalstep.checkpoint import CheckpointManager, CheckpointWarning
-from globalstep.cli import main as cli
-from globalstep.errors import LockError
 
 
 def _state(step):

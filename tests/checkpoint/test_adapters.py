@@ -1,13 +1,19 @@
-"""Tests for globalstep.checkpoint.adapters and adapted nodes in state trees."""
+"""Tests for globalstep.checkpoint._tree.adapters and adapted nodes in state trees."""
 
 import fake_framework as fw
 import numpy as np
 import pytest
 
-from globalstep import CheckpointManager, Clock, ConfigError, CorruptCheckpointError
-from globalstep.checkpoint import adapters
-from globalstep.checkpoint.tree import flatten, template_arrays, unflatten
-from globalstep.errors import MissingDependencyError, RestoreMismatchError
+from globalstep import (
+    CheckpointManager,
+    Clock,
+    ConfigError,
+    CorruptCheckpointError,
+    MissingDependencyError,
+    RestoreMismatchError,
+)
+from globalstep.checkpoint import flatten, template_arrays, unflatten
+from globalstep.checkpoint._tree import adapters
 
 adapters.register("fake_framework", "fake_framework_adapters")
 

@@ -1,4 +1,4 @@
-"""Tests for globalstep.checkpoint.command: `globalstep ckpt ...`."""
+"""Tests for globalstep.checkpoint._command: `globalstep ckpt ...`."""
 
 import re
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from globalstep import Clock, KeepBest
+from globalstep._cli import main
 from globalstep.checkpoint import CheckpointManager
-from globalstep.cli import main
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_show_prints_sequences_and_unknown_nodes(tmp_path, capsys):
     assert "  opt/0: int64 (2,)" in out
     assert "  opt/1/0 = 'adam'" in out
     assert "  opt/1/1 = 0.9" in out
-    from globalstep.checkpoint.command import _tree_lines
+    from globalstep.checkpoint._command import _tree_lines
 
     lines = []
     _tree_lines({"dict": {"x": 3}}, "", lines)
@@ -153,7 +153,7 @@ def test_show_prints_sequences_and_unknown_nodes(tmp_path, capsys):
 )
 def test_sizes_are_human_readable(size, text):
     """Sizes print in B, KiB, MiB or GiB; GiB is the largest unit."""
-    from globalstep.checkpoint.command import _size
+    from globalstep.checkpoint._command import _size
 
     assert _size(size) == text
 
@@ -236,7 +236,7 @@ def test_read_only_commands_create_no_file(run, action):
 
 def test_unreadable_directory_is_one_line(places, capsys, monkeypatch):
     """A directory that cannot be listed gives one line and exit status 1."""
-    import globalstep.checkpoint.command as command
+    import globalstep.checkpoint._command as command
 
     def denied(path):
         raise PermissionError(13, "Permission denied", path)
@@ -314,7 +314,7 @@ def test_verify_refuses_what_restore_refuses(tmp_path, capsys, edit, named):
 
 def test_restore_refuses_the_resealed_garbage_clock_state(tmp_path):
     """The garbage clock state verify refuses, a restore into the run's clock refuses too."""
-    from globalstep.errors import CorruptCheckpointError
+    from globalstep import CorruptCheckpointError
 
     _resealed(tmp_path, lambda doc: _clock_state(doc).update(step={"value": "garbage"}))
     with CheckpointManager(tmp_path, read_only=True) as manager:
@@ -328,7 +328,7 @@ def test_a_renamed_copy_is_named_by_ls_verify_and_restore(tmp_path, capsys):
     checkpoint of step 20."""
     import shutil
 
-    from globalstep.errors import CorruptCheckpointError
+    from globalstep import CorruptCheckpointError
 
     with CheckpointManager(tmp_path) as manager:
         for step in (10, 20):

@@ -19,12 +19,13 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from globalstep import Clock  # noqa: E402
-from globalstep.checkpoint.distributed import (  # noqa: E402
-    DistributedOptions,
+from globalstep import (  # noqa: E402
+    CheckpointError,
+    Clock,
+    ConfigError,
+    CorruptCheckpointError,
 )
-from globalstep.checkpoint.manager import CheckpointManager  # noqa: E402
-from globalstep.errors import CheckpointError, ConfigError, CorruptCheckpointError  # noqa: E402
+from globalstep.checkpoint import CheckpointManager, DistributedOptions  # noqa: E402
 
 WORKER = Path(__file__).with_name("dist_worker.py")
 
@@ -250,7 +251,7 @@ def test_hostile_chunk_file_name_is_refused(tmp_path, one_rank):
 
 def test_ckpt_show_lists_sharded_tensors(tmp_path, one_rank, capsys):
     """``globalstep ckpt show`` lists a sharded tensor with its global shape."""
-    from globalstep.cli import main
+    from globalstep._cli import main
 
     model = _fsdp_model()
     with CheckpointManager(tmp_path, distributed=True) as manager:

@@ -24,18 +24,18 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 
 import globalstep.storage as storage_module
-import globalstep.storage.local as local_storage
+import globalstep.storage._local as local_storage
 from globalstep import (
     CheckpointError,
     CheckpointExistsError,
     CorruptCheckpointError,
     GlobalStepError,
 )
-from globalstep.checkpoint import CheckpointManager, fastio
-from globalstep.checkpoint import arrays as arrays_module
-from globalstep.checkpoint import commit as commit_protocol
+from globalstep.checkpoint import CheckpointManager, checksum_of
 from globalstep.checkpoint import format as fmt
-from globalstep.checkpoint.format import checksum_of
+from globalstep.checkpoint._files import arrays as arrays_module
+from globalstep.checkpoint._files import commit as commit_protocol
+from globalstep.checkpoint._files import fastio
 
 HERE = pathlib.Path(__file__).parent
 STEP1 = "step-000000000001"
@@ -338,7 +338,7 @@ import resource, signal, numpy as np
 from globalstep import CheckpointError
 from globalstep.checkpoint import CheckpointManager, fastio
 from globalstep.checkpoint import arrays as arrays_module
-from globalstep.checkpoint import commit as commit_protocol
+from globalstep.checkpoint._files import commit as commit_protocol
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 with CheckpointManager({str(tmp_path)!r}) as manager:
     manager.save(1, {{"w": np.ones(1000)}})
@@ -564,7 +564,7 @@ class NoExchangeStorage(storage_module.LocalStorage):
 
 def save_w(storage, value, **kwargs):
     """Commits {"w": [value, value]} as step 1 through ``storage``."""
-    from globalstep.checkpoint.tree import flatten
+    from globalstep.checkpoint import flatten
 
     flat = flatten({"w": np.full(2, value)})
     fmt.commit(storage, STEP1, flat.arrays, {"tree": flat.structure}, **kwargs)

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from ckpt_helpers import reseal
 
-import globalstep.checkpoint.manager as manager_module
-from globalstep import Clock
+import globalstep.checkpoint._manager as manager_module
+from globalstep import CheckpointError, Clock, CorruptCheckpointError
+from globalstep._cli import main
 from globalstep.checkpoint import CheckpointManager, CheckpointWarning
-from globalstep.checkpoint._retention import Retention
-from globalstep.cli import main
-from globalstep.errors import CheckpointError, CorruptCheckpointError
+from globalstep.checkpoint._directory.retention import Retention
 from globalstep.storage import LocalStorage
 
 

@@ -1,4 +1,4 @@
-"""Tests for globalstep.checkpoint.lazy."""
+"""Tests for globalstep.checkpoint._files.lazy."""
 
 import numpy as np
 import pytest

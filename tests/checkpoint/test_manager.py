@@ -1,4 +1,4 @@
-"""Tests for globalstep.checkpoint.manager."""
+"""Tests for globalstep.checkpoint._manager."""
 
 import os
 import signal
@@ -23,8 +23,9 @@ from globalstep import (
     RestoreMismatchError,
     every,
 )
-from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest, fastio
+from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest
 from globalstep.checkpoint import format as fmt
+from globalstep.checkpoint._files import fastio
 
 
 def test_manager_is_public():
@@ -132,7 +133,7 @@ def test_restore_fills_the_templates_dicts_and_lists_in_place(ckpt_dir, walk):
 def test_template_filled_in_place_is_rebuilt_by_the_fit_check_alone(ckpt_dir, monkeypatch):
     """Where every array is read into the template's, the tree the fit check built is
     returned, with no second walk of the tree; values and misfits come out the same."""
-    from globalstep.checkpoint import _reading as manager_module
+    from globalstep.checkpoint._directory import reading as manager_module
 
     def no_second_walk(*args, **kwargs):
         raise AssertionError("unflatten walked the tree again")
@@ -153,7 +154,7 @@ def test_template_filled_in_place_is_rebuilt_by_the_fit_check_alone(ckpt_dir, mo
 def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir, monkeypatch):
     """A template that the restore cannot fill wholly in place gets its tree from unflatten
     after the read, as before."""
-    from globalstep.checkpoint import _reading as manager_module
+    from globalstep.checkpoint._directory import reading as manager_module
 
     calls = []
     unflatten = manager_module.unflatten
@@ -172,7 +173,7 @@ def test_template_with_a_dataclass_or_a_copy_is_rebuilt_after_the_read(ckpt_dir,
 def test_the_arrays_are_read_ahead_from_before_state_json_is_read(ckpt_dir, monkeypatch):
     """The background reader starts first, so that the disk reads the arrays while
     state.json is read and parsed (issue 14)."""
-    from globalstep.checkpoint import _reading as manager_module
+    from globalstep.checkpoint._directory import reading as manager_module
 
     events = []
     load_state = manager_module.load_state
@@ -338,7 +339,7 @@ def test_keep_every_n_steps(ckpt_dir):
 def test_keep_every_n_hours(ckpt_dir, monkeypatch):
     """keep_every_n_hours keeps one checkpoint per window of wall time."""
     now = [0.0]
-    monkeypatch.setattr("globalstep.checkpoint.manager.time.time", lambda: now[0])
+    monkeypatch.setattr("globalstep.checkpoint._manager.time.time", lambda: now[0])
     with CheckpointManager(ckpt_dir, max_to_keep=1, keep_every_n_hours=1.0) as manager:
         for step in range(1, 7):
             now[0] = step * 1800.0
@@ -689,7 +690,7 @@ def test_async_error_surfaces_on_wait(ckpt_dir, monkeypatch):
         def fail(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr("globalstep.checkpoint.commit.RenameCommit.commit", fail)
+        monkeypatch.setattr("globalstep.checkpoint._files.commit.RenameCommit.commit", fail)
         manager.save(1, {"w": np.ones(3)})
         with pytest.raises(CheckpointError, match=r"background save failed: .*No space left"):
             manager.wait()
@@ -703,7 +704,7 @@ def test_async_error_surfaces_on_next_save_and_close(ckpt_dir, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("globalstep.checkpoint.commit.RenameCommit.commit", fail)
+    monkeypatch.setattr("globalstep.checkpoint._files.commit.RenameCommit.commit", fail)
     manager.save(1, {"w": np.ones(3)})
     with pytest.raises(CheckpointError, match="background save failed"):
         manager.save(2, {"w": np.ones(3)})
@@ -786,7 +787,7 @@ def test_array_over_4_gib_round_trips(tmp_path):
 
 def test_failed_open_releases_the_lock(ckpt_dir, monkeypatch):
     """An I/O error while opening a writer surfaces and leaves the directory unlocked."""
-    import globalstep.checkpoint._reading as manager_module
+    import globalstep.checkpoint._directory.reading as manager_module
 
     with CheckpointManager(ckpt_dir, save_every=10) as manager:
         manager.save(10, {"v": 1})
@@ -804,7 +805,7 @@ def test_failed_open_releases_the_lock(ckpt_dir, monkeypatch):
 
 def test_memory_filesystem_failed_marker_leaves_no_checkpoint(monkeypatch):
     """On fsspec storage a marker write cut short leaves no committed-looking checkpoint."""
-    from globalstep.storage import remote as storage_module
+    from globalstep.storage import _remote as storage_module
 
     url = "memory://globalstep-tests/run-d"
     real_close = storage_module._SpooledUpload.close

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import globalstep
-from globalstep.checkpoint import CheckpointManager, PerRank
-from globalstep.checkpoint.adapters import Adapter
-from globalstep.checkpoint.flatten import Sharded, flatten, per_rank_nodes
-from globalstep.checkpoint.perrank import derived_seed, is_per_rank, reseed, reseedable
-from globalstep.errors import ConfigError, WorldSizeError, WorldSizeWarning
+from globalstep import ConfigError
+from globalstep._errors import WorldSizeError, WorldSizeWarning
+from globalstep.checkpoint import Adapter, CheckpointManager, PerRank, Sharded, flatten
+from globalstep.checkpoint._ranks.perrank import derived_seed, is_per_rank, reseed, reseedable
+from globalstep.checkpoint._tree.flatten import per_rank_nodes
 from globalstep.run import GeneratorState
 
 

@@ -1,11 +1,11 @@
-"""Tests for globalstep.checkpoint.policy."""
+"""Tests for globalstep.checkpoint._directory.policy."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from globalstep import ConfigError
-from globalstep.checkpoint.policy import (
+from globalstep.checkpoint import (
     CheckpointInfo,
     KeepAny,
     KeepBest,
@@ -13,9 +13,8 @@ from globalstep.checkpoint.policy import (
     KeepEveryNSteps,
     KeepLatest,
     policy_from_config,
-    retained,
-    unkept_steps,
 )
+from globalstep.checkpoint._directory.policy import retained, unkept_steps
 
 
 def infos(steps, *, hours_apart=0.0, losses=None):

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
+from globalstep import CheckpointNotFoundError, CorruptCheckpointError, LockError
 from globalstep.checkpoint import CheckpointManager, CheckpointWarning
-from globalstep.errors import CheckpointNotFoundError, CorruptCheckpointError, LockError
 from globalstep.storage import DirectoryLock, open_storage
 
 
@@ -231,7 +231,7 @@ def test_fsspec_locks_started_together_exclude_each_other():
 
 def test_summaries_come_from_the_writers_index_while_files_are_unchanged(ckpt_dir, monkeypatch):
     """ckpt ls's summaries read the index, not each state.json, while the files match it."""
-    import globalstep.checkpoint._reading as manager_module
+    import globalstep.checkpoint._directory.reading as manager_module
 
     with CheckpointManager(ckpt_dir, max_to_keep=None) as manager:
         for step in (1, 2):

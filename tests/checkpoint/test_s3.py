@@ -94,7 +94,7 @@ def test_a_leftover_at_the_step_being_saved_goes_first(tmp_path):
 
 def test_a_large_state_round_trips(place, monkeypatch):
     """A state past the in-memory staging limit goes through a temporary file, bit for bit."""
-    from globalstep.storage import remote as storage_module
+    from globalstep.storage import _remote as storage_module
 
     monkeypatch.setattr(storage_module, "_SPOOL_BYTES", 1 << 20)
     state = {"w": np.random.default_rng(0).random(1 << 19)}  # 4 MiB

@@ -1,11 +1,9 @@
-"""Tests for globalstep.checkpoint.save_trigger: the one owner of "is a save due?"."""
+"""Tests for globalstep.checkpoint._save_trigger: the one owner of "is a save due?"."""
 
 import pytest
 
-from globalstep import Clock
-from globalstep.checkpoint.save_trigger import SaveTrigger
-from globalstep.errors import ConfigError
-from globalstep.triggers import every
+from globalstep import Clock, ConfigError, every
+from globalstep.checkpoint import SaveTrigger
 
 
 def test_a_whole_step_interval_has_a_grid_and_fires_on_it():

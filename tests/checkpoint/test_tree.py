@@ -16,16 +16,9 @@ from globalstep import (
     RestoreMismatchError,
     every,
 )
-from globalstep.checkpoint.tree import (
-    array_nodes,
-    check_key,
-    decode_dtype,
-    encode_dtype,
-    flatten,
-    placeholders,
-    safetensors_code,
-    unflatten,
-)
+from globalstep.checkpoint import array_nodes, check_key, decode_dtype, flatten, unflatten
+from globalstep.checkpoint._tree.fit import placeholders
+from globalstep.checkpoint._tree.leaves import encode_dtype, safetensors_code
 
 
 def test_flatten_names_arrays_by_path():
@@ -339,7 +332,8 @@ def test_stateful_dataclass_saves_through_state_dict():
 def test_sharded_leaf_inside_a_dataclass_template_is_found():
     """A sharded value held by a dataclass in the template is found where the saved
     structure has its sharded node (the same walk as for arrays)."""
-    from globalstep.checkpoint.tree import Sharded, template_sharded
+    from globalstep.checkpoint import Sharded
+    from globalstep.checkpoint._tree.templates import template_sharded
 
     @dataclasses.dataclass
     class Holder:
@@ -354,7 +348,8 @@ def test_sharded_leaf_inside_a_dataclass_template_is_found():
 def test_check_fit_finds_what_template_arrays_finds():
     """The fit check's walk returns the template arrays that template_arrays finds:
     through dicts, lists, tuples and dataclasses, misfits included under partial."""
-    from globalstep.checkpoint.tree import check_fit, template_arrays
+    from globalstep.checkpoint import template_arrays
+    from globalstep.checkpoint._tree.fit import check_fit
 
     saved = {"m": Moments(np.arange(3.0), 7), "l": [np.ones(2), (np.zeros((2, 2), np.int32),)]}
     flat = flatten(saved)
@@ -367,7 +362,7 @@ def test_check_fit_finds_what_template_arrays_finds():
 
 def test_check_fit_refuses_a_misfit_and_a_bad_shape():
     """Without partial a misfit raises as unflatten does; a bad saved shape is corrupt."""
-    from globalstep.checkpoint.tree import check_fit
+    from globalstep.checkpoint._tree.fit import check_fit
 
     flat = flatten({"w": np.zeros(2, np.float32)})
     with pytest.raises(RestoreMismatchError, match=r"w: expected float32\[3\], got float32\[2\]"):
@@ -380,7 +375,7 @@ def test_check_fit_refuses_a_misfit_and_a_bad_shape():
 
 def test_check_fit_refuses_a_read_only_view_of_a_foreign_buffer():
     """A read-only template array over another library's buffer misfits, as in unflatten."""
-    from globalstep.checkpoint.tree import check_fit
+    from globalstep.checkpoint._tree.fit import check_fit
 
     flat = flatten({"w": np.zeros(4, np.uint8)})
     foreign = np.frombuffer(memoryview(bytes(4)), np.uint8)
@@ -404,7 +399,7 @@ def _same_tree(a, b):
 def test_fit_builds_the_restored_tree_when_every_array_fills_in_place():
     """Where every template array is read into in place, the fit check's own tree is the
     one unflatten builds (dicts, lists, tuples, namedtuples, values; the same arrays)."""
-    from globalstep.checkpoint.tree import fit_template
+    from globalstep.checkpoint._tree.fit import fit_template
 
     saved = {
         "a": np.ones(2),
@@ -431,7 +426,7 @@ def test_fit_builds_the_restored_tree_when_every_array_fills_in_place():
 def test_fit_tree_is_declined_where_the_arrays_read_are_not_the_targets():
     """Fit.restored returns None where an array was read into a new buffer, or one is
     missing or extra."""
-    from globalstep.checkpoint.tree import fit_template
+    from globalstep.checkpoint._tree.fit import fit_template
 
     flat = flatten({"a": np.ones(2), "b": np.ones(2)})
     fit = fit_template(flat.structure, {"a": np.zeros(2), "b": np.zeros(2)})
@@ -443,7 +438,7 @@ def test_fit_tree_is_declined_where_the_arrays_read_are_not_the_targets():
 
 def test_fit_tree_with_an_unexpected_array_is_declined():
     """Under partial, an array the template lacks is still read: the restore rebuilds."""
-    from globalstep.checkpoint.tree import fit_template
+    from globalstep.checkpoint._tree.fit import fit_template
 
     flat = flatten({"w": np.ones(2), "x": np.ones(1)})
     fit = fit_template(flat.structure, {"w": np.zeros(2)}, partial=True)
@@ -471,7 +466,7 @@ def _read_only(array):
 def test_fit_tree_is_not_final_where_the_restore_must_rebuild(saved, template):
     """Copies, new arrays, NumPy scalars, dataclasses and stateful objects are left to
     unflatten after the read."""
-    from globalstep.checkpoint.tree import fit_template
+    from globalstep.checkpoint._tree.fit import fit_template
 
     flat = flatten({"x": saved})
     assert not fit_template(flat.structure, {"x": template}).final
@@ -570,7 +565,7 @@ def test_a_misfit_leaves_the_templates_containers_untouched():
 def test_the_fit_tree_fills_the_template_when_it_is_returned():
     """The fast path (Fit.restored, no second walk) fills the containers too, and only
     when it returns the tree."""
-    from globalstep.checkpoint.tree import fit_template
+    from globalstep.checkpoint._tree.fit import fit_template
 
     flat = flatten({"w": np.ones(2), "meta": {"n": 4}})
     meta = {"n": 0}

@@ -10,9 +10,9 @@ import re
 import numpy as np
 import pytest
 
+from globalstep import StepError
 from globalstep.compat import torch as gt
 from globalstep.compat._torch_base import StepZeroDivisionError
-from globalstep.errors import StepError
 
 N = 6000
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from globalstep import ConfigError
 from globalstep.compat import torch as gt
-from globalstep.errors import ConfigError
 
 from .test_compat_torch_diff import CI, SLOW, _part, run_pair, steps
 

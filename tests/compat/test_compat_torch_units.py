@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 
-from globalstep import Clock, ConfigError, ConversionError
+from globalstep import Clock, ConfigError, ConversionError, DurationError
 from globalstep.compat import torch as gt
-from globalstep.errors import DurationError
 
 N = 7  # batches per epoch
 EPOCHS = 40

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from globalstep import Clock, ConfigError, StepError
+from globalstep._guards import FrozenStepWarning
 from globalstep.compat import tf as ctf
 from globalstep.compat._common import CompatDifferenceWarning
-from globalstep.guards import FrozenStepWarning
 
 from .parity import max_ulp, parity_steps
 

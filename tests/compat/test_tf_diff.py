@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from globalstep import ConfigError
 from globalstep.compat import tf as ctf
 from globalstep.compat._common import CompatDifferenceWarning
-from globalstep.errors import ConfigError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

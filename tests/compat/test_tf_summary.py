@@ -8,7 +8,7 @@ import pytest
 from globalstep import Clock, ConfigError
 from globalstep.compat import _tf_summary
 from globalstep.compat import tf as ctf
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 summary = ctf.summary
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from globalstep import Clock, ConfigError, StepError, TracingError
+from globalstep._guards import FrozenStepWarning
 from globalstep.compat import tf as ctf
 from globalstep.compat._common import CompatDifferenceWarning
-from globalstep.guards import FrozenStepWarning
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

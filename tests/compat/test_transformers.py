@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from globalstep import ConfigError
 from globalstep.compat import transformers as compat_hf
 from globalstep.compat.torch import TorchSchedule
-from globalstep.errors import ConfigError
 
 DATA = json.loads(
     (pathlib.Path(__file__).parent.parent / "data" / "transformers_schedules.json").read_text()

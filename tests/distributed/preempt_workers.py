@@ -8,7 +8,7 @@ each (recorded by a handler that then hands the signal to the Run's), the step i
 at, the exit status, and its weights. ``ready-<rank>`` appears after update 5.
 
 Scenarios: ``every1`` (``Ranks(stop_every=1)``) and ``every3`` (``Ranks(stop_every=3)``);
-``plain``: a :class:`~globalstep.preemption.Preemption` in a plain loop (no Run), rank 1
+``plain``: a :class:`~globalstep.distributed.Preemption` in a plain loop (no Run), rank 1
 asking for a stop before poll 7, every rank recording what each of 16 polls returned; then
 one on the default group with rank 0 asking for SIGUSR1 and rank 1 for SIGTERM.
 """

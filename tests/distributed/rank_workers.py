@@ -191,8 +191,8 @@ def async_save(rank: int, directory: Path) -> list[float]:
 def mismatched_save(rank: int, directory: Path) -> list[str]:
     """Two saves in which rank 1 has per-rank leaves the writer lacks (one more; where the
     writer has none at all): every rank's error for each."""
+    from globalstep._errors import DistributedCheckpointError
     from globalstep.checkpoint import CheckpointManager, PerRank
-    from globalstep.errors import DistributedCheckpointError
 
     more: dict[str, Any] = {"w": np.ones(2), "mine": PerRank(np.full(1, rank))}
     alone: dict[str, Any] = {"w": np.ones(2)}

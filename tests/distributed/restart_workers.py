@@ -32,7 +32,7 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
     import torch.distributed as dist
 
     from globalstep import CheckpointManager, Clock
-    from globalstep.checkpoint.distributed import DistributedOptions
+    from globalstep.checkpoint import DistributedOptions
 
     attempt = int(scenario.rsplit("-", 1)[1])
     os.environ.update(

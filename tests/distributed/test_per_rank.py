@@ -24,16 +24,19 @@ torch = pytest.importorskip("torch")
 
 from spawn import spawn  # noqa: E402
 
-from globalstep import Clock  # noqa: E402
+from globalstep import (  # noqa: E402
+    Clock,
+    CorruptCheckpointError,
+    RestoreMismatchError,
+)
 from globalstep.checkpoint import (  # noqa: E402
     CheckpointManager,
     PerRank,
     WorldSizeError,
     WorldSizeWarning,
 )
-from globalstep.checkpoint.format import verify_checkpoint  # noqa: E402
-from globalstep.checkpoint.manager import step_name  # noqa: E402
-from globalstep.errors import CorruptCheckpointError, RestoreMismatchError  # noqa: E402
+from globalstep.checkpoint._files.arrays import verify_checkpoint  # noqa: E402
+from globalstep.checkpoint._manager import step_name  # noqa: E402
 from globalstep.integrations.torch import RNGState  # noqa: E402
 from globalstep.storage import LocalStorage  # noqa: E402
 
@@ -104,7 +107,7 @@ def test_state_json_records_every_rank_leaves(runs):
 
 def test_ckpt_show_and_verify_name_the_per_rank_leaves(runs, capsys):
     """``globalstep ckpt show`` lists each per-rank leaf as such; ``ckpt verify`` passes."""
-    from globalstep.cli import main
+    from globalstep._cli import main
 
     assert main(["ckpt", "show", str(runs["dir"]), "--step", "40"]) == 0
     shown = capsys.readouterr().out

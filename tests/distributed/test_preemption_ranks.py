@@ -4,7 +4,7 @@ SIGTERM to one rank of 4 at a random moment (a cloud's signal to one VM), and SI
 all 4 (SLURM's ``--signal``): every rank stops at one common step, the checkpoint there is
 the only one committed, every process exits with 128 + the signal's number, and the stop
 comes within the stated bound: ``2 * stop_every`` updates after the step at which the
-first signal arrived (see :mod:`globalstep.preemption`).
+first signal arrived (see :mod:`globalstep.distributed`).
 """
 
 from __future__ import annotations

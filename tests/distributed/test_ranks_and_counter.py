@@ -1,4 +1,4 @@
-"""Tests for globalstep.distributed in one process (the multi-process ones are in
+"""Tests for globalstep.distributed._agreement in one process (the multi-process ones are in
 test_multiprocess.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from globalstep import CheckpointManager, Clock  # noqa: E402
+from globalstep import CheckpointManager, Clock, ConfigError  # noqa: E402
 from globalstep.distributed import (  # noqa: E402
     SharedStepCounter,
     StepAgreement,
@@ -21,7 +21,6 @@ from globalstep.distributed import (  # noqa: E402
     reduce_metrics,
     world_size,
 )
-from globalstep.errors import ConfigError  # noqa: E402
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 from rollback_workers import NAN_AT, SKIP, TOTAL
 from spawn import spawn
 
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 pytestmark = pytest.mark.slow
 

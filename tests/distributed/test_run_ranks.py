@@ -8,8 +8,7 @@ import io
 
 import pytest
 
-from globalstep import Run
-from globalstep.errors import ConfigError
+from globalstep import ConfigError, Run
 from globalstep.run import Ranks, Rollback
 
 

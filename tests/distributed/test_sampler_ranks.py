@@ -112,7 +112,7 @@ def test_two_ranks_checkpoint_restores_on_one_process(attempts):
     """The 2 ranks' newest commit, restored by one process without torch.distributed: the
     one sampler draws the whole rest of the epoch, from the global position."""
     from globalstep import CheckpointManager, Clock
-    from globalstep.errors import WorldSizeWarning
+    from globalstep._errors import WorldSizeWarning
     from globalstep.integrations.torch import RNGState
 
     position = 36 + 2 * job.BATCH * (COMMITTED - 3)

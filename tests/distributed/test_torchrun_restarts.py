@@ -39,7 +39,7 @@ pytest.importorskip("torch")
 
 from spawn import spawn
 
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 LOOP = Path(__file__).with_name("torchrun_loop.py")
 TOTAL, SAVE_EVERY, KILLS = 30, 4, 3

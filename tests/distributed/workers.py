@@ -60,9 +60,9 @@ def group_scenario(rank: int, size: int) -> dict[str, Any]:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from globalstep import Clock
+    from globalstep import Clock, ConfigError
+    from globalstep._errors import StepMismatchError
     from globalstep.distributed import StepAgreement, assert_steps_agree, reduce_metrics
-    from globalstep.errors import ConfigError, StepMismatchError
 
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(4, 1))
@@ -121,7 +121,7 @@ def run_scenario(rank: int, directory: Path) -> dict[str, Any]:
     import io
 
     from globalstep import Run
-    from globalstep.errors import StepMismatchError
+    from globalstep._errors import StepMismatchError
     from globalstep.run import Ranks
 
     stream = io.StringIO()

@@ -22,8 +22,7 @@ from globalstep.checkpoint import CheckpointManager
 from globalstep.compat import keras as ck
 from globalstep.integrations import keras as gk
 from globalstep.schedules import ExponentialDecay
-from globalstep.summary import SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import SummaryWriter, read_run
 
 
 def _model(seed: int = 0, dropout: float = 0.2):

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from globalstep import Clock
-from globalstep.summary import SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import SummaryWriter, read_run
 
 keras = pytest.importorskip("keras")
 gk = pytest.importorskip("globalstep.integrations.keras")

@@ -226,7 +226,7 @@ def test_run_beside_follow_ticks_once_per_update(tmp_path):
     today's main it raised "ticked elsewhere"). Each update is one step, equal to
     optimizer.iterations; each step 1..6 is logged once; the checkpoints are at 2, 4, 6,
     and a run resumed from step 4 follows on from there."""
-    from globalstep.summary.reader import read_run
+    from globalstep.summary import read_run
 
     run, seen, _ = _train_with_run(tmp_path, until=4)
     assert seen == [(k, k) for k in range(1, 5)]

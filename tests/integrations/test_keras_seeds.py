@@ -27,8 +27,7 @@ from globalstep import Clock
 from globalstep.checkpoint import CheckpointManager
 from globalstep.compat import keras as ck
 from globalstep.integrations import keras as gk
-from globalstep.summary import SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import SummaryWriter, read_run
 
 
 def test_exponential_decay_over_two_epochs_equals_tf(tmp_path):

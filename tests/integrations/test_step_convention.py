@@ -21,8 +21,8 @@ import pytest
 from keras_subprocess import run_on_backend
 
 from globalstep import Clock, ExponentialDecay, Run, SummaryWriter
-from globalstep.summary.logs import run_logs
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
+from globalstep.summary._logs import run_logs
 
 EPOCHS, BATCHES, BATCH = 3, 4, 4
 STEPS = list(range(1, EPOCHS * BATCHES + 1))

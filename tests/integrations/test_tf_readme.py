@@ -14,7 +14,7 @@ pytest.importorskip("keras")
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 REPORT = """
-from globalstep.summary.reader import read_run
+from globalstep.summary._reader import read_run
 print(json.dumps({"step": clock.step, "saved": globalstep.CheckpointManager("tf-ckpts").steps(),
                   "logged": [p.step for p in read_run("tf-logs").scalars["loss"]]}))
 """

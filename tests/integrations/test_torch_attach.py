@@ -6,9 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from globalstep import Clock  # noqa: E402
+from globalstep import (  # noqa: E402
+    Clock,
+    ConfigError,
+    StepError,
+)
 from globalstep.compat import torch as compat  # noqa: E402
-from globalstep.errors import ConfigError, StepError  # noqa: E402
 from globalstep.integrations.torch import OneCycleMomentum, attach  # noqa: E402
 from globalstep.schedules import ExponentialDecay  # noqa: E402
 
@@ -443,7 +446,7 @@ def test_attach_and_run_tick_once_per_update(tmp_path):
     """attach() owns the clock's tick, so Run.update beside it does not tick again: 30
     updates give step 30, the rates by step equal a plain run's, and each step 1..30 is
     logged once (the checkpoints at 10, 20, 30)."""
-    from globalstep.summary.reader import read_run
+    from globalstep.summary import read_run
 
     run, updates, model = _train_with_run(tmp_path / "attached", attached=True)
     plain, plain_updates, plain_model = _train_with_run(tmp_path / "plain", attached=False)
@@ -480,7 +483,7 @@ def test_skipped_update_beside_attach_keeps_its_meaning(tmp_path):
     import io
 
     from globalstep import Run
-    from globalstep.summary.reader import read_run
+    from globalstep.summary import read_run
 
     w = _param()
     opt = torch.optim.SGD([w], lr=0.1)
@@ -631,7 +634,7 @@ def test_run_beside_attach_as_statement_ticks_once(tmp_path):
 
     from globalstep import Run
     from globalstep.integrations.torch import Attachment
-    from globalstep.summary.reader import read_run
+    from globalstep.summary import read_run
 
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -10,9 +10,11 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from globalstep import Clock  # noqa: E402
+from globalstep import (  # noqa: E402
+    Clock,
+    ConfigError,
+)
 from globalstep.compat import torch as compat  # noqa: E402
-from globalstep.errors import ConfigError  # noqa: E402
 from globalstep.integrations.torch import ResumableSampler, attach, skip_ahead  # noqa: E402
 
 # DataLoader workers are forked; where JAX was imported by an earlier test, JAX warns at the

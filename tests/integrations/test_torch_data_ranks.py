@@ -16,8 +16,10 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from globalstep import CheckpointManager  # noqa: E402
-from globalstep.errors import ConfigError  # noqa: E402
+from globalstep import (  # noqa: E402
+    CheckpointManager,
+    ConfigError,
+)
 from globalstep.integrations.torch import ResumableSampler  # noqa: E402
 
 

@@ -11,9 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from globalstep.checkpoint.flatten import flatten  # noqa: E402
-from globalstep.checkpoint.perrank import is_per_rank, reseed, reseedable  # noqa: E402
-from globalstep.errors import ConfigError  # noqa: E402
+from globalstep import ConfigError  # noqa: E402
+from globalstep.checkpoint._ranks.perrank import is_per_rank, reseed, reseedable  # noqa: E402
+from globalstep.checkpoint._tree import flatten  # noqa: E402
 from globalstep.integrations.torch import RNGState  # noqa: E402
 
 

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 SCRIPT = Path(__file__).with_name("torch_resume_loop.py")
 TOTAL = 75

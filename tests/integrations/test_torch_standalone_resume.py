@@ -22,7 +22,7 @@ pytest.importorskip("tensorboard")
 
 from test_torch_resume import _run, _start
 
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 SCRIPT = Path(__file__).with_name("torch_standalone_loop.py")
 TOTAL = 160

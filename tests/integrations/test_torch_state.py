@@ -9,9 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from globalstep import CheckpointManager, Clock  # noqa: E402
-from globalstep.checkpoint import adapters  # noqa: E402
-from globalstep.errors import ConfigError, RestoreMismatchError  # noqa: E402
+from globalstep import CheckpointManager, Clock, ConfigError, RestoreMismatchError  # noqa: E402
+from globalstep.checkpoint._tree import adapters  # noqa: E402
 from globalstep.integrations.torch import RNGState  # noqa: E402
 
 QUANTIZED = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}

@@ -1,4 +1,4 @@
-"""Tests for globalstep.schedules.compose: warmup, join, scale and clip."""
+"""Tests for globalstep.schedules._compose: warmup, join, scale and clip."""
 
 from __future__ import annotations
 

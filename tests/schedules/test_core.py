@@ -58,7 +58,7 @@ STEP_ZERO = {
 
 def _z0(seed: int) -> float:
     """The noise draw of the noisy linear-cosine decay at step 0."""
-    from globalstep.schedules.core import standard_normal
+    from globalstep.schedules import standard_normal
 
     return float(standard_normal(seed, np.zeros(1, np.int64))[0])
 
@@ -247,7 +247,7 @@ def test_noisy_is_reproducible_and_seeded():
 
 def test_noise_is_standard_normal():
     """The per-step noise has mean ~0 and variance ~1."""
-    from globalstep.schedules.core import standard_normal
+    from globalstep.schedules import standard_normal
 
     z = standard_normal(3, np.arange(200_000))
     assert abs(z.mean()) < 0.01

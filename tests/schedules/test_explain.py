@@ -1,4 +1,4 @@
-"""Tests for globalstep.schedules.explain and the `globalstep schedule` command."""
+"""Tests for globalstep.schedules._explain and the `globalstep schedule` command."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import json
 import pytest
 
 from globalstep import ConfigError
-from globalstep.cli import main
+from globalstep._cli import main
 from globalstep.schedules import Constant, CosineDecay, ExponentialDecay, Linear, warmup
+from globalstep.schedules import _explain as explain
 from globalstep.schedules._base import MEMO_BLOCK
-from globalstep.schedules.explain import explain, terminal_plot
+from globalstep.schedules._explain import terminal_plot
 
 
 def test_explain_cosine():
@@ -356,7 +357,7 @@ def test_plot_title_names_the_parameters(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.figure
 
-    from globalstep.schedules.explain import write_plot
+    from globalstep.schedules._explain import write_plot
 
     titles = []
     real = matplotlib.figure.Figure.savefig

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from globalstep.clock import MAX_STEP
-from globalstep.errors import StepError
+from globalstep import StepError
+from globalstep._clock import MAX_STEP
 from globalstep.schedules import (
     CosineDecay,
     ExponentialDecay,

@@ -1,11 +1,11 @@
-"""Tests for globalstep.schedules.plan: steps from data, and the plan's warnings."""
+"""Tests for globalstep.schedules._plan: steps from data, and the plan's warnings."""
 
 from __future__ import annotations
 
 import pytest
 
 from globalstep import ConfigError, ConversionError
-from globalstep.cli import main
+from globalstep._cli import main
 from globalstep.schedules import (
     Constant,
     CosineDecay,
@@ -15,11 +15,11 @@ from globalstep.schedules import (
     NaturalExpDecay,
     OneCycle,
     PiecewiseConstant,
+    Plan,
     WarmupStableDecay,
     join,
     warmup,
 )
-from globalstep.schedules.plan import Plan
 
 SEED = [
     "plan",

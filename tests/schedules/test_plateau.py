@@ -1,4 +1,4 @@
-"""Tests for globalstep.schedules.plateau."""
+"""Tests for globalstep.schedules._plateau."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import ConfigError, StepError
-from globalstep.schedules.plateau import ReduceOnPlateau
+from globalstep.schedules import ReduceOnPlateau
 
 
 def test_reduces_after_patience():

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from globalstep import Clock, SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 _WRITER = """
 import sys

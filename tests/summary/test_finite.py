@@ -1,11 +1,11 @@
-"""Tests for globalstep.summary.finite: the non-finite guard."""
+"""Tests for globalstep.summary._finite: the non-finite guard."""
 
 import math
 
 import pytest
 
 from globalstep import NonFiniteError
-from globalstep.summary.finite import check_finite
+from globalstep.summary import check_finite
 
 
 @pytest.mark.parametrize("value", [0.0, -1e308, 1e-320, 3])

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from globalstep import ConfigError, SummaryWriter
-from globalstep.summary.reader import last_standing_step, read_run
+from globalstep.summary import last_standing_step, read_run
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -1,11 +1,11 @@
-"""Tests for globalstep.summary.log_helpers."""
+"""Tests for globalstep.summary._log_helpers."""
 
 import logging
 
 import pytest
 
 from globalstep import Clock, ConfigError
-from globalstep.summary.log_helpers import log_every_n_steps
+from globalstep.summary import log_every_n_steps
 
 LOGGER = logging.getLogger("globalstep.tests.log_helpers")
 

@@ -1,4 +1,4 @@
-"""Tests for `globalstep logs` (globalstep.summary.logs), driven through globalstep.cli.main."""
+"""Tests for `globalstep logs` (globalstep.summary._logs), driven through globalstep._cli.main."""
 
 import csv
 import io
@@ -6,9 +6,9 @@ import io
 import pytest
 
 from globalstep import Clock, ConfigError, SummaryWriter
-from globalstep.cli import main
-from globalstep.summary.logs import terminal_plot
-from globalstep.summary.reader import Point
+from globalstep._cli import main
+from globalstep.summary import Point
+from globalstep.summary._logs import terminal_plot
 
 
 def _write_run(logdir, formats=("jsonl",)):

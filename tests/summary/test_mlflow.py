@@ -29,11 +29,10 @@ pytest.importorskip("mlflow")
 from mlflow_server import MlflowServer
 
 from globalstep import Run
-from globalstep.errors import TrackerWarning
-from globalstep.summary import Tracker
+from globalstep._errors import TrackerWarning
+from globalstep.summary import Tracker, read_run
 from globalstep.summary._mlflow import LOGDIR_TAG, flat_params
 from globalstep.summary._tracker import CHECKPOINT_TAG, record_path
-from globalstep.summary.reader import read_run
 
 LOOP = str(pathlib.Path(__file__).with_name("mlflow_loop.py"))
 TOTAL_STEPS = 40
@@ -259,7 +258,7 @@ def test_a_stopped_server_never_stops_training(tmp_path, server, client):
 def test_a_resumed_run_keeps_its_parameters_and_names_those_that_changed(tmp_path, client):
     import warnings
 
-    from globalstep.errors import ConfigDriftWarning
+    from globalstep._errors import ConfigDriftWarning
 
     def train(total_steps, config):
         options = {"formats": ("jsonl", PATIENT)}

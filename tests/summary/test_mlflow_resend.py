@@ -24,7 +24,7 @@ pytest.importorskip("mlflow")
 from test_mlflow import EXPERIMENT, PATIENT, _env, _history, _the_run, client, server
 
 from globalstep import Run, SummaryWriter
-from globalstep.errors import TrackerWarning
+from globalstep._errors import TrackerWarning
 from globalstep.summary import Tracker
 from globalstep.summary._tracker import CHECKPOINT_TAG, record_path, unsent_points
 
@@ -102,7 +102,7 @@ def test_a_writer_opened_on_the_directory_sends_what_an_outage_left(tmp_path, se
 
 def _send(directory, env, *options):
     return subprocess.run(
-        [sys.executable, "-m", "globalstep.cli", "logs", str(directory), "--send", *options],
+        [sys.executable, "-m", "globalstep._cli", "logs", str(directory), "--send", *options],
         capture_output=True,
         text=True,
         env=env,

@@ -1,12 +1,12 @@
-"""Tests for globalstep.summary.progress: the throughput meter and the progress display."""
+"""Tests for globalstep.summary._progress: the throughput meter and the progress display."""
 
 import io
 
 import pytest
 
 from globalstep import Clock, ConfigError, SummaryWriter
-from globalstep.summary.progress import ProgressDisplay, ThroughputMeter, format_seconds
-from globalstep.summary.reader import read_run
+from globalstep.summary import ProgressDisplay, ThroughputMeter, read_run
+from globalstep.summary._progress import format_seconds
 
 
 class FakeTime:
@@ -169,7 +169,7 @@ def test_bad_display_parameters(kwargs, parameter):
 
 def test_live_without_rich(monkeypatch):
     """live=True without rich installed names the extra to install."""
-    monkeypatch.setattr("globalstep.summary.progress._rich_available", lambda: False)
+    monkeypatch.setattr("globalstep.summary._progress._rich_available", lambda: False)
     with pytest.raises(ConfigError, match=r"pip install 'globalstep\[progress\]'"):
         ProgressDisplay(Clock(), stream=io.StringIO(), live=True)
 

@@ -1,4 +1,4 @@
-"""Tests for globalstep.summary.reader: JSONL and event files, restarts applied."""
+"""Tests for globalstep.summary._reader: JSONL and event files, restarts applied."""
 
 import json
 import sys
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from globalstep import ConfigError, MissingDependencyError, SummaryWriter
-from globalstep.summary.reader import find_runs, last_standing_step, read_logs, read_run
+from globalstep.summary import find_runs, last_standing_step, read_logs, read_run
 
 
 def test_malformed_records_are_skipped(tmp_path):
@@ -162,7 +162,7 @@ def test_tensorflow_2_tensor_scalars_from_event_files(tmp_path):
 def test_a_run_log_is_built_and_purged_through_its_public_methods():
     """RunLog.add_* append to their own series; purge drops every point at its step and
     above from each series and records the mark; max_step follows."""
-    from globalstep.summary.reader import Point, RunLog
+    from globalstep.summary import Point, RunLog
 
     run = RunLog(name=".", source="jsonl")
     for step in (1, 2, 3):

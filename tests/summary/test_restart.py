@@ -3,7 +3,7 @@
 import pytest
 
 from globalstep import Clock, ConfigError, SummaryWriter
-from globalstep.summary.reader import read_run
+from globalstep.summary import read_run
 
 
 def _attempt(logdir, clock, last_step, value):

@@ -16,11 +16,10 @@ import time
 
 import pytest
 
-from globalstep import CheckpointManager, Clock, SummaryWriter, _durability
-from globalstep.errors import ConfigError, TrackerRefusedError, TrackerWarning
-from globalstep.summary import Tracker
+from globalstep import CheckpointManager, Clock, ConfigError, SummaryWriter, _durability
+from globalstep._errors import TrackerRefusedError, TrackerWarning
+from globalstep.summary import Tracker, read_run
 from globalstep.summary._tracker import CHECKPOINT_TAG, record_path
-from globalstep.summary.reader import read_run
 
 
 class FakeClient:

@@ -19,7 +19,8 @@ import pytest
 
 wandb = pytest.importorskip("wandb")
 
-from globalstep.errors import ConfigError, TrackerRefusedError  # noqa: E402
+from globalstep import ConfigError  # noqa: E402
+from globalstep._errors import TrackerRefusedError  # noqa: E402
 from globalstep.summary._wandb import (  # noqa: E402
     STEP_METRIC,
     WandbClient,
@@ -360,7 +361,7 @@ def test_the_reader_refuses_a_file_that_is_not_a_transaction_log(tmp_path):
 
 
 def test_without_wandb_the_client_names_the_extra(monkeypatch):
-    from globalstep.errors import MissingDependencyError
+    from globalstep import MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
     with pytest.raises(MissingDependencyError, match=r"globalstep\[wandb\]"):

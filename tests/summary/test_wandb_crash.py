@@ -22,13 +22,13 @@ import pytest
 
 pytest.importorskip("wandb")
 
+from globalstep.summary import read_run
 from globalstep.summary._wandb import (
     STEP_METRIC,
     history_rows,
     read_records,
     wandb_files,
 )
-from globalstep.summary.reader import read_run
 
 LOOP = str(pathlib.Path(__file__).with_name("wandb_loop.py"))
 TOTAL_STEPS = 60

@@ -1,4 +1,4 @@
-"""Tests for globalstep.summary.writer, read back with TensorBoard's own reader."""
+"""Tests for globalstep.summary._writer, read back with TensorBoard's own reader."""
 
 import contextlib
 import errno
@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from globalstep import Clock, ConfigError, NonFiniteError, SummaryWriteError, SummaryWriter
-from globalstep.guards import FrozenStepWarning
-from globalstep.summary.reader import read_run
-from globalstep.summary.writer import StepOrderWarning, available_formats
+from globalstep._guards import FrozenStepWarning
+from globalstep.summary import StepOrderWarning, available_formats, read_run
 
 
 @pytest.fixture
@@ -439,7 +438,7 @@ def test_scalars_with_one_bad_value_queue_nothing(tmp_path):
 
 def test_scalars_check_each_tag_once(writer, monkeypatch):
     """A tag already written is not checked again on the per-step path."""
-    from globalstep.summary import writer as writer_module
+    from globalstep.summary import _writer as writer_module
 
     checked = []
     real = writer_module.check_tag
@@ -588,7 +587,7 @@ def test_histogram_and_text_wall_times(tmp_path):
 
 def test_queue_bound_writes_on_the_callers_thread(tmp_path, monkeypatch):
     """When the queue passes its bound, the caller writes it itself instead of growing it."""
-    monkeypatch.setattr("globalstep.summary.writer._BATCH_ITEMS", 5)
+    monkeypatch.setattr("globalstep.summary._writer._BATCH_ITEMS", 5)
     monkeypatch.setattr("globalstep.summary._queue.MAX_QUEUED", 10)
     writer = SummaryWriter(tmp_path, formats=("jsonl",), flush_seconds=3600)
     real_wake = writer._sink.wake

@@ -9,16 +9,8 @@ Example:
     ([20], array([0., 0.]))
 """
 
-from globalstep.checkpoint.distributed import DistributedCheckpointError, DistributedOptions
-from globalstep.checkpoint.lazy import CheckpointReader
-from globalstep.checkpoint.manager import (
-    CheckpointFollower,
-    CheckpointManager,
-    CheckpointSummary,
-    CheckpointWarning,
-)
-from globalstep.checkpoint.perrank import PerRank
-from globalstep.checkpoint.policy import (
+from globalstep._errors import WorldSizeError, WorldSizeWarning
+from globalstep.checkpoint._directory.policy import (
     CheckpointInfo,
     KeepAny,
     KeepBest,
@@ -26,11 +18,35 @@ from globalstep.checkpoint.policy import (
     KeepEveryNSteps,
     KeepLatest,
     KeepPolicy,
+    policy_from_config,
 )
-from globalstep.checkpoint.tree import RestoreReport
-from globalstep.errors import WorldSizeError, WorldSizeWarning
+from globalstep.checkpoint._files.arrays import read_arrays
+from globalstep.checkpoint._files.commit import commit, remove_checkpoint
+from globalstep.checkpoint._files.document import COMMIT_FILE, checksum_of, load_state
+from globalstep.checkpoint._files.lazy import CheckpointReader
+from globalstep.checkpoint._manager import (
+    CheckpointFollower,
+    CheckpointManager,
+    CheckpointSummary,
+    CheckpointWarning,
+)
+from globalstep.checkpoint._ranks.coordinated import DistributedCheckpointError, DistributedOptions
+from globalstep.checkpoint._ranks.perrank import PerRank
+from globalstep.checkpoint._save_trigger import SaveTrigger
+from globalstep.checkpoint._tree.adapters import Adapter, OpenTemplate
+from globalstep.checkpoint._tree.adapters import add as add_adapter
+from globalstep.checkpoint._tree.adapters import register as register_adapter
+from globalstep.checkpoint._tree.build import RestoreReport, unflatten
+from globalstep.checkpoint._tree.flatten import Sharded, array_nodes, flatten
+from globalstep.checkpoint._tree.leaves import check_key, dataclass_fields, decode_dtype, is_frozen
+from globalstep.checkpoint._tree.templates import template_arrays
 
 __all__ = [
+    # the files themselves, for a peer's format written on ours (compat.tf)
+    "COMMIT_FILE",
+    # a framework's objects in trees (the adapters' API: docs/extending.md)
+    "Adapter",
+    # the checkpoints a user saves, restores and keeps
     "CheckpointFollower",
     "CheckpointInfo",
     "CheckpointManager",
@@ -45,8 +61,27 @@ __all__ = [
     "KeepEveryNSteps",
     "KeepLatest",
     "KeepPolicy",
+    "OpenTemplate",
     "PerRank",
     "RestoreReport",
+    "SaveTrigger",
+    "Sharded",
     "WorldSizeError",
     "WorldSizeWarning",
+    "add_adapter",
+    "array_nodes",
+    "check_key",
+    "checksum_of",
+    "commit",
+    "dataclass_fields",
+    "decode_dtype",
+    "flatten",
+    "is_frozen",
+    "load_state",
+    "policy_from_config",
+    "read_arrays",
+    "register_adapter",
+    "remove_checkpoint",
+    "template_arrays",
+    "unflatten",
 ]

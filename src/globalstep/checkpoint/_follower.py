@@ -12,9 +12,9 @@ import time
 import warnings
 from collections.abc import Iterator
 
-from globalstep.checkpoint._reading import Reading, VanishedError
-from globalstep.checkpoint.lazy import CheckpointReader
-from globalstep.errors import CheckpointWarning, ConfigError
+from globalstep._errors import CheckpointWarning, ConfigError
+from globalstep.checkpoint._directory.reading import Reading, VanishedError
+from globalstep.checkpoint._files.lazy import CheckpointReader
 
 __all__ = ["CheckpointFollower"]
 

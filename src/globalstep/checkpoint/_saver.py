@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from globalstep import _durability
-from globalstep.checkpoint._catalogue import Catalogue
-from globalstep.checkpoint._index import StepIndex, step_name
-from globalstep.checkpoint._retention import Retention
-from globalstep.checkpoint._rounds import Round
-from globalstep.checkpoint._timeline import Timeline
-from globalstep.checkpoint.commit import CommitProtocol
-from globalstep.errors import CheckpointError
+from globalstep._errors import CheckpointError
+from globalstep.checkpoint._directory.catalogue import Catalogue
+from globalstep.checkpoint._directory.index import StepIndex, step_name
+from globalstep.checkpoint._directory.retention import Retention
+from globalstep.checkpoint._directory.timeline import Timeline
+from globalstep.checkpoint._files.commit import CommitProtocol
+from globalstep.checkpoint._ranks.rounds import Round
 
 __all__ = ["AsyncSaver", "Committer", "SaveJob", "SyncSaver"]
 

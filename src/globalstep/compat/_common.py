@@ -45,9 +45,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep.clock import MAX_STEP
+from globalstep._clock import MAX_STEP
+from globalstep._errors import CompatDifferenceWarning, ConfigError, StepError
 from globalstep.compat._libm32 import KERNELS, powf_sure, sure, vectorised, vectorised_pow
-from globalstep.errors import CompatDifferenceWarning, ConfigError, StepError
 from globalstep.schedules._base import (
     MEMO_BITS,
     MEMO_CALLS,

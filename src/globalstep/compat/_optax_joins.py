@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from globalstep._errors import ConfigError
 from globalstep.compat._optax_formulas import (
     Fn,
     JaxMaker,
@@ -30,7 +31,6 @@ from globalstep.compat._optax_simple import (
     steps_arg,
     warn,
 )
-from globalstep.errors import ConfigError
 
 __all__ = [
     "cosine_onecycle_schedule",

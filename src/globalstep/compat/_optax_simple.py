@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep._errors import ConfigError, OptaxScheduleWarning
 from globalstep.compat._optax_formulas import (
     constant_jax,
     constant_np,
@@ -25,7 +26,6 @@ from globalstep.compat._optax_formulas import (
     polynomial_np,
 )
 from globalstep.compat._optax_schedule import OptaxSchedule
-from globalstep.errors import ConfigError, OptaxScheduleWarning
 from globalstep.schedules._base import Steps, Values, check_flag, check_number
 
 __all__ = [

@@ -11,7 +11,7 @@ What differs is underneath: each checkpoint is a directory committed atomically 
 the index is replaced atomically, and a damaged index or checkpoint is an error, never
 "no checkpoint" (TensorFlow then silently starts again from step 0). The objects are
 globalstep state trees: NumPy arrays (restored in place), scalars, objects with
-``state_dict()`` / ``load_state_dict()`` such as a :class:`~globalstep.clock.Clock`, and
+``state_dict()`` / ``load_state_dict()`` such as a :class:`~globalstep._clock.Clock`, and
 TensorFlow's and Keras' own objects as they are (a ``tf.Variable`` step, a ``tf.Module``,
 Keras models, optimizers and metrics: see :mod:`globalstep.integrations.tensorflow` and
 :mod:`globalstep.integrations.keras`), restored in place with ``assign``. An optimizer
@@ -48,30 +48,28 @@ from collections.abc import Callable
 from typing import Any
 
 from globalstep import _durability
-from globalstep.checkpoint.format import (
-    COMMIT_FILE,
-    commit,
-    load_state,
-    read_arrays,
-    remove_checkpoint,
-)
-from globalstep.checkpoint.manager import CheckpointWarning
-from globalstep.checkpoint.tree import (
-    RestoreReport,
-    array_nodes,
-    check_key,
-    decode_dtype,
-    flatten,
-    template_arrays,
-    unflatten,
-)
-from globalstep.clock import Clock
-from globalstep.errors import (
+from globalstep._clock import Clock
+from globalstep._errors import (
     CheckpointError,
     CheckpointNotFoundError,
     ConfigError,
     CorruptCheckpointError,
     RestoreMismatchError,
+)
+from globalstep.checkpoint import (
+    COMMIT_FILE,
+    CheckpointWarning,
+    RestoreReport,
+    array_nodes,
+    check_key,
+    commit,
+    decode_dtype,
+    flatten,
+    load_state,
+    read_arrays,
+    remove_checkpoint,
+    template_arrays,
+    unflatten,
 )
 from globalstep.storage import Storage, open_storage
 
@@ -139,7 +137,7 @@ class CheckpointLoadStatus:
     """What a restore matched, with TensorFlow's assertions.
 
     Attributes:
-        report: the :class:`~globalstep.checkpoint.tree.RestoreReport`, or None when no
+        report: the :class:`~globalstep.checkpoint._tree.build.RestoreReport`, or None when no
             checkpoint was given (initialisation only).
     """
 

@@ -7,7 +7,7 @@ logger of the standard :mod:`logging` module. (TensorFlow's own code keys its co
 the first frame outside the caller's file, so there all the call sites of one file share a
 count; ours keep the per-call-site count its documentation promises.) For logging keyed
 to the step rather than to a count of calls, use
-:func:`globalstep.summary.log_helpers.log_every_n_steps`.
+:func:`globalstep.summary._log_helpers.log_every_n_steps`.
 
 Example:
     >>> import logging, sys
@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Any
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 
 __all__ = ["log_every_n", "log_first_n"]
 

@@ -11,7 +11,7 @@ TensorFlow's, so the values are TensorFlow's bit for bit in both modes.
 
 One difference, the noisy decay's (as on a Clock): TensorFlow draws unseeded noise at each
 call; here the draw at a step is the Clock's, a pure function of ``(seed, step)``
-(:func:`globalstep.schedules.core.standard_normal`), drawn on the host (through
+(:func:`globalstep.schedules._cosine.standard_normal`), drawn on the host (through
 ``tf.numpy_function`` in a graph, so that decay alone cannot be compiled with XLA), and
 the rest is TensorFlow's ops. Eagerly the rate is the Clock's bit for bit; in a graph,
 TensorFlow's graph optimizer (Grappler) rewrites the arithmetic around the draw, which can
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from globalstep._errors import ConfigError
 from globalstep.compat import _tf_schedules as _tfs
-from globalstep.errors import ConfigError
-from globalstep.schedules.core import standard_normal
+from globalstep.schedules import standard_normal
 
 __all__ = [
     "eager_step",

@@ -7,7 +7,7 @@ TensorFlow converts it, to float32 first), a NumPy scalar in its own dtype. The 
 the learning rate's: float32 for a Python float or ``np.float32``, float64 for
 ``np.float64``. Where TensorFlow fails at the first call (an int learning rate; a float64
 one in the cosine decays, whose ``pi`` TensorFlow makes a float32 constant), these fail at
-construction with a :class:`~globalstep.errors.ConfigError` that says what to write.
+construction with a :class:`~globalstep._errors.ConfigError` that says what to write.
 
 Example:
     >>> lr = ExponentialDecay(0.1, 10, 0.5)
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep._errors import ConfigError
 from globalstep.compat._common import (
     CompatDifferenceWarning,
     F32Ops,
@@ -40,9 +41,8 @@ from globalstep.compat._decays import (
     cosine_decayed,
     half_cosine,
 )
-from globalstep.errors import ConfigError
+from globalstep.schedules import standard_normal
 from globalstep.schedules._base import Steps, Values, check_number
-from globalstep.schedules.core import standard_normal
 
 __all__ = [
     "CosineDecay",
@@ -369,7 +369,7 @@ def check_piecewise_dtypes(x: Any, boundaries: Sequence[Any]) -> None:
         >>> check_piecewise_dtypes(5.0, [10])
         Traceback (most recent call last):
         ...
-        globalstep.errors.ConfigError: `boundaries` must have the dtype of x ...
+        globalstep._errors.ConfigError: `boundaries` must have the dtype of x ...
     """
     x_dtype = tf_dtype(x)
     for b in boundaries:

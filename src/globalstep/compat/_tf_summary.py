@@ -17,7 +17,7 @@ What differs from TensorFlow, on purpose:
   writer marks the restart itself, so TensorBoard shows each step once even where a killed
   attempt logged past the checkpoint (TensorFlow leaves the folded-back curve unless
   ``purge_step`` is right).
-- The step may be a :class:`~globalstep.clock.Clock`, a ``tf.Variable`` or ``keras.Variable``
+- The step may be a :class:`~globalstep._clock.Clock`, a ``tf.Variable`` or ``keras.Variable``
   (``optimizer.iterations``), a tensor or an int, and is read at each call. With no step
   set anywhere, the writer's clock is used (``create_file_writer(logdir, clock=clock)``).
   A value observed for an update carries the step *after* that update, as
@@ -30,7 +30,7 @@ What differs from TensorFlow, on purpose:
 Example:
     >>> import tempfile
     >>> from globalstep import Clock
-    >>> from globalstep.summary.reader import read_run
+    >>> from globalstep.summary._reader import read_run
     >>> clock = Clock()
     >>> logdir = tempfile.mkdtemp()
     >>> writer = create_file_writer(logdir, clock=clock, formats=("jsonl",))
@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.clock import Clock
-from globalstep.errors import ConfigError
+from globalstep._clock import Clock
+from globalstep._errors import ConfigError
 
 __all__ = ["SummaryFileWriter", "create_file_writer", "experimental", "flush", "scalar"]
 
@@ -190,8 +190,7 @@ def create_file_writer(
     Raises:
         ConfigError: an argument TensorFlow has and this writer cannot honour.
     """
-    from globalstep.summary import SummaryWriter
-    from globalstep.summary.writer import FORMATS
+    from globalstep.summary import FORMATS, SummaryWriter
 
     for parameter, value, default in (
         ("max_queue", max_queue, None),

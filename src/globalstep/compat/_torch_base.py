@@ -41,7 +41,7 @@ that recursion's accumulated rounding, about ``k * 2**-53`` relative. Schedulers
 computes in closed form (``LambdaLR``, ``OneCycleLR``, ``CyclicLR``,
 ``CosineAnnealingWarmRestarts``) need no table.
 
-A step is the number of optimizer updates applied (see :mod:`globalstep.clock`); with
+A step is the number of optimizer updates applied (see :mod:`globalstep._clock`); with
 ``interval=N`` (or ``"epoch"``) the scheduler advances once every ``N`` updates, as a torch
 scheduler stepped once per epoch does.
 """
@@ -58,14 +58,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep.clock import MAX_STEP
-from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
-from globalstep.errors import (
+from globalstep._clock import MAX_STEP
+from globalstep._errors import (
     ConfigError,
     ConfigTypeError,
     ConfigZeroDivisionError,
     StepZeroDivisionError,
 )
+from globalstep._units import Duration, Unit
+from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
 from globalstep.schedules._base import (
     MEMO_CALLS,
     Schedule,
@@ -74,7 +75,6 @@ from globalstep.schedules._base import (
     _length_duration,
     check_step,
 )
-from globalstep.units import Duration, Unit
 
 __all__ = [
     "CACHE_STEPS",

@@ -13,10 +13,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar, TypeGuard
 
+from globalstep._errors import ConfigError
 from globalstep.compat._torch_base import TorchSchedule, call_reached
 from globalstep.compat._torch_cyclic import SWALR, CyclicLR, OneCycleLR
 from globalstep.compat._torch_plateau import ReduceLROnPlateau
-from globalstep.errors import ConfigError
 from globalstep.schedules._base import Schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep.clock import Clock, Progress
+from globalstep._clock import Clock, Progress
+from globalstep._errors import ConfigError, StepError
 from globalstep.compat._torch_base import (
     ConfigZeroDivisionError,
     TorchSchedule,
@@ -29,7 +30,6 @@ from globalstep.compat._torch_base import (
     libm64,
     plain,
 )
-from globalstep.errors import ConfigError, StepError
 from globalstep.schedules._base import Values
 
 __all__ = ["SWALR", "CosineAnnealingWarmRestarts", "CyclicLR", "OneCycleLR"]
@@ -186,7 +186,7 @@ class OneCycleLR(TorchSchedule):
         >>> s(11)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        globalstep.errors.StepError: `step` must be <= total_steps=10 ...; got step=11.
+        globalstep._errors.StepError: `step` must be <= total_steps=10 ...; got step=11.
     """
 
     max_lr: float

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep._errors import ConfigError
 from globalstep.compat._torch_base import (
     check_choice,
     check_rate,
@@ -21,9 +22,8 @@ from globalstep.compat._torch_base import (
     check_scalar,
     registry,
 )
-from globalstep.errors import ConfigError
+from globalstep.schedules import PlateauRule
 from globalstep.schedules._base import Values, check_step, check_steps
-from globalstep.schedules.plateau import PlateauRule
 
 __all__ = ["ReduceLROnPlateau"]
 

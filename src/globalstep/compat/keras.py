@@ -2,7 +2,7 @@
 
 Migrating is renaming an import: ``keras.optimizers.schedules.ExponentialDecay`` becomes
 ``globalstep.compat.keras.ExponentialDecay``. Each is called with a step (optimizer updates
-applied, see :mod:`globalstep.clock`) and has ``get_config()`` / ``from_config()``. Values
+applied, see :mod:`globalstep._clock`) and has ``get_config()`` / ``from_config()``. Values
 are computed as Keras computes them on its TensorFlow backend, in the dtype of
 ``initial_learning_rate`` (float32 for a Python float), operation for operation, with
 TensorFlow's pow, exp, log and cos and its flush-to-zero (see
@@ -60,6 +60,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep._errors import ConfigError, EmptyBoundariesError, KerasDifferenceWarning, StepError
 from globalstep.compat._common import PeerSchedule, check_positive_steps
 from globalstep.compat._decays import (
     CosineRestarts,
@@ -67,12 +68,6 @@ from globalstep.compat._decays import (
     InverseTime,
     Polynomial,
     cosine_decayed,
-)
-from globalstep.errors import (
-    ConfigError,
-    EmptyBoundariesError,
-    KerasDifferenceWarning,
-    StepError,
 )
 from globalstep.schedules._base import Steps, Values, check_flag, check_number
 

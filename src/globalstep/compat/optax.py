@@ -4,7 +4,7 @@ Migrating is renaming an import: ``optax.warmup_cosine_decay_schedule(...)`` bec
 ``globalstep.compat.optax.warmup_cosine_decay_schedule(...)``, and the schedule goes to
 ``optax.adamw(...)`` (or ``optax.inject_hyperparams``) as optax's own would. Each returns a
 schedule called with a count (optax's name for the step: optimizer updates applied, see
-:mod:`globalstep.clock`).
+:mod:`globalstep._clock`).
 
 What a schedule returns depends on what it is called with, as in optax:
 
@@ -57,6 +57,7 @@ Example:
 
 from __future__ import annotations
 
+from globalstep._errors import OptaxScheduleWarning
 from globalstep.compat._optax_joins import (
     cosine_onecycle_schedule,
     join_schedules,
@@ -76,7 +77,6 @@ from globalstep.compat._optax_simple import (
     polynomial_schedule,
     warmup_constant_schedule,
 )
-from globalstep.errors import OptaxScheduleWarning
 
 __all__ = [
     "OptaxSchedule",

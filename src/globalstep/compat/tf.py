@@ -18,9 +18,9 @@ every call, so the rate follows training. The global step may be:
   decay computes it (:mod:`globalstep.compat._tf_ops`): eagerly the value now, and inside
   a ``tf.function`` an op of the graph that follows the variable at every run, TensorFlow's
   values bit for bit in both. TensorFlow is imported only once such an object is given.
-- A :class:`~globalstep.clock.Clock` (the step is the number of optimizer updates
-  applied, see :mod:`globalstep.clock`): the rate is a Python float, and each read is
-  reported to a :class:`~globalstep.guards.StaleStepDetector`, which warns when the step
+- A :class:`~globalstep._clock.Clock` (the step is the number of optimizer updates
+  applied, see :mod:`globalstep._clock`): the rate is a Python float, and each read is
+  reported to a :class:`~globalstep._guards.StaleStepDetector`, which warns when the step
   stops advancing (the classic frozen-learning-rate bug of a ``minimize()`` without
   ``global_step=``). A Clock is read in Python, so a read inside a function that
   ``tf.function`` or ``jax.jit`` traces would be one rate for the whole run: it raises
@@ -56,14 +56,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep._clock import Clock
+from globalstep._errors import ConfigError, TracingError
+from globalstep._guards import StaleStepDetector
 from globalstep._optional import require
 from globalstep._tracing import traced_by
-from globalstep.clock import Clock
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
-from globalstep.errors import ConfigError, TracingError
-from globalstep.guards import StaleStepDetector
 from globalstep.schedules._base import check_number, check_step
 
 __all__ = [
@@ -122,13 +122,13 @@ class DecayedLearningRate:
     ``tf.function`` the rate is an op of the graph and follows the variable at every run.
 
     Each eager read of a Clock or of an int variable is reported to a
-    :class:`~globalstep.guards.StaleStepDetector`, which warns when the step stops
+    :class:`~globalstep._guards.StaleStepDetector`, which warns when the step stops
     advancing while the rate is read again and again (the seed's loop without its
     ``assign_add``); a read inside a graph cannot be observed.
 
     A Clock is read in Python, so a call inside a function being traced (``tf.function``,
     ``jax.jit``) would give one rate, the step's at tracing, for every run of the graph:
-    that call raises :class:`~globalstep.errors.TracingError` instead, saying what to pass.
+    that call raises :class:`~globalstep._errors.TracingError` instead, saying what to pass.
 
     Attributes:
         schedule: the schedule (TF's ``learning_rate_schedule`` class), callable with a step.

@@ -4,7 +4,7 @@ Each class is named and parameterised like its PyTorch namesake, with the optimi
 by ``base_lr`` (the optimizer's ``lr``; ``OneCycleLR`` keeps ``max_lr`` and ``CyclicLR`` its
 ``base_lr``/``max_lr``, as they set the rate themselves). ``schedule(k)`` equals
 ``scheduler.get_last_lr()[0]`` after ``k`` calls of ``scheduler.step()``, the rate update
-number ``k`` uses (the step, as defined in :mod:`globalstep.clock`), bit for bit: PyTorch's
+number ``k`` uses (the step, as defined in :mod:`globalstep._clock`), bit for bit: PyTorch's
 recursive updates are replayed in its order of operations (see
 :mod:`globalstep.compat._torch_base`), so its quirks are kept too (``CosineAnnealingLR`` past
 ``T_max`` follows the cosine back up; ``OneCycleLR`` accepts step ``total_steps`` and fails
@@ -63,6 +63,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from globalstep._errors import ConfigError
 from globalstep.compat._torch_base import (
     CACHE_STEPS,
     ConfigTypeError,
@@ -83,7 +84,6 @@ from globalstep.compat._torch_cyclic import (
     OneCycleLR,
 )
 from globalstep.compat._torch_plateau import ReduceLROnPlateau
-from globalstep.errors import ConfigError
 
 __all__ = [
     "CACHE_STEPS",

@@ -33,8 +33,8 @@ import operator
 import warnings
 from typing import Any, ClassVar
 
+from globalstep._errors import ConfigError
 from globalstep.compat._torch_base import TorchSchedule, check_choice, check_rate, check_real
-from globalstep.errors import ConfigError
 
 __all__ = [
     "TransformersSchedule",

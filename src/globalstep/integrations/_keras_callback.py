@@ -12,13 +12,13 @@ from typing import Any
 import keras
 import numpy as np
 
-from globalstep.clock import Clock
-from globalstep.errors import ConfigError, StepError
+from globalstep._clock import Clock
+from globalstep._errors import ConfigError, StepError
+from globalstep._triggers import Trigger, every
 from globalstep.integrations._keras_data import ResumableDataset
 from globalstep.integrations._keras_schedule import GlobalStepSchedule
 from globalstep.integrations._keras_state import model_state
 from globalstep.integrations._keras_variables import sync, to_numpy
-from globalstep.triggers import Trigger, every
 
 __all__ = ["GlobalStepCallback"]
 
@@ -67,7 +67,7 @@ class GlobalStepCallback(keras.callbacks.Callback):  # type: ignore[misc]
     ``gradient_accumulation_steps``-th) the clock ticks, and the callback asserts that it
     equals ``optimizer.iterations``; writes ``loss`` (that batch's own loss) and ``lr``
     (the rate that update used) at the clock's step after the update, the first update's
-    at step 1 (the convention of every logged value, see :mod:`globalstep.clock`: the
+    at step 1 (the convention of every logged value, see :mod:`globalstep._clock`: the
     step ``optimizer.iterations`` holds after ``apply_gradients``, as Keras' TensorBoard
     callback logs it); and lets the manager's ``save_every`` decide whether to save
     :meth:`state`.

@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 from globalstep.integrations._resumable import batches_per_epoch, check_same_settings, count
 
 __all__ = ["ResumableDataset"]

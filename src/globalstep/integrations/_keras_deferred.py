@@ -16,8 +16,8 @@ from typing import Any
 
 import keras
 
-from globalstep.checkpoint import adapters
-from globalstep.errors import RestoreMismatchError
+from globalstep._errors import RestoreMismatchError
+from globalstep.checkpoint import OpenTemplate
 from globalstep.integrations._keras_variables import arrays_of, assign_all, variables_by_key
 
 __all__ = ["defer", "pending_of", "saved_arrays", "template_of"]
@@ -58,9 +58,9 @@ def saved_arrays(obj: Any, what: str) -> dict[str, Any]:
 
 def template_of(obj: Any, what: str) -> Any:
     """The restore template: the variables that exist, open for the rest when ``obj``
-    creates variables later (see :class:`~globalstep.checkpoint.adapters.OpenTemplate`)."""
+    creates variables later (see :class:`~globalstep.checkpoint._tree.OpenTemplate`)."""
     arrays = arrays_of(_existing(obj, what))
-    return arrays if obj.built else adapters.OpenTemplate(arrays)
+    return arrays if obj.built else OpenTemplate(arrays)
 
 
 def _dtype_name(variable: Any) -> str:

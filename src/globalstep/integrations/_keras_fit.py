@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 from globalstep.integrations._keras_data import ResumableDataset
 
 __all__ = ["fit"]

@@ -13,8 +13,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from globalstep.clock import Clock, release_claim
-from globalstep.errors import ConfigError, StepError
+from globalstep._clock import Clock, release_claim
+from globalstep._errors import ConfigError, StepError
 
 __all__ = ["Follower", "follow"]
 
@@ -45,7 +45,7 @@ class Follower:
     """A clock kept equal to an optimizer's ``iterations`` (see :func:`follow`).
 
     It holds the claim on the clock's ticks (:meth:`Clock.claim_ticks
-    <globalstep.clock.Clock.claim_ticks>`), so :meth:`Run.update <globalstep.run.Run.update>`
+    <globalstep._clock.Clock.claim_ticks>`), so :meth:`Run.update <globalstep.run.Run.update>`
     beside it leaves the tick to it, until :meth:`detach` or until the follower itself is
     dropped (a loop keeps it to call it). :meth:`of` finds it again from the clock.
     """
@@ -244,10 +244,10 @@ def follow(optimizer: Any, clock: Clock) -> Follower:
     per ``gradient_accumulation_steps`` micro-batches. It works the same way for an eager
     loop and for a step in ``tf.function``, on the TensorFlow, JAX and torch backends.
     A value logged after the call carries the step after the update, as
-    ``tf.summary.scalar(step=optimizer.iterations)`` does (see :mod:`globalstep.clock`).
+    ``tf.summary.scalar(step=optimizer.iterations)`` does (see :mod:`globalstep._clock`).
 
     The follower owns the clock's ticks (:meth:`Clock.claim_ticks
-    <globalstep.clock.Clock.claim_ticks>`) while it lives, until :meth:`Follower.detach`:
+    <globalstep._clock.Clock.claim_ticks>`) while it lives, until :meth:`Follower.detach`:
     beside a :class:`~globalstep.run.Run`, call ``follower()`` and then ``run.update(...)``
     after each update, and the step advances once, by the follower. A clock has one
     follower at a time.

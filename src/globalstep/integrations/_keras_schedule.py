@@ -15,8 +15,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from globalstep._errors import ConfigError
 from globalstep.compat import keras as compat_keras
-from globalstep.errors import ConfigError
 from globalstep.schedules._base import Schedule
 from globalstep.schedules._base import from_config as schedule_from_config
 

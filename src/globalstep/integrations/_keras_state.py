@@ -2,7 +2,7 @@
 
 Part of :mod:`globalstep.integrations.keras` (which exports :func:`model_state`); importing
 it registers the adapters ``keras.Model``, ``keras.Optimizer``, ``keras.Metric`` and
-``keras.Variable`` with :mod:`globalstep.checkpoint.adapters`.
+``keras.Variable`` with :mod:`globalstep.checkpoint._tree.adapters`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import keras
 
-from globalstep.checkpoint import adapters
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
+from globalstep.checkpoint import Adapter, add_adapter
 from globalstep.integrations._keras_deferred import defer, pending_of, saved_arrays, template_of
 from globalstep.integrations._keras_variables import (
     arrays_of,
@@ -37,7 +37,7 @@ def _with_optimizer(model: Any, read: Callable[[Any, str], Any]) -> dict[str, An
     }
 
 
-class _ModelAdapter(adapters.Adapter):
+class _ModelAdapter(Adapter):
     """A Keras model: all of ``model.variables`` and its optimizer's (built first where
     the model is built; otherwise both take their values when they build)."""
 
@@ -65,7 +65,7 @@ class _ModelAdapter(adapters.Adapter):
         return out if optimizer is None else out + pending_of(optimizer, "optimizer/")
 
 
-class _OptimizerAdapter(adapters.Adapter):
+class _OptimizerAdapter(Adapter):
     """A Keras optimizer: its ``variables`` (iterations included). Before it is built, the
     slots it creates at its first update take their values then (deferred restoration)."""
 
@@ -87,7 +87,7 @@ class _OptimizerAdapter(adapters.Adapter):
         return pending_of(obj)
 
 
-class _VariableAdapter(adapters.Adapter):
+class _VariableAdapter(Adapter):
     """One Keras variable, as its array."""
 
     name = "keras.Variable"
@@ -102,7 +102,7 @@ class _VariableAdapter(adapters.Adapter):
         obj.assign(state)
 
 
-class _MetricAdapter(adapters.Adapter):
+class _MetricAdapter(Adapter):
     """A Keras metric: its ``variables`` (totals and counts), keyed like a model's."""
 
     name = "keras.Metric"
@@ -117,10 +117,10 @@ class _MetricAdapter(adapters.Adapter):
         assign_all(variables_by_key(obj.variables, "model"), state)
 
 
-adapters.add(_ModelAdapter())
-adapters.add(_OptimizerAdapter())
-adapters.add(_VariableAdapter())
-adapters.add(_MetricAdapter())
+add_adapter(_ModelAdapter())
+add_adapter(_OptimizerAdapter())
+add_adapter(_VariableAdapter())
+add_adapter(_MetricAdapter())
 
 
 class _ModelState:

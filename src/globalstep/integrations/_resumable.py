@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 
 __all__ = ["batches_per_epoch", "check_same_settings", "count"]
 

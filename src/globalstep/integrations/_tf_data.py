@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 from globalstep.integrations._resumable import batches_per_epoch, check_same_settings, count
 
 __all__ = ["ResumableTFDataset"]

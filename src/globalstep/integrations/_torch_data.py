@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 
 __all__ = ["ResumableSampler", "skip_ahead"]
 

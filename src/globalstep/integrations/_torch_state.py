@@ -1,6 +1,6 @@
 """Torch state in checkpoint trees: tensors, modules, optimizers, generators, the process RNG.
 
-The adapters here are registered with :mod:`globalstep.checkpoint.adapters` when this module
+The adapters here are registered with :mod:`globalstep.checkpoint._tree.adapters` when this module
 is imported, which the registry does the first time a torch object is saved or a torch node
 restored. Nothing is pickled: a tensor becomes a NumPy array of the same bits (bfloat16 and
 the float8 kinds through ``ml_dtypes``; ``complex32`` as pairs of float16), restored in place
@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from globalstep.checkpoint import adapters
-from globalstep.checkpoint.tree import Sharded
-from globalstep.errors import ConfigError, CorruptCheckpointError
+from globalstep._errors import ConfigError, CorruptCheckpointError
+from globalstep.checkpoint import Adapter, Sharded, add_adapter
 
 __all__ = [
     "GeneratorAdapter",
@@ -259,11 +258,11 @@ def _sharded(obj: Any) -> Sharded:
     return Sharded(obj, _dtype_name(obj.dtype), tuple(int(d) for d in obj.shape))
 
 
-class TensorAdapter(adapters.Adapter):
+class TensorAdapter(Adapter):
     """``torch.Tensor``: its bits as a NumPy array, restored in place on its own device.
 
-    A ``DTensor`` (FSDP2's parameters) is a :class:`~globalstep.checkpoint.tree.Sharded`
-    leaf: each rank writes its own shard (see :mod:`globalstep.checkpoint.distributed`).
+    A ``DTensor`` (FSDP2's parameters) is a :class:`~globalstep.checkpoint._tree.flatten.Sharded`
+    leaf: each rank writes its own shard (see :mod:`globalstep.checkpoint._ranks.coordinated`).
     """
 
     name = "torch.Tensor"
@@ -329,7 +328,7 @@ def _module_state(module: Any) -> dict[str, Any]:
     return state
 
 
-class ModuleAdapter(adapters.Adapter):
+class ModuleAdapter(Adapter):
     """``torch.nn.Module``: its state dict with the keys of the unwrapped module.
 
     ``torch.compile``'s ``_orig_mod.`` and DDP's ``module.`` prefixes are not stored, so a
@@ -367,7 +366,7 @@ class _Opaque:
         del state  # the adapter's apply() puts the state in
 
 
-class OptimizerAdapter(adapters.Adapter):
+class OptimizerAdapter(Adapter):
     """``torch.optim.Optimizer``: per-parameter state under string keys, and param groups.
 
     The fit check compares the number of groups and of parameters per group; the state and
@@ -420,7 +419,7 @@ class OptimizerAdapter(adapters.Adapter):
 # --- generators ------------------------------------------------------------------------------
 
 
-class GeneratorAdapter(adapters.Adapter):
+class GeneratorAdapter(Adapter):
     """``torch.Generator``: its device and state bytes, set back with ``set_state``."""
 
     name = "torch.Generator"
@@ -446,4 +445,4 @@ class GeneratorAdapter(adapters.Adapter):
 
 
 for _adapter in (TensorAdapter(), ModuleAdapter(), OptimizerAdapter(), GeneratorAdapter()):
-    adapters.add(_adapter)
+    add_adapter(_adapter)

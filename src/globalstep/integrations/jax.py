@@ -1,6 +1,6 @@
 """JAX and optax: arrays and pytrees in checkpoints, optax's counts checked against the clock.
 
-Importing this module imports JAX; :mod:`globalstep.checkpoint.adapters` imports it by
+Importing this module imports JAX; :mod:`globalstep.checkpoint._tree.adapters` imports it by
 itself the first time a JAX, optax or flax object is saved or restored, so that a
 ``jax.Array``, an optax optimizer state or a flax struct goes into a
 :class:`~globalstep.checkpoint.CheckpointManager` tree as it is:
@@ -19,7 +19,7 @@ calls a schedule with ``count``, the updates applied before the one it computes:
 clock's step before that update. Log what an update gives (its loss, and the rate it used:
 ``schedule(clock.step - 1)``, or ``opt_state.hyperparams["learning_rate"]`` under
 ``optax.inject_hyperparams``) after ``clock.tick()``, at the step after the update, the
-convention of every logged value (see :mod:`globalstep.clock`).
+convention of every logged value (see :mod:`globalstep._clock`).
 
 Example:
     >>> import jax.numpy as jnp
@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from globalstep._clock import Clock
+from globalstep._errors import ConfigError, StepError
 from globalstep._optional import require
-from globalstep.checkpoint import adapters
-from globalstep.clock import Clock
-from globalstep.errors import ConfigError, StepError
+from globalstep.checkpoint import Adapter, add_adapter
 from globalstep.schedules._base import Schedule
 
 jax = require("jax", "jax", "globalstep.integrations.jax")
@@ -64,7 +64,7 @@ def _weak(array: Any) -> Any:
     return jnp.asarray(array.item()) if array.ndim == 0 else array
 
 
-class JaxArrayAdapter(adapters.Adapter):
+class JaxArrayAdapter(Adapter):
     """A ``jax.Array``: saved as its host copy; restored as a new array placed like the
     template's (the same sharding), with its dtype and weak type."""
 
@@ -112,7 +112,7 @@ def _plain_namedtuple(type_name: Any, fields: Mapping[str, Any]) -> Any:
     return cls(**fields)
 
 
-class PytreeAdapter(adapters.Adapter):
+class PytreeAdapter(Adapter):
     """A namedtuple (optax's states) or dataclass (flax structs) of JAX's libraries: saved
     with its field names; restored as the template's type with its leaves placed like the
     template's, or as a namedtuple of the same name and fields without a template."""
@@ -159,8 +159,8 @@ def _place(tmpl: Any, value: Any) -> Any:
     return value
 
 
-adapters.add(JaxArrayAdapter(), roots=_ROOTS)
-adapters.add(PytreeAdapter(), roots=_ROOTS)
+add_adapter(JaxArrayAdapter(), roots=_ROOTS)
+add_adapter(PytreeAdapter(), roots=_ROOTS)
 
 
 def _counts(tree: Any, path: str) -> list[tuple[str, str, int]]:

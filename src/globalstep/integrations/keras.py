@@ -1,6 +1,6 @@
 """Keras 3: globalstep schedules as Keras schedules, a step-keeping callback, and state.
 
-Imported lazily by :mod:`globalstep.checkpoint.adapters` the first time a Keras object is
+Imported lazily by :mod:`globalstep.checkpoint._tree.adapters` the first time a Keras object is
 checkpointed; importing it imports Keras (on the backend ``KERAS_BACKEND`` names).
 
 - :func:`learning_rate_schedule` turns any globalstep schedule (core or compat) into a
@@ -10,10 +10,10 @@ checkpointed; importing it imports Keras (on the backend ``KERAS_BACKEND`` names
   bit); any other schedule is evaluated on the host from inside the compiled step
   (``tf.numpy_function``, ``jax.pure_callback``, a plain call on torch), so the rate an
   update uses is exactly the schedule's value at the global step.
-- :class:`GlobalStepCallback` keeps a :class:`~globalstep.clock.Clock` equal to
+- :class:`GlobalStepCallback` keeps a :class:`~globalstep._clock.Clock` equal to
   ``optimizer.iterations`` (the updates applied, with ``gradient_accumulation_steps``
   minded), writes each batch's own loss and the rate its update used at the step after
-  that update (the convention of :mod:`globalstep.clock`), to a
+  that update (the convention of :mod:`globalstep._clock`), to a
   :class:`~globalstep.summary.SummaryWriter`, and saves checkpoints with a
   :class:`~globalstep.checkpoint.CheckpointManager`.
 - :func:`follow` keeps a clock equal to ``optimizer.iterations`` in a custom training loop

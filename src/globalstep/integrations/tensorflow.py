@@ -1,6 +1,6 @@
 """TensorFlow: ``tf.Variable`` and ``tf.Module`` objects in checkpoint trees as they are.
 
-Imported lazily by :mod:`globalstep.checkpoint.adapters` the first time an object of a
+Imported lazily by :mod:`globalstep.checkpoint._tree.adapters` the first time an object of a
 TensorFlow type (``tf.Variable``, a ``tf.Module`` or a subclass of one) is checkpointed, or
 a node one of its adapters wrote is restored; importing it imports TensorFlow. Keras
 models, optimizers, metrics and variables (``tf.keras`` is Keras 3) are Keras objects:
@@ -10,7 +10,7 @@ their adapters are in :mod:`globalstep.integrations.keras`.
   them) is saved as its value, a NumPy array of its dtype and shape, and restored in place
   with ``assign``, on the variable's own device: the same variable object, its handle and
   device unchanged. A checkpoint whose array has another shape or dtype does not fit (the
-  restore raises :class:`~globalstep.errors.RestoreMismatchError` naming the key, the
+  restore raises :class:`~globalstep._errors.RestoreMismatchError` naming the key, the
   variable's dtype and shape and the checkpoint's); nothing is assigned then.
 - A ``tf.Module`` (adapter ``tensorflow.Module``) is saved as its variables by their
   attribute path (``encoder.layers.0.w``: the path ``tf.Module`` itself walks, its
@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from globalstep.checkpoint import adapters
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
+from globalstep.checkpoint import Adapter, add_adapter
 from globalstep.integrations._tf_data import ResumableTFDataset
 
 __all__ = ["ResumableTFDataset", "follow", "module_variables", "variable_array"]
@@ -117,7 +117,7 @@ def module_variables(module: Any) -> dict[str, Any]:
     return out
 
 
-class _VariableAdapter(adapters.Adapter):
+class _VariableAdapter(Adapter):
     """One ``tf.Variable``, as its array; restored in place with ``assign``."""
 
     name = "tensorflow.Variable"
@@ -135,7 +135,7 @@ class _VariableAdapter(adapters.Adapter):
         _assign(obj, state)
 
 
-class _ModuleAdapter(adapters.Adapter):
+class _ModuleAdapter(Adapter):
     """A ``tf.Module``: its variables by attribute path, each restored in place."""
 
     name = "tensorflow.Module"
@@ -154,5 +154,5 @@ class _ModuleAdapter(adapters.Adapter):
             _assign(variable, state[key])
 
 
-adapters.add(_VariableAdapter())
-adapters.add(_ModuleAdapter())
+add_adapter(_VariableAdapter())
+add_adapter(_ModuleAdapter())

@@ -1,7 +1,7 @@
 """PyTorch: the step advanced by ``optimizer.step()`` itself, and torch state in checkpoints.
 
 :func:`attach` hooks an optimizer so that each update it really applies first writes the
-rate of update number ``clock.step`` (see :mod:`globalstep.clock`) into every param group,
+rate of update number ``clock.step`` (see :mod:`globalstep._clock`) into every param group,
 and then ticks the clock. An update that a ``GradScaler`` skips (inf or NaN gradients) never
 reaches the optimizer's ``step()``, so it neither ticks the clock nor moves the schedule;
 gradient accumulation ticks once per ``optimizer.step()``. Each optimizer gets its own clock
@@ -10,7 +10,7 @@ attachment lives as long as the optimizer's hooks, so ``attach(...)`` written as
 keeps its hold on the clock; :meth:`Attachment.of` finds it again. After
 ``optimizer.step()`` each group's ``"lr"`` is still the rate that update used: log it with
 the loss there, at the clock's step after the update (the convention of
-:mod:`globalstep.clock`).
+:mod:`globalstep._clock`).
 
 Torch objects go into checkpoint trees as they are: tensors of every dtype, modules (also
 ``torch.compile``'d or DDP-wrapped ones, whose ``_orig_mod.`` / ``module.`` prefixes are
@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from globalstep.clock import Clock, integer, release_claim
-from globalstep.errors import ConfigError, StepError
+from globalstep._clock import Clock, integer, release_claim
+from globalstep._errors import ConfigError, StepError
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK, Schedule, memo_of
@@ -208,7 +208,7 @@ class Attachment:
     @classmethod
     def of(cls, target: Any) -> Attachment | None:
         """The live attachment of ``target``: the one that hooks it (an optimizer) or
-        ticks it (a :class:`~globalstep.clock.Clock`); None if there is none.
+        ticks it (a :class:`~globalstep._clock.Clock`); None if there is none.
 
         ``attach(...)`` written as a statement needs nothing kept: this finds its result
         again, to :meth:`detach` it (a notebook cell run a second time, for instance).
@@ -433,7 +433,7 @@ def attach(
     ``optimizer.state[p]["step"]`` stay equal.
 
     The optimizer owns the clock's ticks (:meth:`Clock.claim_ticks
-    <globalstep.clock.Clock.claim_ticks>`) until ``detach()``: ``Run.update`` beside it
+    <globalstep._clock.Clock.claim_ticks>`) until ``detach()``: ``Run.update`` beside it
     logs and saves at the step the optimizer reached and does not tick again.
 
     Args:

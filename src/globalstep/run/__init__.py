@@ -1,6 +1,6 @@
 """Run: the parts of a training loop wired so that checkpoints, curves and the step agree.
 
-A :class:`Run` holds a :class:`~globalstep.clock.Clock` (and any other named clocks), the
+A :class:`Run` holds a :class:`~globalstep._clock.Clock` (and any other named clocks), the
 schedules, a :class:`~globalstep.checkpoint.CheckpointManager` in ``<directory>/checkpoints``,
 a :class:`~globalstep.summary.SummaryWriter` in ``<directory>/logs`` and a progress display.
 It owns no training loop and hides nothing: each part is an attribute that works alone
@@ -27,7 +27,7 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
   every rank's loss together, and all roll back to the same step.
 - One tick per update: :meth:`Run.update` ticks the clock unless an owner claimed its
   ticks (``attach`` does, see :meth:`Clock.claim_ticks
-  <globalstep.clock.Clock.claim_ticks>`), and refuses a clock advanced elsewhere.
+  <globalstep._clock.Clock.claim_ticks>`), and refuses a clock advanced elsewhere.
 - No stale checkpoint: a loop that builds a new state tree per update (JAX, optax,
   ``w = w - lr * g``) hands it over with ``run.update(..., state=tree)``; a save of the
   restored tree, every array unchanged after updates, is refused with that advice. Dicts,
@@ -84,10 +84,10 @@ as values), :mod:`~globalstep.run._ranks` (:class:`Ranks` and what a rank does),
 :mod:`~globalstep.run._rollback` (:class:`Rollback` and its watch),
 :mod:`~globalstep.run._signals` (the stop signals) and :mod:`~globalstep.run._generator`
 (:class:`GeneratorState`). When to save is the part that the CheckpointManager's
-``save_every`` uses too: :class:`~globalstep.checkpoint.save_trigger.SaveTrigger`.
+``save_every`` uses too: :class:`~globalstep.checkpoint._save_trigger.SaveTrigger`.
 """
 
-from globalstep.errors import ConfigDriftWarning
+from globalstep._errors import ConfigDriftWarning
 from globalstep.run._config import config_differences as config_differences  # as before
 from globalstep.run._generator import GeneratorState
 from globalstep.run._ranks import Ranks

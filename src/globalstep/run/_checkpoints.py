@@ -5,7 +5,7 @@ A Run's checkpoint holds its own part beside the state tree, ``{"run": {...}, "s
 JSON string, see :mod:`globalstep.run._config`) and, where a save comes between a skipped
 update and the next applied one, the skipped attempts pending (``"skipped"``, a JSON string,
 see :mod:`globalstep.run._skipped`). When to save is the
-:class:`~globalstep.checkpoint.save_trigger.SaveTrigger` of ``save_every`` (the part that
+:class:`~globalstep.checkpoint._save_trigger.SaveTrigger` of ``save_every`` (the part that
 the CheckpointManager's own ``save_every`` uses); its state is stored in the run part,
 where checkpoints written before this module kept it too, so that a resumed run saves
 where an uninterrupted one would.
@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.checkpoint import CheckpointManager
-from globalstep.checkpoint.save_trigger import SaveTrigger
-from globalstep.clock import MAX_STEP, Clock
+from globalstep._clock import MAX_STEP, Clock
+from globalstep.checkpoint import CheckpointManager, SaveTrigger
 from globalstep.run._config import check_drift, stored_config
 from globalstep.run._skipped import Skipped, stored_skipped
 from globalstep.run._stale import StaleCheck
@@ -131,7 +130,7 @@ class RunCheckpoints:
     def due(self, scalars: dict[str, Any]) -> bool:
         """Asks the save trigger at the clock's step, keeping ``scalars`` as the metrics of
         the save it makes due; notes the next step worth asking (see
-        :meth:`SaveTrigger.next_due <globalstep.checkpoint.save_trigger.SaveTrigger.next_due>`)."""
+        :meth:`SaveTrigger.next_due <globalstep.checkpoint._save_trigger.SaveTrigger.next_due>`)."""
         saves = self.trigger
         if saves is None:
             self.next_check = MAX_STEP + 1

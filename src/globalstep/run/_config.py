@@ -3,7 +3,7 @@
 The configuration is the ``config`` given to :class:`~globalstep.run.Run`, each schedule's
 ``to_config()`` and the clocks' batch size, steps per epoch and tokens per step, as JSON.
 It is stored in the checkpoint's tree (``run/config``, one JSON string); resuming with
-another one warns with the differences (:class:`~globalstep.errors.ConfigDriftWarning`)
+another one warns with the differences (:class:`~globalstep._errors.ConfigDriftWarning`)
 or, with ``strict=True``, raises.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.clock import Clock
-from globalstep.errors import ConfigDriftWarning, ConfigError
+from globalstep._clock import Clock
+from globalstep._errors import ConfigDriftWarning, ConfigError
 
 __all__ = ["check_drift", "config_differences", "run_config", "stored_config"]
 
@@ -102,7 +102,7 @@ def run_config(
 
 def _child(node: Any, key: str) -> Any:
     """A dict node's child in a checkpoint's encoded tree (see
-    :func:`globalstep.checkpoint.tree.flatten`: a dict is ``{"dict": {key: node}}``)."""
+    :func:`globalstep.checkpoint._tree.flatten.flatten`: a dict is ``{"dict": {key: node}}``)."""
     return node["dict"][key]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 
 __all__ = ["GeneratorState"]
 

@@ -15,14 +15,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TextIO
 
+from globalstep._clock import MAX_STEP, Clock
+from globalstep._errors import ConfigError
 from globalstep.checkpoint import CheckpointManager
-from globalstep.clock import MAX_STEP, Clock
-from globalstep.errors import ConfigError
 from globalstep.run._ranks import RankPlan
 from globalstep.run._refusals import not_the_writer
 from globalstep.run._rollback import Rollback
-from globalstep.summary.progress import ProgressDisplay
-from globalstep.summary.writer import SummaryWriter, available_formats
+from globalstep.summary import ProgressDisplay, SummaryWriter, available_formats
 
 __all__ = [
     "CheckpointOptions",
@@ -124,7 +123,7 @@ class CheckpointOptions:
         chosen = keywords.get("distributed")
         all_ranks = plan.ranks is not None and plan.grouped
         if all_ranks and "distributed" not in keywords:
-            from globalstep.checkpoint.distributed import DistributedOptions
+            from globalstep.checkpoint import DistributedOptions
 
             assert plan.ranks is not None
             chosen = DistributedOptions(writer_rank=plan.ranks.writer)
@@ -175,7 +174,7 @@ class WriterOptions:
         """Whether a tracker format of these options has points in ``directory``'s record
         that an earlier process left unsent (an outage): a writer opening there sends
         them, so a Run opens its writer even where no update follows (a complete run)."""
-        from globalstep.summary._tracker import has_unsent
+        from globalstep.summary import has_unsent
 
         return has_unsent(str(directory), self.keywords["formats"])
 

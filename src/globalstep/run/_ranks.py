@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from globalstep import distributed
-from globalstep.clock import Clock
-from globalstep.errors import ConfigError
-from globalstep.preemption import Preemption
+from globalstep._clock import Clock
+from globalstep._errors import ConfigError
+from globalstep.distributed import Preemption
 
 __all__ = ["RankPlan", "Ranks"]
 
@@ -36,7 +36,7 @@ class Ranks:
     (:func:`globalstep.distributed.reduce_metrics`, one collective per update) before
     the writer logs them. A stop signal received by any rank (see the Run's
     ``stop_signals``) stops every rank at one common update, within ``2 * stop_every``
-    updates of it (:class:`~globalstep.preemption.Preemption`: every ``stop_every``
+    updates of it (:class:`~globalstep.distributed.Preemption`: every ``stop_every``
     updates each rank looks for a request in the process group's Store, one round trip
     and no collective; the rank that got the signal writes it there).
     A Run on several ranks uses ``Ranks()`` unless told otherwise.

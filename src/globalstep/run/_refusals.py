@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NoReturn
 
 from globalstep import distributed
+from globalstep._clock import Clock
+from globalstep._errors import ConfigError
 from globalstep._unchanged import Unchanged
-from globalstep.clock import Clock
-from globalstep.errors import ConfigError
 
 if TYPE_CHECKING:
     from globalstep.run._stale import RebuiltLeaf

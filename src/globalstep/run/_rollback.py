@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from globalstep import distributed
+from globalstep._errors import ConfigError, DivergenceError
 from globalstep.checkpoint import CheckpointManager
-from globalstep.errors import ConfigError, DivergenceError
 from globalstep.run._ranks import RankPlan
-from globalstep.summary.writer import SummaryWriter
+from globalstep.summary import SummaryWriter
 
 __all__ = ["Bad", "Rollback", "Watch"]
 
@@ -42,7 +42,7 @@ class Rollback:
     moves the data position on by ``skip_batches`` batches past the bad one, marks the
     restart in the logs, records the event (tags ``run/rollback_from_step`` and a text
     ``run/rollback``), and goes on. More than ``max_rollbacks`` rollbacks within
-    ``window_steps`` steps raise :class:`~globalstep.errors.DivergenceError` naming the bad
+    ``window_steps`` steps raise :class:`~globalstep._errors.DivergenceError` naming the bad
     steps.
 
     On several ranks (a process group, see :class:`~globalstep.run.Ranks`) the decision is

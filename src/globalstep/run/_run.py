@@ -2,7 +2,7 @@
 
 Its parts live beside it in :mod:`globalstep.run`: the options, the ranks, the stored
 configuration, the rollback watch, the signals; the save trigger is
-:class:`~globalstep.checkpoint.save_trigger.SaveTrigger`. See the package's docstring for
+:class:`~globalstep.checkpoint._save_trigger.SaveTrigger`. See the package's docstring for
 what the wiring guarantees.
 """
 
@@ -14,12 +14,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from globalstep._clock import Clock
 from globalstep._closing import Closing, close_in_order
+from globalstep._errors import ConfigError
 from globalstep._tracing import opaque
-from globalstep.checkpoint.save_trigger import SaveTrigger
-from globalstep.clock import Clock
-from globalstep.errors import ConfigError
-from globalstep.preemption import DEFAULT_STOP_SIGNALS, check_signals
+from globalstep._triggers import Trigger
+from globalstep._units import DurationLike
+from globalstep.checkpoint import SaveTrigger
+from globalstep.distributed import DEFAULT_STOP_SIGNALS, check_signals
 from globalstep.run import _refusals
 from globalstep.run._checkpoints import RunCheckpoints
 from globalstep.run._config import run_config
@@ -37,10 +39,7 @@ from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
 from globalstep.run._stale import Passed, StaleCheck
 from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
-from globalstep.summary.progress import ProgressDisplay
-from globalstep.summary.writer import SummaryWriter
-from globalstep.triggers import Trigger
-from globalstep.units import DurationLike
+from globalstep.summary import ProgressDisplay, SummaryWriter
 
 __all__ = ["Run"]
 
@@ -196,7 +195,7 @@ class Run(Closing):
 
     @property
     def step(self) -> int:
-        """The clock's step: updates applied so far (see :mod:`globalstep.clock`)."""
+        """The clock's step: updates applied so far (see :mod:`globalstep._clock`)."""
         return self.clock.step
 
     @property
@@ -252,7 +251,7 @@ class Run(Closing):
         tick); after a stop signal it saves (on several ranks, at the update they agree on)
         and raises ``SystemExit`` (128 + the signal's number). The clock ticks here unless
         an owner claimed its ticks (:meth:`Clock.claim_ticks
-        <globalstep.clock.Clock.claim_ticks>`, as ``globalstep.integrations.torch.attach``
+        <globalstep._clock.Clock.claim_ticks>`, as ``globalstep.integrations.torch.attach``
         and the Keras/TensorFlow ``follow`` do): the owner's tick is the update's one. A
         clock advanced by anything else between two updates is refused.
 
@@ -265,7 +264,7 @@ class Run(Closing):
                 next checkpoint saves. None keeps ``run.state``.
             **scalars: values to log at the step after the update (``loss=..., lr=...``,
                 the rate being the one the update used, ``run.value("lr")`` read before
-                it; the convention of every logged value, see :mod:`globalstep.clock`):
+                it; the convention of every logged value, see :mod:`globalstep._clock`):
                 numbers, NumPy scalars or one-element tensors.
 
         Returns:
@@ -336,7 +335,7 @@ class Run(Closing):
         A step saved already by this run is not saved again. On several ranks (see
         :class:`Ranks`) every rank calls it at the same step: the writer rank writes the
         replicated state and commits once every rank wrote its shards (see
-        :mod:`globalstep.checkpoint.distributed`).
+        :mod:`globalstep.checkpoint._ranks.coordinated`).
 
         Raises:
             CheckpointError: the save failed.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 from globalstep.schedules._base import memo_of
 
 __all__ = ["Memos", "first_value", "schedules_of"]

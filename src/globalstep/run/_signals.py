@@ -1,7 +1,7 @@
 """Signals: the stop signals while a :class:`~globalstep.run.Run` is open (SIGINT,
 SIGTERM and SIGUSR1 by default), agreed over the ranks.
 
-The first signal is handed to a :class:`~globalstep.preemption.Preemption`: on one process
+The first signal is handed to a :class:`~globalstep.distributed.Preemption`: on one process
 the Run saves a checkpoint after the update in flight and exits with status 128 + the
 signal's number (:func:`exit_status`: 130, 143, 138); on several ranks of a process group
 every rank does so at one common update, within ``2 * Ranks.stop_every`` updates of the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from globalstep.preemption import Preemption, exit_status
+from globalstep.distributed import Preemption, exit_status
 from globalstep.run._messages import Messages
 from globalstep.run._ranks import RankPlan
 
@@ -33,7 +33,7 @@ def stop_for(
     they form a process group (a collective: every rank makes its Run at the same point).
 
     Args:
-        signals: the signals, checked (see :func:`~globalstep.preemption.check_signals`).
+        signals: the signals, checked (see :func:`~globalstep.distributed.check_signals`).
         handle: the Run's ``handle_signals``.
         plan: the Run's ranks.
         messages: where the first signal is told (the writer rank).

@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 
 __all__ = ["COUNT_TAG", "PREFIX", "Skipped", "stored_skipped"]
 

@@ -3,7 +3,7 @@ returned? The two checks of its first save after updates.
 
 A restore fills the user's own objects in place: arrays, stateful objects, and the
 containers that can change (dicts, lists, dataclasses that are not frozen; see
-:mod:`globalstep.checkpoint.build`), so a loop that goes on in what it passed is saved as
+:mod:`globalstep.checkpoint._tree.build`), so a loop that goes on in what it passed is saved as
 it goes. Two things stay behind in the tree restore() returned, and a Run that keeps
 saving it (``run.state``) would save them as they were restored, in silence:
 
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from globalstep._unchanged import Unchanged
-from globalstep.checkpoint.leaves import dataclass_fields, is_frozen
+from globalstep.checkpoint import dataclass_fields, is_frozen
 from globalstep.run._refusals import rebuilt_state, stale_state
 
 __all__ = ["Passed", "RebuiltLeaf", "StaleCheck"]

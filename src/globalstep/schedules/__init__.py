@@ -1,6 +1,6 @@
 """Schedules: pure, frozen, serialisable functions of the step, and their composition.
 
-A step is the number of optimizer updates applied (see :mod:`globalstep.clock`); a
+A step is the number of optimizer updates applied (see :mod:`globalstep._clock`); a
 schedule's value at step ``s`` is the one update number ``s`` uses.
 
 Example:
@@ -13,31 +13,29 @@ Example:
 """
 
 from globalstep.schedules._base import Schedule, from_config, registered
-from globalstep.schedules.compose import Clip, Join, Scale, Warmup, clip, join, scale, warmup
-from globalstep.schedules.core import (
-    Constant,
+from globalstep.schedules._compose import Clip, Join, Scale, Warmup, clip, join, scale, warmup
+from globalstep.schedules._cosine import (
     CosineDecay,
     CosineDecayRestarts,
-    ExponentialDecay,
-    InverseSqrt,
-    InverseTimeDecay,
-    Linear,
     LinearCosineDecay,
-    NaturalExpDecay,
     NoisyLinearCosineDecay,
-    OneCycle,
-    PiecewiseConstant,
-    PolynomialDecay,
-    WarmupStableDecay,
+    standard_normal,
 )
-from globalstep.schedules.plateau import ReduceOnPlateau
+from globalstep.schedules._decay import ExponentialDecay, InverseTimeDecay, NaturalExpDecay
+from globalstep.schedules._explain import Explanation, explain
+from globalstep.schedules._plan import Finding, Plan
+from globalstep.schedules._plateau import PlateauRule, ReduceOnPlateau
+from globalstep.schedules._polynomial import Constant, Linear, PiecewiseConstant, PolynomialDecay
+from globalstep.schedules._warmup_decay import InverseSqrt, OneCycle, WarmupStableDecay
 
 __all__ = [
     "Clip",
     "Constant",
     "CosineDecay",
     "CosineDecayRestarts",
+    "Explanation",
     "ExponentialDecay",
+    "Finding",
     "InverseSqrt",
     "InverseTimeDecay",
     "Join",
@@ -47,6 +45,8 @@ __all__ = [
     "NoisyLinearCosineDecay",
     "OneCycle",
     "PiecewiseConstant",
+    "Plan",
+    "PlateauRule",
     "PolynomialDecay",
     "ReduceOnPlateau",
     "Scale",
@@ -54,9 +54,32 @@ __all__ = [
     "Warmup",
     "WarmupStableDecay",
     "clip",
+    "explain",
     "from_config",
     "join",
     "registered",
     "scale",
+    "standard_normal",
     "warmup",
 ]
+
+# TEMPORARY (until the registry names them): the type name checkpoints record for a core
+# schedule stays ``globalstep.schedules.core.<class>``.
+for _name in [
+    "Constant",
+    "CosineDecay",
+    "CosineDecayRestarts",
+    "ExponentialDecay",
+    "InverseSqrt",
+    "InverseTimeDecay",
+    "Linear",
+    "LinearCosineDecay",
+    "NaturalExpDecay",
+    "NoisyLinearCosineDecay",
+    "OneCycle",
+    "PiecewiseConstant",
+    "PolynomialDecay",
+    "WarmupStableDecay",
+]:
+    globals()[_name].__module__ = "globalstep.schedules.core"
+del _name

@@ -4,7 +4,7 @@ Every schedule has ``__call__(step) -> float`` and a vectorised ``values(steps)`
 the same numbers bit for bit (both run the one ``compute`` on int64 arrays), a JSON-ready
 ``to_config()`` / :func:`from_config`, ``describe()`` (its formula with the parameters filled
 in), and a ``dtype``: ``"float64"`` by default, ``"float32"`` to compute as frameworks do.
-A step is the number of optimizer updates applied (see :mod:`globalstep.clock`).
+A step is the number of optimizer updates applied (see :mod:`globalstep._clock`).
 
 Lengths (``decay_steps``, ``warmup_steps``, ...) are an int of steps or a duration
 (``"3ep"``, ``"1e6sp"``); a duration in epochs, samples or tokens is turned into steps by
@@ -24,16 +24,16 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from globalstep._tracing import traced_by
-from globalstep.clock import MAX_STEP, Clock, Progress, integer
-from globalstep.errors import (
+from globalstep._clock import MAX_STEP, Clock, Progress, integer
+from globalstep._errors import (
     ConfigError,
     ConversionError,
     GlobalStepError,
     StepError,
     TracingError,
 )
-from globalstep.units import Duration, Unit
+from globalstep._tracing import traced_by
+from globalstep._units import Duration, Unit
 
 __all__ = ["Schedule", "from_config", "registered"]
 
@@ -122,7 +122,7 @@ def traced_step_error(step: Any, what: str, kind: type[GlobalStepError]) -> Glob
     """The refusal of ``schedule(step)`` while ``tf.function`` or ``jax.jit`` traces: a
     schedule is a Python function of an int step, so its value there would be computed
     once, at tracing (a Clock's step then), and be a constant of the graph. ``kind`` is
-    :class:`~globalstep.errors.TracingError` for a Clock, :class:`StepError` for a traced
+    :class:`~globalstep._errors.TracingError` for a Clock, :class:`StepError` for a traced
     value (a step that is no int)."""
     tracer = traced_by()
     if tracer == "tf.function":
@@ -401,8 +401,8 @@ class Schedule(ABC):
     def __call__(self, step: int | Clock | Progress) -> float:
         """Returns the value at ``step`` (an int >= 0), bit for bit ``values([step])[0]``.
 
-        ``lr(clock)`` is ``lr(clock.step)``: a :class:`~globalstep.clock.Clock` or a
-        :class:`~globalstep.clock.Progress` stands for its step.
+        ``lr(clock)`` is ``lr(clock.step)``: a :class:`~globalstep._clock.Clock` or a
+        :class:`~globalstep._clock.Progress` stands for its step.
 
         An int step is answered from a memo of :meth:`values` over the aligned block of
         ``MEMO_BLOCK`` steps around it (see :func:`memo_value`), so a call after the first

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 from globalstep.schedules._base import Schedule, fields_of, from_config, registered
 
 __all__ = ["add_schedule_arguments", "schedule_from_args"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from globalstep.errors import ConfigError
+from globalstep._errors import ConfigError
 from globalstep.schedules._base import (
     Length,
     Schedule,

@@ -20,8 +20,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.errors import ConfigError
-from globalstep.storage.base import (
+from globalstep._errors import ConfigError
+from globalstep.storage._base import (
     LOCK_FILE,
     TRANSIENT_ERRNOS,
     Storage,
@@ -30,9 +30,9 @@ from globalstep.storage.base import (
     is_transient,
     wrap_os_errors,
 )
-from globalstep.storage.local import LocalStorage
-from globalstep.storage.lock import DirectoryLock
-from globalstep.storage.remote import FsspecStorage
+from globalstep.storage._local import LocalStorage
+from globalstep.storage._lock import DirectoryLock
+from globalstep.storage._remote import FsspecStorage
 
 __all__ = [
     "LOCK_FILE",

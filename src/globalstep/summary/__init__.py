@@ -1,19 +1,28 @@
 """Step-keyed metrics: TensorBoard event files and JSONL, restart-safe, off the training thread.
 
-:class:`SummaryWriter` writes; :mod:`globalstep.summary.reader` reads both formats back
+:class:`SummaryWriter` writes; :mod:`globalstep.summary._reader` reads both formats back
 with restarts applied; ``globalstep logs DIR`` summarises and plots them. MLflow and W&B
 are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options). Non-finite
 guards, logging helpers and the progress display live beside them.
 """
 
-from globalstep.summary._tracker import Tracker as Tracker  # not in __all__ (its snapshot)
-from globalstep.summary.finite import check_finite
-from globalstep.summary.log_helpers import log_every_n_steps
-from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter
-from globalstep.summary.reader import Point, RunLog, read_logs, read_run
-from globalstep.summary.writer import StepOrderWarning, SummaryWriter, available_formats
+from globalstep.summary._finite import NonFiniteHandler, check_finite
+from globalstep.summary._log_helpers import log_every_n_steps
+from globalstep.summary._progress import ProgressDisplay, Throughput, ThroughputMeter
+from globalstep.summary._reader import (
+    Point,
+    RunLog,
+    find_runs,
+    last_standing_step,
+    read_logs,
+    read_run,
+)
+from globalstep.summary._tracker import Tracker, has_unsent
+from globalstep.summary._writer import FORMATS, StepOrderWarning, SummaryWriter, available_formats
 
 __all__ = [
+    "FORMATS",
+    "NonFiniteHandler",
     "Point",
     "ProgressDisplay",
     "RunLog",
@@ -21,8 +30,12 @@ __all__ = [
     "SummaryWriter",
     "Throughput",
     "ThroughputMeter",
+    "Tracker",
     "available_formats",
     "check_finite",
+    "find_runs",
+    "has_unsent",
+    "last_standing_step",
     "log_every_n_steps",
     "read_logs",
     "read_run",

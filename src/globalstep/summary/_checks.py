@@ -1,6 +1,6 @@
 """The writer's argument rules: tags, steps, formats and the constructor's options.
 
-Each rule refuses a value with a :class:`~globalstep.errors.ConfigError` that names the
+Each rule refuses a value with a :class:`~globalstep._errors.ConfigError` that names the
 parameter, the rule and the value received, before the writer changes anything (the
 directory the options name is created last, once every other option has passed).
 """
@@ -12,8 +12,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from globalstep.clock import MAX_STEP, Clock, integer
-from globalstep.errors import ConfigError
+from globalstep._clock import MAX_STEP, Clock, integer
+from globalstep._errors import ConfigError
 from globalstep.summary._tracker import TRACKERS, Tracker
 from globalstep.summary._values import short
 
@@ -92,7 +92,7 @@ def check_formats(formats: Any) -> tuple[str | Tracker, ...]:
 
 
 class WriterOptions(NamedTuple):
-    """A writer's options, checked (see :class:`~globalstep.summary.writer.SummaryWriter`)."""
+    """A writer's options, checked (see :class:`~globalstep.summary._writer.SummaryWriter`)."""
 
     logdir: str
     remote: bool  # whether logdir is an fsspec URL

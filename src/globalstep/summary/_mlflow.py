@@ -24,7 +24,7 @@ set them, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` is set to 0 and
 
 Metrics go as ``log_batch`` (at most 1000 a call, MLflow's limit), each with its step and
 its wall time as MLflow's millisecond timestamp. MLflow refusing points for good (an
-invalid metric name) raises :class:`~globalstep.errors.TrackerRefusedError`; every other
+invalid metric name) raises :class:`~globalstep._errors.TrackerRefusedError`; every other
 failure is retried. Parameters are MLflow's ``params``: nested mappings flattened with
 ``.`` (``{"opt": {"lr": 0.1}}`` is ``opt.lr``), values as text; MLflow cannot change a
 parameter, so on resuming only new keys are logged, and one whose value changed is refused
@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from globalstep._errors import TrackerRefusedError
 from globalstep._optional import require, require_installed
-from globalstep.errors import TrackerRefusedError
 from globalstep.summary._tracker import Point
 
 __all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params", "prepare"]

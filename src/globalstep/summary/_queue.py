@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.errors import ConfigError, NonFiniteError, SummaryWriteError
+from globalstep._errors import ConfigError, NonFiniteError, SummaryWriteError
 from globalstep.summary._base import KIND, PAYLOAD, SCALARS, Backend, Item
 from globalstep.summary._tracker import Tracker
 from globalstep.summary._values import TensorReader

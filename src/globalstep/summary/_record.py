@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from globalstep.clock import MAX_STEP
-from globalstep.errors import ConfigError
+from globalstep._clock import MAX_STEP
+from globalstep._errors import ConfigError
 
 __all__ = [
     "RECORD_SUFFIX",

@@ -5,9 +5,9 @@ whose crashed attempt logged past it) reads the highest step that stands there
 (:func:`existing_max_step`); its first point then decides the purge step
 (:func:`first_purge`): the points at that step and above, written before, are void for
 TensorBoard and the reader. A step lower than the one before it, with no restart mark
-between, draws a curve folding back: a :class:`~globalstep.errors.StepOrderWarning` says
+between, draws a curve folding back: a :class:`~globalstep._errors.StepOrderWarning` says
 so, once per writer. Writes that keep landing on one step warn that the step is frozen
-(:class:`~globalstep.guards.StaleStepDetector`). :class:`StepTracker`, the writer's base,
+(:class:`~globalstep._guards.StaleStepDetector`). :class:`StepTracker`, the writer's base,
 holds that state; the writer's per-update paths read and update its attributes in place.
 """
 
@@ -18,9 +18,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.clock import MAX_STEP, Clock
-from globalstep.errors import ConfigError, MissingDependencyError, StepOrderWarning
-from globalstep.guards import StaleStepDetector
+from globalstep._clock import MAX_STEP, Clock
+from globalstep._errors import ConfigError, MissingDependencyError, StepOrderWarning
+from globalstep._guards import StaleStepDetector
 from globalstep.summary._base import RESTART, Closing, Item
 from globalstep.summary._checks import check_step
 
@@ -32,8 +32,8 @@ def existing_max_step(logdir: str, storage_options: Mapping[str, Any] | None) ->
     too), or None where there is none (or only event files and no ``tensorboard`` extra
     to read them)."""
     from globalstep.storage import is_remote
+    from globalstep.summary._reader import last_standing_step
     from globalstep.summary._tracker import recorded_max_step
-    from globalstep.summary.reader import last_standing_step
 
     try:
         logged = last_standing_step(logdir, storage_options=storage_options)

@@ -40,10 +40,10 @@ Bounds: at most ``max_pending`` points wait in memory (and one batch in flight);
 the oldest pending point is dropped to make room (the other formats still hold it). A
 failing tracker is retried with backoff from ``retry_seconds`` doubling to
 ``max_retry_seconds``; a client that raises
-:class:`~globalstep.errors.TrackerRefusedError` refuses points for good (a batch is halved
+:class:`~globalstep._errors.TrackerRefusedError` refuses points for good (a batch is halved
 until the refused points are found, and those are dropped). ``close()`` waits at most
 ``close_seconds`` for the sender; the points still unsent stay in the record. One
-:class:`~globalstep.errors.TrackerWarning` at close counts what was dropped, refused and
+:class:`~globalstep._errors.TrackerWarning` at close counts what was dropped, refused and
 left unsent.
 
 Which commits count: every checkpoint committed in the process (as every save syncs every
@@ -72,8 +72,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from globalstep import _durability
-from globalstep.clock import MAX_STEP
-from globalstep.errors import ConfigError, TrackerRefusedError, TrackerWarning
+from globalstep._clock import MAX_STEP
+from globalstep._errors import ConfigError, TrackerRefusedError, TrackerWarning
 from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item
 from globalstep.summary._record import RECORD_SUFFIX as RECORD_SUFFIX
 from globalstep.summary._record import TRACKERS as TRACKERS
@@ -116,10 +116,10 @@ class TrackerClient(Protocol):
     or more for MLflow, which the training thread never waits for), by what its module's
     ``prepare()`` returned on the thread that opens the writer: that checks the extra is
     installed, without importing it (a missing one raises
-    :class:`~globalstep.errors.MissingDependencyError` at once), and notes the tool's run
+    :class:`~globalstep._errors.MissingDependencyError` at once), and notes the tool's run
     the user started there. A build that fails gives the tracker up (the warning at close
     says why; the points stay in the record). Any exception of the methods but
-    :class:`~globalstep.errors.TrackerRefusedError` is retried with backoff.
+    :class:`~globalstep._errors.TrackerRefusedError` is retried with backoff.
     """
 
     name: str
@@ -581,7 +581,7 @@ class TrackerBackend:
         return self._run_id
 
     def report(self) -> None:
-        """Gives the one :class:`~globalstep.errors.TrackerWarning` of a closed backend
+        """Gives the one :class:`~globalstep._errors.TrackerWarning` of a closed backend
         that could not send everything (nothing where it did)."""
         name, options = self._options.name, self._options
         parts = []

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from globalstep.errors import ConfigError, NonFiniteError
+from globalstep._errors import ConfigError, NonFiniteError
 from globalstep.summary._base import KIND, PAYLOAD, SCALAR, SCALARS, Item
 
 __all__ = [

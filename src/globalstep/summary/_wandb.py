@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
+from globalstep._errors import ConfigError, TrackerRefusedError
 from globalstep._optional import require, require_installed
-from globalstep.errors import ConfigError, TrackerRefusedError
 
 __all__ = [
     "STEP_METRIC",

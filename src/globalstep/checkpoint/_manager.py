@@ -1,0 +1,554 @@
+"""CheckpointManager: saves and restores state trees keyed by the step, and keeps a few.
+
+The manager holds and calls its parts, one job each: the save trigger decides when to
+save (``save_every``, :mod:`~globalstep.checkpoint._save_trigger`); the step index lists the
+directory only when it changed (``_index``); reading resolves a step and retries a read
+that a pruning writer outran (``_reading``); the saver commits a save, a ``SaveJob``, on
+the caller's thread or a save thread (``_saver``), through the commit protocol
+(:mod:`~globalstep.checkpoint._files.commit`), in a round of one rank or of many (``_rounds``);
+retention applies the policy (:mod:`~globalstep.checkpoint._directory.policy`, ``_retention``); the
+timeline drops what a rollback abandoned (``_timeline``); the catalogue describes the
+checkpoints for ``ckpt ls`` (``_catalogue``); the follower yields each new one
+(``_follower``). One process writes a directory at a time; ``read_only=True`` inspects
+without the lock.
+
+Example:
+    >>> import numpy as np, tempfile
+    >>> from globalstep import Clock
+    >>> clock, weights = Clock(), np.zeros(3)
+    >>> directory = tempfile.mkdtemp()
+    >>> with CheckpointManager(directory, max_to_keep=2, save_every=100) as manager:
+    ...     for _ in range(500):
+    ...         weights += 1.0
+    ...         clock.tick()
+    ...         _ = manager.maybe_save(clock, {"clock": clock, "weights": weights})
+    ...     manager.steps()
+    [400, 500]
+    >>> resumed_clock, resumed = Clock(), np.zeros(3)
+    >>> with CheckpointManager(directory, max_to_keep=2, save_every=100) as manager:
+    ...     tree = manager.restore({"clock": resumed_clock, "weights": resumed})
+    >>> resumed_clock.step, float(resumed[0]), tree["weights"] is resumed
+    (500, 500.0, True)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, overload
+
+from globalstep import _durability
+from globalstep._clock import Clock
+from globalstep._closing import Closing
+from globalstep._errors import (
+    CheckpointError,
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    CheckpointWarning,
+    ConfigError,
+    CorruptCheckpointError,
+)
+from globalstep._triggers import Trigger
+from globalstep._units import DurationLike
+from globalstep.checkpoint._directory.catalogue import Catalogue, CheckpointSummary
+from globalstep.checkpoint._directory.index import StepIndex, step_name, step_of
+from globalstep.checkpoint._directory.policy import (
+    KeepBest,
+    KeepPolicy,
+    policy_from_config,
+    policy_from_options,
+)
+from globalstep.checkpoint._directory.reading import Reading
+from globalstep.checkpoint._directory.retention import Retention, WarnOnce
+from globalstep.checkpoint._directory.timeline import Timeline
+from globalstep.checkpoint._files.commit import protocol_for
+from globalstep.checkpoint._files.lazy import CheckpointReader
+from globalstep.checkpoint._files.metadata import metrics_to_json
+from globalstep.checkpoint._follower import CheckpointFollower
+from globalstep.checkpoint._ranks.rounds import Round, Rounds
+from globalstep.checkpoint._save_trigger import SaveTrigger
+from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSaver
+from globalstep.checkpoint._tree.build import RestoreReport
+from globalstep.checkpoint._tree.flatten import Flattened
+from globalstep.storage import DirectoryLock, open_storage
+
+__all__ = [
+    "CheckpointFollower",
+    "CheckpointManager",
+    "CheckpointSummary",
+    "CheckpointWarning",
+    "step_name",
+]
+
+
+def _document(
+    step: int,
+    metrics: Mapping[str, float] | None,
+    flat: Flattened,
+    policy: KeepPolicy,
+    trigger: SaveTrigger | None,
+) -> dict[str, Any]:
+    """The new checkpoint's state.json, less its files and its predecessor."""
+    return {
+        "step": step,
+        "created_unix": time.time(),
+        "metrics": metrics_to_json(metrics),
+        "clocks": flat.clocks,
+        "tree": flat.structure,
+        "manager": {
+            "keep": policy.to_config(),
+            "save_trigger": trigger.state_dict() if trigger else None,
+        },
+    }
+
+
+class CheckpointManager(Closing):
+    """Saves state trees by step into ``directory``, keeps some, and restores them.
+
+    Args:
+        directory: a local path or an fsspec URL (``memory://...``, ``s3://...``).
+        max_to_keep: keep the newest N; ``None`` keeps every checkpoint.
+        keep_every_n_hours: also keep one checkpoint per N hours of wall time.
+        keep_every_n_steps: also keep each checkpoint whose step is a multiple of N.
+        keep_best: also keep the best k by a metric, e.g. ``KeepBest("loss", k=2)``.
+        save_every: when :meth:`maybe_save` saves: a duration (``500``, ``"1ep"``,
+            ``"30min"``) or a :class:`~globalstep._triggers.Trigger`.
+        async_save: write in a background thread; the caller waits only for the copy.
+            The thread still takes the GIL for its Python work and after each system
+            call, which slows a training loop that gives the GIL up in every op (torch):
+            for a small state saved every few milliseconds a synchronous save costs the
+            loop less (BENCHMARKS.md, "Run: the per-update path"); async pays off when
+            writing and syncing the files takes long.
+        read_only: inspect and restore without taking the writer's lock.
+        distributed: ``True`` or a
+            :class:`~globalstep.checkpoint._ranks.coordinated.DistributedOptions`: open it on every
+            rank of an initialised torch.distributed group and save on every rank with the
+            same step; one rank writes replicated state and commits once every rank wrote
+            its shards (see :mod:`globalstep.checkpoint._ranks.coordinated`).
+        storage_options: keyword arguments for the fsspec file system of a URL
+            ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
+            S3-compatible store (see :class:`~globalstep.storage.FsspecStorage`
+            for listing consistency, retries and the writer's lock there).
+
+    Raises:
+        ConfigError: a parameter is out of range.
+        LockError: another live writer holds ``directory``.
+
+    Retention keeps what any policy keeps, plus the newest checkpoint, and deletes only
+    after the new checkpoint is committed. See the module docstring for an example.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_to_keep: int | None = 5,
+        keep_every_n_hours: float | None = None,
+        keep_every_n_steps: int | None = None,
+        keep_best: KeepBest | None = None,
+        save_every: DurationLike | Trigger | None = None,
+        async_save: bool = False,
+        read_only: bool = False,
+        distributed: Any = False,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        policy = policy_from_options(max_to_keep, keep_every_n_hours, keep_every_n_steps, keep_best)
+        if not isinstance(async_save, bool):
+            raise ConfigError("async_save", "must be a bool", async_save)
+        self.policy: KeepPolicy = policy
+        self._trigger = SaveTrigger.of(save_every)
+        self._storage = open_storage(directory, storage_options)
+        self.directory = self._storage.url if hasattr(self._storage, "url") else self._storage.root
+        self._rounds = Rounds(distributed, self._storage, read_only=read_only)
+        self._participant = self._rounds.participant
+        self._read_only = read_only
+        self._closed = False
+        protocol = protocol_for(self._storage)
+        self._index = StepIndex(protocol, writer=not read_only)
+        self._reading = Reading(
+            self._storage,
+            self._index,
+            self.directory,
+            rebuild=self._rounds.distributed,
+            ranks=self._rounds.rank_and_world,
+        )
+        warn_once = WarnOnce()
+        self._catalogue = Catalogue(self._reading, warn_once)
+        self._retention = Retention(self._reading, protocol, policy, warn_once)
+        self._timeline = Timeline()
+        self._saver = AsyncSaver(self.directory) if async_save else SyncSaver()
+        self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
+        self._lock: DirectoryLock | None = None
+        if not read_only and not self._participant:
+            self._lock = DirectoryLock(self._storage)
+            self._lock.acquire()
+            try:
+                self._resume_trigger()
+            except BaseException:
+                self._lock.release()  # no manager is returned, so nobody else could
+                raise
+        elif self._participant:
+            self._resume_trigger()  # maybe_save must fire where the writer's fires
+
+    # ----------------------------------------------------------------- inspection
+
+    def steps(self) -> list[int]:
+        """Returns the steps of every committed checkpoint, oldest first."""
+        return self._index.steps()
+
+    def latest_step(self) -> int | None:
+        """Returns the newest committed step, or None when there is none.
+
+        Cheap enough to poll: with 10,000 checkpoints a call on an unchanged directory
+        costs one ``stat``.
+        """
+        return self._index.latest()
+
+    def incomplete(self) -> dict[int, str]:
+        """Returns the entries named like checkpoints that readers ignore, and why.
+
+        These are step directories without their ``COMMITTED`` marker (a save cut short on
+        an object store, or a marker deleted by hand), and entries that are not
+        directories. ``globalstep ckpt verify`` and ``ckpt ls --all`` report them.
+        """
+        return self._index.incomplete()
+
+    def metadata(self, step: int | None = None) -> dict[str, Any]:
+        """Returns the checked state.json of ``step`` (default: the newest), reading no array.
+
+        Raises:
+            CheckpointNotFoundError: no such committed checkpoint.
+            CorruptCheckpointError: the marker or state.json is damaged.
+        """
+        return self._reading.read(step, self._reading.load)[1]
+
+    def stored_policy(self) -> KeepPolicy | None:
+        """Returns the retention policy recorded by the newest checkpoint's writer, if any."""
+        try:
+            saved = self.metadata().get("manager")
+            return policy_from_config(saved["keep"]) if isinstance(saved, dict) else None
+        except (CheckpointError, ConfigError, KeyError, TypeError):
+            return None
+
+    def summaries(self, policy: KeepPolicy | None = None) -> list[CheckpointSummary]:
+        """Describes every committed checkpoint, oldest first, reading no array.
+
+        A checkpoint that cannot be read is listed with its ``error``; one pruned while
+        being listed is left out.
+
+        Args:
+            policy: the policy whose reasons ``kept_because`` gives; default the manager's.
+        """
+        return self._catalogue.summaries(policy or self.policy)
+
+    def open(self, step: int | None = None) -> CheckpointReader:
+        """Opens a checkpoint lazily: arrays are memory-mapped and read when indexed.
+
+        Without ``step``, a checkpoint pruned while being opened is replaced by the newest
+        one still there.
+
+        Raises:
+            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
+            CorruptCheckpointError: the checkpoint is damaged; the message names it.
+        """
+        return self._reading.read(step, self._reading.reader)[1]
+
+    def verify(self, step: int | None = None) -> None:
+        """Checks every checksum of ``step`` (default: the newest).
+
+        Raises:
+            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
+            CorruptCheckpointError: a file is damaged; the message names it.
+        """
+        self._reading.read(step, self._reading.verify)
+
+    def follow(
+        self,
+        *,
+        after: int | None = None,
+        timeout_seconds: float | None = None,
+        poll_seconds: float = 1.0,
+    ) -> CheckpointFollower:
+        """Iterates over checkpoints as a live run commits them, for an evaluator.
+
+        Like TensorFlow's ``tf.train.checkpoints_iterator`` and Keras'
+        ``SidecarEvaluator``: each newly committed checkpoint is yielded once, opened (a
+        :class:`CheckpointReader`, whose memory map keeps the arrays readable even if the
+        writer prunes the checkpoint afterwards), in step order. Checkpoints the writer
+        pruned before they could be opened are skipped with a :class:`CheckpointWarning`
+        and listed in the iterator's ``missed``.
+
+        Args:
+            after: yield checkpoints with a step above this; default: start with the
+                newest checkpoint present (as TensorFlow does).
+            timeout_seconds: stop when no new checkpoint came for this long; None waits
+                for ever.
+            poll_seconds: how often to look for a new checkpoint.
+
+        Raises:
+            ConfigError: an argument is out of range.
+
+        Example:
+            >>> import numpy as np, tempfile
+            >>> directory = tempfile.mkdtemp()
+            >>> with CheckpointManager(directory) as writer:
+            ...     writer.save(5, {"w": np.ones(2)})
+            >>> reader = CheckpointManager(directory, read_only=True)
+            >>> [r.step for r in reader.follow(timeout_seconds=0.0, poll_seconds=0.01)]
+            [5]
+        """
+        if after is not None:
+            after = step_of(after)
+        return CheckpointFollower(self._reading, after, timeout_seconds, poll_seconds)
+
+    # ----------------------------------------------------------------- saving
+
+    def save(
+        self,
+        step: int | Clock,
+        state: Any,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        force: bool = False,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """Saves ``state`` as the checkpoint of ``step``, then applies retention.
+
+        Args:
+            step: the step (an int, or a NumPy integer or anything else ``operator.index``
+                takes, but a bool), or a Clock whose step is used.
+            state: the state tree (see :mod:`globalstep.checkpoint.tree`).
+            metrics: numbers for ``keep_best`` and ``globalstep ckpt ls``.
+            force: replace an existing checkpoint of this step (atomically).
+            before_commit: called once before anything is written: what else must be on
+                disk before this checkpoint exists. It runs on the save's thread (the
+                background one for an async save); if it raises, nothing is saved and the
+                save fails with its error.
+
+        Before anything is written (and before ``before_commit``), every open
+        :class:`~globalstep.summary.SummaryWriter` of the process makes the points it
+        accepted so far durable (see :mod:`globalstep._durability`, which says why all of
+        them): a crash after the commit never loses a point logged before the save, with
+        or without ``globalstep.Run``. A writer whose points cannot be written fails the
+        save with its error (``SummaryWriteError``, or ``NonFiniteError`` for a guarded
+        loss read as NaN), and nothing is saved.
+
+        Raises:
+            CheckpointExistsError: the step is saved already and ``force`` is False.
+            CheckpointError: the manager is read-only or closed, a previous background
+                save failed (a writer's error of an async save is its cause), or writing
+                failed (earlier checkpoints stay intact).
+            ConfigError: the step, state or metrics are invalid.
+            SummaryWriteError: an open writer's points could not be written (raised as
+                the writer raised it; nothing was saved).
+            NonFiniteError: an open writer read a guarded value that is NaN or infinite.
+        """
+        self._check_writable()
+        self.wait()
+        number = step_of(step)
+        round_ = self._rounds.begin(number)
+        try:
+            self._save(number, state, metrics, force, round_, before_commit)
+        except BaseException as err:
+            round_.abort(err)
+            raise
+
+    def _save(
+        self,
+        number: int,
+        state: Any,
+        metrics: Mapping[str, float] | None,
+        force: bool,
+        round_: Round,
+        before_commit: Callable[[], None] | None,
+    ) -> None:
+        """Checks the save and takes its copy as a SaveJob, for the saver to commit."""
+        copy = self._saver.copy
+        if self._participant:
+            self._participate(state, round_, before_commit)
+            return
+        name = step_name(number)
+        abandoned = self._timeline.abandoned(self._index.steps)
+        # Whether the step is committed already, asked once (the commit is told).
+        marked = None if number in abandoned else self._index.committed(number)
+        if marked and not force:
+            raise CheckpointExistsError(
+                f"checkpoint {name} exists in {self.directory}; pass force=True to replace it",
+                self._storage.join(name),
+            )
+        flat = round_.flatten(state, copy=copy)
+        document = _document(number, metrics, flat, self.policy, self._trigger)
+        document["previous_step"] = self.latest_step()
+        # The listing latest_step() just took: no entry of this step, nothing to clear.
+        fresh = number not in self._index.listed()
+        self._timeline.record(document, abandoned)
+        job = SaveJob(
+            number, flat.arrays, document, force, abandoned, round_, before_commit, fresh, marked
+        )
+        self._saver.run(lambda: self._commit(job))
+
+    def _participate(
+        self, state: Any, round_: Round, before_commit: Callable[[], None] | None
+    ) -> None:
+        """A rank other than the writer: writes its shards and waits for the commit."""
+        # This rank's own logs and files, if any, before its part of the save.
+        _durability.sync_registered()
+        if before_commit is not None:
+            before_commit()
+        round_.flatten(state, copy=self._saver.copy)
+        self._saver.run(round_.participate)
+
+    def maybe_save(
+        self, clock: Clock, state: Any, *, metrics: Mapping[str, float] | None = None
+    ) -> bool:
+        """Saves when the ``save_every`` trigger fires for ``clock``; returns whether it did.
+
+        A save here is :meth:`save`'s: every open writer's points are made durable first.
+
+        Raises:
+            ConfigError: the manager has no ``save_every``.
+            CheckpointError, SummaryWriteError, NonFiniteError: as :meth:`save` raises them.
+        """
+        if self._trigger is None:
+            raise ConfigError("save_every", "must be set to use maybe_save", None)
+        if not isinstance(clock, Clock):
+            raise ConfigError("clock", "must be a globalstep Clock", clock)
+        if not self._trigger.due(clock):
+            return False
+        self.save(clock, state, metrics=metrics)
+        return True
+
+    def wait(self) -> None:
+        """Waits for a background save; raises its error, if it failed.
+
+        Raises:
+            CheckpointError: the background save failed (the original error is its cause).
+        """
+        self._saver.wait()
+
+    # ----------------------------------------------------------------- retention
+
+    def prune(self, policy: KeepPolicy | None = None, *, dry_run: bool = False) -> list[int]:
+        """Deletes what ``policy`` (default: the manager's) does not keep; returns those steps.
+
+        The newest checkpoint is always kept.
+
+        Raises:
+            CheckpointError: the manager is read-only or closed.
+        """
+        self._check_writable()
+        self.wait()
+        if self._participant:
+            return []  # the writer rank prunes
+        if policy is not None and not isinstance(policy, KeepPolicy):
+            raise ConfigError("policy", "must be a KeepPolicy", policy)
+        return self._retention.apply(policy or self.policy, dry_run=dry_run)
+
+    def _resume_trigger(self) -> None:
+        if self._trigger is None or self.latest_step() is None:
+            return
+        try:
+            saved = self.metadata().get("manager", {})
+            self._trigger.resume(saved.get("save_trigger") if isinstance(saved, dict) else None)
+        except (CorruptCheckpointError, CheckpointNotFoundError, ConfigError):
+            # Another trigger, or a damaged newest checkpoint that restore will report:
+            # the trigger then starts afresh.
+            return
+
+    # ----------------------------------------------------------------- restoring
+
+    @overload
+    def restore(
+        self,
+        template: Any = None,
+        *,
+        step: int | None = None,
+        partial: Literal[False] = False,
+        skip_corrupt: bool = False,
+    ) -> Any: ...
+
+    @overload
+    def restore(
+        self,
+        template: Any = None,
+        *,
+        step: int | None = None,
+        partial: Literal[True],
+        skip_corrupt: bool = False,
+    ) -> tuple[Any, RestoreReport]: ...
+
+    def restore(
+        self,
+        template: Any = None,
+        *,
+        step: int | None = None,
+        partial: bool = False,
+        skip_corrupt: bool = False,
+    ) -> Any:
+        """Restores a checkpoint: the newest committed one, or ``step``'s.
+
+        Args:
+            template: a tree like the saved one; its writable arrays are filled in place
+                and its stateful objects (Clock, triggers, ...) restored in place. The fit
+                is checked before anything is touched; stateful objects are restored only
+                after every checksum passed, but on a checksum failure the template's
+                arrays may already hold the unverified bytes.
+            step: the step to restore; default the newest.
+            partial: restore what fits the template and return ``(tree, report)``.
+            skip_corrupt: where the newest checkpoint is corrupt, restore the newest one
+                that verifies instead (only without ``step``).
+
+        Returns:
+            The restored tree, or ``(tree, report)`` with ``partial=True``.
+
+        Raises:
+            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
+            CorruptCheckpointError: the checkpoint fails verification; names the file.
+            RestoreMismatchError: the checkpoint does not fit the template.
+        """
+        self.wait()
+
+        def action(number: int) -> tuple[Any, RestoreReport]:
+            return self._reading.restore(number, template, partial)
+
+        if step is not None or not skip_corrupt:
+            chosen, result = self._reading.read(step, action)
+        else:
+            chosen, result = self._reading.newest_valid(action)
+        if not self._read_only and not self._closed:
+            # Resuming from an older step starts a new timeline: the first save abandons
+            # the newer checkpoints, so that no later restore returns to them.
+            self._timeline.restored(chosen, self.latest_step())
+        return result if partial else result[0]
+
+    # ----------------------------------------------------------------- lifetime
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise CheckpointError(
+                f"this manager of {self.directory} is read-only; open it without "
+                "read_only=True to save or prune",
+                self.directory,
+            )
+        if self._closed:
+            raise CheckpointError(f"this manager of {self.directory} is closed", self.directory)
+
+    def close(self) -> None:
+        """Waits for a background save, then releases the lock; closing twice is harmless.
+
+        Raises:
+            CheckpointError: the background save failed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.wait()
+        finally:
+            self._saver.shutdown()
+            if self._lock is not None:
+                self._lock.release()
+
+    def __repr__(self) -> str:
+        return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"

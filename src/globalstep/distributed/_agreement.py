@@ -1,0 +1,520 @@
+"""Several processes: steps that agree across ranks, one writer rank, reduced metrics, and
+a shared step counter on the torch.distributed store.
+
+With data parallelism (DDP, FSDP) every rank applies the same updates, so every rank's
+:class:`~globalstep._clock.Clock` must show the same step; a rank that skips a tick (an
+update skipped on one rank only, a rank restored from another checkpoint) drifts silently
+until its schedules, checkpoints and curves disagree with the others'.
+:func:`assert_steps_agree` gathers every rank's step in one small collective and raises
+:class:`~globalstep._errors.StepMismatchError` naming the ranks that differ;
+:class:`StepAgreement` runs it every N calls. :func:`rank`, :func:`world_size` and
+:func:`is_writer` pick the one rank that logs and commits; :func:`reduce_metrics` averages
+(or sums, ...) scalars across ranks before that rank writes them. :class:`Preemption`
+(from :mod:`globalstep.distributed`) stops every rank at one common update when any rank
+receives a stop signal.
+
+With asynchronous workers (TensorFlow's parameter-server training) the ranks do not share
+updates; each takes the next step index from a :class:`SharedStepCounter` on the
+torch.distributed store, so that each index is handed to exactly one worker.
+
+Everything here works, as a no-op where that is the meaning, without a process group (one
+process: rank 0 of 1). torch is imported only by the calls that need it, and only when a
+process group is initialised; ``import globalstep`` never imports it.
+
+Example:
+    One process in a gloo group of one (a run under ``torchrun`` has several):
+
+    >>> import torch.distributed as dist
+    >>> from globalstep import Clock
+    >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    >>> clock = Clock()
+    >>> clock.tick(5)
+    >>> assert_steps_agree(clock)
+    5
+    >>> rank(), world_size(), is_writer()
+    (0, 1, True)
+    >>> reduce_metrics({"loss": 0.5, "correct": 3}, op="sum")
+    {'loss': 0.5, 'correct': 3.0}
+    >>> dist.destroy_process_group()
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from globalstep._clock import MAX_STEP, Clock
+from globalstep._errors import ConfigError, StepMismatchError
+from globalstep._optional import require
+from globalstep.distributed._preemption import Preemption
+
+__all__ = [
+    "REDUCE_OPS",
+    "Preemption",
+    "SharedStepCounter",
+    "StepAgreement",
+    "assert_steps_agree",
+    "broadcast_int",
+    "gather_floats",
+    "is_writer",
+    "rank",
+    "reduce_metrics",
+    "world_size",
+]
+
+REDUCE_OPS = ("max", "mean", "min", "sum")
+"""The operations :func:`reduce_metrics` knows."""
+
+
+def _initialised() -> Any:
+    """torch.distributed when a default process group exists, else None.
+
+    Without torch imported no process group can exist, so torch is not imported to ask.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
+
+
+def initialised() -> bool:
+    """Returns whether a default torch.distributed process group exists in this process.
+
+    Cheap and safe without torch: where torch has not been imported no process group can
+    exist, so torch is not imported to ask. :class:`~globalstep.run.Run` asks it once, to
+    choose between every rank saving (a group exists) and the writer rank alone saving
+    (ranks known only from torchrun's environment variables).
+    """
+    return _initialised() is not None
+
+
+def _from_environment(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(
+            name,
+            "must be an int >= 0 (the environment variable torchrun sets)",
+            text,
+        )
+    return value
+
+
+def rank(group: Any = None) -> int:
+    """Returns this process's rank: in ``group`` (default: the whole run) once a process
+    group is initialised, else the ``RANK`` that torchrun sets, else 0.
+
+    Raises:
+        ConfigError: ``RANK`` is set but is not an int >= 0.
+
+    Example:
+        >>> rank()
+        0
+    """
+    dist = _initialised()
+    if dist is not None:
+        return int(dist.get_rank(group))
+    return _from_environment("RANK", 0)
+
+
+def world_size(group: Any = None) -> int:
+    """Returns the number of processes: in ``group`` (default: the whole run) once a
+    process group is initialised, else the ``WORLD_SIZE`` that torchrun sets, else 1.
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` is set but is not an int >= 1.
+
+    Example:
+        >>> world_size()
+        1
+    """
+    dist = _initialised()
+    if dist is not None:
+        return int(dist.get_world_size(group))
+    size = _from_environment("WORLD_SIZE", 1)
+    if size < 1:
+        raise ConfigError("WORLD_SIZE", "must be an int >= 1", size)
+    return size
+
+
+def is_writer(writer_rank: int = 0, group: Any = None) -> bool:
+    """Returns whether this process is the one that writes (summaries, progress, commits).
+
+    Args:
+        writer_rank: the rank that writes, in ``[0, world_size)``.
+        group: the process group; default the whole run.
+
+    Raises:
+        ConfigError: ``writer_rank`` is not an int in ``[0, world_size)``.
+
+    Example:
+        >>> is_writer(), is_writer(0)
+        (True, True)
+    """
+    size = world_size(group)
+    if isinstance(writer_rank, bool) or not isinstance(writer_rank, int):
+        raise ConfigError("writer_rank", f"must be an int in [0, {size})", writer_rank)
+    if not 0 <= writer_rank < size:
+        raise ConfigError(
+            "writer_rank",
+            f"must be an int in [0, {size}) (the world size is {size})",
+            writer_rank,
+        )
+    return rank(group) == writer_rank
+
+
+def _device(dist: Any, torch: Any, group: Any) -> Any:
+    """The device a collective's tensors must live on: the GPU for NCCL, else the CPU."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def assert_steps_agree(clock: Clock | int, group: Any = None) -> int:
+    """Raises unless every rank's step equals this rank's; returns the step.
+
+    Every rank of ``group`` must call it at the same point of the loop (it is a
+    collective: one ``all_gather`` of one int64 per rank). Call it after the same number
+    of updates on every rank, not from a trigger of steps: a rank whose step lags fires
+    such a trigger one update late, where its collective would meet the others' next one.
+    :class:`StepAgreement` counts the calls for you. Without a process group it returns the
+    step at once.
+
+    Args:
+        clock: this rank's clock, or its step as an int.
+        group: the process group; default the whole run.
+
+    Returns:
+        The step, the same on every rank.
+
+    Raises:
+        StepMismatchError: the steps differ; raised on every rank, naming each rank whose
+            step differs from the most common one (ties: rank 0's side), with its step.
+        ConfigError: ``clock`` is neither a Clock nor an int step.
+
+    Example:
+        >>> assert_steps_agree(7)  # no process group: one process agrees with itself
+        7
+    """
+    if isinstance(clock, Clock):
+        step = clock.step
+    elif isinstance(clock, int) and not isinstance(clock, bool) and 0 <= clock <= MAX_STEP:
+        step = clock
+    else:
+        raise ConfigError("clock", "must be a globalstep Clock or an int step >= 0", clock)
+    dist = _initialised()
+    if dist is None:
+        return step
+    torch = require("torch", "torch", "globalstep.distributed")
+    device = _device(dist, torch, group)
+    mine = torch.tensor([step], dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, mine, group=group)
+    steps = [int(t.item()) for t in gathered]
+    counts = collections.Counter(steps)
+    common = counts.most_common(1)[0][0]  # ties: the step seen first, i.e. at the lowest rank
+    if len(counts) == 1:
+        return step
+    odd = [r for r, s in enumerate(steps) if s != common]
+    agreeing = [r for r, s in enumerate(steps) if s == common]
+    parts = [f"rank {r} is at step {steps[r]}" for r in odd]
+    raise StepMismatchError(
+        f"the ranks' steps disagree: {', '.join(parts)}, while {_ranks_text(agreeing)} "
+        f"{'is' if len(agreeing) == 1 else 'are'} at step {common} (steps by rank: {steps}). "
+        "Every rank must tick its clock once per update: look for an update skipped or "
+        "repeated on one rank only, or a rank restored from another checkpoint.",
+        steps,
+        odd,
+        common,
+    )
+
+
+class StepAgreement:
+    """Runs :func:`assert_steps_agree` every ``every`` calls: call it once per update.
+
+    It counts its calls rather than reading the step, so that every rank checks at the
+    same update even when one rank's step lags (a trigger of steps would let the lagging
+    rank check one update late, meeting the others' next collective).
+
+    Args:
+        every: calls between checks, >= 1; the first check is at call number ``every``.
+        group: the process group; default the whole run.
+
+    Raises:
+        ConfigError: ``every`` is not an int >= 1.
+
+    Example:
+        >>> from globalstep import Clock
+        >>> clock, check = Clock(), StepAgreement(every=2)
+        >>> checked = []
+        >>> for _ in range(4):
+        ...     clock.tick()
+        ...     checked.append(check(clock))
+        >>> checked
+        [False, True, False, True]
+    """
+
+    def __init__(self, every: int = 100, *, group: Any = None) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ConfigError("every", "must be an int >= 1 (calls between checks)", every)
+        self.every = every
+        self.group = group
+        self.calls = 0
+
+    def __call__(self, clock: Clock | int) -> bool:
+        """Counts one call; on every ``every``-th checks the steps. Returns whether it did.
+
+        Raises:
+            StepMismatchError: the ranks' steps differ.
+        """
+        self.calls += 1
+        if self.calls % self.every:
+            return False
+        assert_steps_agree(clock, self.group)
+        return True
+
+    def __repr__(self) -> str:
+        return f"StepAgreement(every={self.every})"
+
+
+def _number(tag: str, value: Any) -> float:
+    raw = value.item() if hasattr(value, "item") else value
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ConfigError(
+            f"metrics[{tag!r}]", "must be a number, NumPy scalar or one-element tensor", value
+        )
+    return float(raw)
+
+
+def reduce_metrics(
+    metrics: Mapping[str, Any], op: str = "mean", group: Any = None
+) -> dict[str, float]:
+    """Reduces each scalar across the ranks in one collective; returns them as floats.
+
+    Every rank of ``group`` must call it at the same point with the same tags (in any
+    order). Different tags of the same number are caught and raise on every rank; a
+    different number of tags is a collective of mismatched sizes, which torch reports (or,
+    on some backends, waits on until the process group's timeout). Without a process group
+    it returns the values as floats.
+
+    Args:
+        metrics: tag to value: numbers, NumPy scalars or one-element tensors.
+        op: ``"mean"`` (the default), ``"sum"``, ``"max"`` or ``"min"``.
+        group: the process group; default the whole run.
+
+    Returns:
+        Tag to reduced value, in the order given.
+
+    Raises:
+        ConfigError: ``op`` is unknown, a value is not a number, or the ranks' tags differ.
+
+    Example:
+        >>> reduce_metrics({"loss": 0.25}, op="max")
+        {'loss': 0.25}
+    """
+    if op not in REDUCE_OPS:
+        raise ConfigError("op", f"must be one of {', '.join(map(repr, REDUCE_OPS))}", op)
+    if not isinstance(metrics, Mapping):
+        raise ConfigError("metrics", "must be a mapping of tags to numbers", metrics)
+    values = {tag: _number(tag, value) for tag, value in metrics.items()}
+    dist = _initialised()
+    if dist is None:
+        return values
+    torch = require("torch", "torch", "globalstep.distributed")
+    tags = sorted(values)
+    # Two extra entries find ranks with other tags in the same collective: a 20-bit hash h
+    # of the tags, and h**2 (or -h for max and min). Summed over n ranks, sum(h) == n*h and
+    # sum(h**2) == n*h**2 hold only when every rank's h is this rank's (zero variance);
+    # max(h) == h and max(-h) == -h likewise. The sums stay exact in float64.
+    signature = float(zlib.crc32("\x00".join(tags).encode()) & 0xFFFFF)
+    check = -signature if op in ("max", "min") else signature * signature
+    device = _device(dist, torch, group)
+    buffer = torch.tensor(
+        [values[tag] for tag in tags] + [signature, check], dtype=torch.float64, device=device
+    )
+    reduce_op = {"mean": "SUM", "sum": "SUM", "max": "MAX", "min": "MIN"}[op]
+    dist.all_reduce(buffer, op=getattr(dist.ReduceOp, reduce_op), group=group)
+    reduced = buffer.tolist()
+    size = dist.get_world_size(group)
+    scale = size if op in ("mean", "sum") else 1
+    if reduced[-2] != scale * signature or reduced[-1] != scale * check:
+        raise ConfigError(
+            "metrics",
+            "must have the same tags on every rank",
+            tags,
+            hint=f"Rank {dist.get_rank(group)} has these; another rank has others. Reduce "
+            "the same tags everywhere (log rank-specific values without reducing them).",
+        )
+    out = dict(zip(tags, reduced, strict=False))
+    if op == "mean":
+        out = {tag: value / size for tag, value in out.items()}
+    return {tag: out[tag] for tag in values}
+
+
+def gather_floats(values: Sequence[float], group: Any = None) -> list[list[float]]:
+    """Returns every rank's ``values``, indexed by rank, in one collective.
+
+    Every rank of ``group`` must call it at the same point with as many values (one
+    ``all_gather`` of float64; NaN and infinities pass unchanged). The result is the same,
+    bit for bit, on every rank, so that a decision taken from it (the rollback of
+    :class:`~globalstep.run.Run` on several ranks) is the same everywhere. Without a
+    process group it returns ``[values]``.
+
+    Args:
+        values: this rank's numbers (floats, ints; the same count on every rank).
+        group: the process group; default the whole run.
+
+    Returns:
+        One list of floats per rank, rank 0's first.
+
+    Raises:
+        ConfigError: ``values`` is not a sequence of numbers.
+
+    Example:
+        >>> gather_floats([1.0, float("nan")])
+        [[1.0, nan]]
+    """
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ConfigError("values", "must be a sequence of numbers", values)
+    mine = []
+    for i, value in enumerate(values):
+        raw = value.item() if hasattr(value, "item") else value
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise ConfigError(f"values[{i}]", "must be a number (int or float)", value)
+        mine.append(float(raw))
+    dist = _initialised()
+    if dist is None:
+        return [mine]
+    torch = require("torch", "torch", "globalstep.distributed")
+    tensor = torch.tensor(mine, dtype=torch.float64, device=_device(dist, torch, group))
+    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, tensor, group=group)
+    return [[float(x) for x in t.tolist()] for t in gathered]
+
+
+def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
+    """Returns rank ``src``'s ``value`` on every rank, in one collective.
+
+    Every rank of ``group`` must call it at the same point (one ``broadcast`` of one
+    int64); what the other ranks pass is ignored. Without a process group it returns
+    ``value``.
+
+    Args:
+        value: an int in the int64 range (rank ``src``'s is the one returned).
+        src: the rank whose value every rank gets (a rank of the whole run).
+        group: the process group; default the whole run.
+
+    Raises:
+        ConfigError: ``value`` is not an int of the int64 range, or ``src`` is not a rank.
+
+    Example:
+        >>> broadcast_int(42)
+        42
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+        raise ConfigError("value", "must be an int in the int64 range", value)
+    size = world_size()
+    if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < size:
+        raise ConfigError("src", f"must be a rank, an int in [0, {size})", src)
+    dist = _initialised()
+    if dist is None:
+        return value
+    torch = require("torch", "torch", "globalstep.distributed")
+    tensor = torch.tensor([value], dtype=torch.int64, device=_device(dist, torch, group))
+    dist.broadcast(tensor, src=src, group=group)
+    return int(tensor.item())
+
+
+class SharedStepCounter:
+    """Unique step indices for asynchronous workers, from a torch.distributed Store.
+
+    Each :meth:`next` is one atomic ``store.add``: across every process connected to the
+    store (a ``TCPStore``, or the store of the default process group), each index is
+    handed to exactly one caller, in increasing order: TensorFlow's parameter-server
+    semantics, where each step index happens on exactly one worker. A worker that dies
+    loses only the indices it took and had not finished; the others never see them again
+    and go on with the rest.
+
+    The counter is state: put it in a checkpoint tree (its state is one int in
+    state.json, the next index to hand out). Restoring sets the store's value, so restore
+    before any worker takes an index (all workers restoring the same checkpoint set the
+    same value), or restore on one worker and let the others wait at a barrier. Indices
+    taken after the checkpoint was saved are handed out again after a restore, as the
+    updates they stood for are lost with it; indices taken before it but not finished
+    then are lost, never repeated.
+
+    Args:
+        store: a ``torch.distributed.Store`` (``TCPStore``, ``FileStore``, ``HashStore``,
+            ``PrefixStore``); every worker connects to the same one.
+        key: the store key that holds the count; one per counter.
+        start: the first index, used only by the worker that creates the key.
+
+    Raises:
+        ConfigError: ``key`` is empty or ``start`` is not an int >= 0.
+
+    Example:
+        >>> import torch.distributed as dist
+        >>> counter = SharedStepCounter(dist.HashStore(), "steps")
+        >>> [counter.next() for _ in range(3)], counter.value
+        ([0, 1, 2], 3)
+        >>> counter.state_dict()
+        {'next': 3}
+    """
+
+    def __init__(self, store: Any, key: str, *, start: int = 0) -> None:
+        if not isinstance(key, str) or not key:
+            raise ConfigError("key", "must be a non-empty string", key)
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < MAX_STEP:
+            raise ConfigError("start", "must be an int >= 0", start)
+        for method in ("add", "set", "compare_set"):
+            if not callable(getattr(store, method, None)):
+                raise ConfigError(
+                    "store",
+                    "must be a torch.distributed Store (TCPStore, FileStore, HashStore, ...)",
+                    store,
+                )
+        self.store = store
+        self.key = key
+        self.start = start
+        # Set only where the key is missing: workers made later keep the count.
+        store.compare_set(key, "", str(start))
+
+    def next(self) -> int:
+        """Takes the next step index: no other worker ever gets the same one."""
+        return int(self.store.add(self.key, 1)) - 1
+
+    @property
+    def value(self) -> int:
+        """The next index to be handed out (every index below it has been taken)."""
+        return int(self.store.add(self.key, 0))
+
+    def state_dict(self) -> dict[str, int]:
+        """Returns ``{"next": value}``, for a checkpoint."""
+        return {"next": self.value}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Sets the store's count from :meth:`state_dict`'s output.
+
+        Raises:
+            ConfigError: the state is not ``{"next": int >= 0}``.
+        """
+        value = state.get("next") if isinstance(state, Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_STEP:
+            raise ConfigError("state", "must be {'next': int >= 0}, as state_dict() returns", state)
+        self.store.set(self.key, str(value))
+
+    def __repr__(self) -> str:
+        return f"SharedStepCounter(key={self.key!r}, value={self.value})"
