@@ -58,7 +58,7 @@ def _manager_distributed_save(directory, clock, weights):
 
 
 def _format_commit(directory, clock, weights):
-    from globalstep.checkpoint import commit
+    from globalstep.checkpoint import commit_checkpoint as commit
     from globalstep.storage import open_storage
 
     commit(open_storage(str(directory)), "step-000000000003", {"w": weights}, {"tree": None})
@@ -166,4 +166,4 @@ def test_only_the_commit_protocol_writes_a_checkpoint_document():
     for path in sorted(SRC.rglob("*.py")):
         found += _document_writes(path)
     assert found, "the commit protocol's own writes should be found"
-    assert {f.partition(":")[0] for f in found} == {"checkpoint/commit.py"}, found
+    assert {f.partition(":")[0] for f in found} == {"checkpoint/_files/commit.py"}, found

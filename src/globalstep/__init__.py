@@ -114,16 +114,7 @@ _LAZY = {
 
 # Sub-packages reachable as attributes (``globalstep.compat.tf.exponential_decay(...)``)
 # after a bare ``import globalstep``, imported on first use; none imports a framework.
-_SUBMODULES = (
-    "checkpoint",
-    "compat",
-    "distributed",
-    "integrations",
-    "run",
-    "schedules",
-    "storage",
-    "summary",
-)
+_SUBMODULES = ("checkpoint", "compat", "schedules", "summary")
 
 
 def __getattr__(name: str) -> Any:
@@ -142,9 +133,7 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *_SUBMODULES})
 
 
-__all__ = [
-    "DEFAULT_STALE_THRESHOLD",
-    "MAX_STEP",
+__all__ = [  # noqa: RUF022 (sorted as plain strings: tests/test_package.py)
     "CheckpointError",
     "CheckpointExistsError",
     "CheckpointManager",
@@ -157,6 +146,7 @@ __all__ = [
     "CorruptCheckpointError",
     "CosineDecay",
     "CosineDecayRestarts",
+    "DEFAULT_STALE_THRESHOLD",
     "DivergenceError",
     "Duration",
     "DurationError",
@@ -171,6 +161,7 @@ __all__ = [
     "Linear",
     "LinearCosineDecay",
     "LockError",
+    "MAX_STEP",
     "MissingDependencyError",
     "NaturalExpDecay",
     "NoisyLinearCosineDecay",

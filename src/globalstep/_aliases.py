@@ -93,10 +93,10 @@ def message(old: str) -> str:
 class _OldModule(types.ModuleType):
     """An old path that named several private modules: each name looked up in them."""
 
-    _homes: Sequence[types.ModuleType] = ()
+    homes: Sequence[types.ModuleType] = ()
 
     def __getattr__(self, name: str) -> Any:
-        for home in self._homes:
+        for home in self.homes:
             if hasattr(home, name):
                 return getattr(home, name)
         raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
@@ -114,7 +114,7 @@ class _Loader(importlib.abc.Loader):
             self.kept = (homes[0].__spec__, getattr(homes[0], "__loader__", None))
             return homes[0]
         module = _OldModule(spec.name)
-        module._homes = homes
+        module.homes = homes
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:

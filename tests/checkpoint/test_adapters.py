@@ -12,7 +12,8 @@ from globalstep import (
     MissingDependencyError,
     RestoreMismatchError,
 )
-from globalstep.checkpoint import flatten, template_arrays, unflatten
+from globalstep.checkpoint import flatten_tree as flatten
+from globalstep.checkpoint import template_arrays, unflatten
 from globalstep.checkpoint._tree import adapters
 
 adapters.register("fake_framework", "fake_framework_adapters")

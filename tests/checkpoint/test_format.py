@@ -32,10 +32,13 @@ from globalstep import (
     GlobalStepError,
 )
 from globalstep.checkpoint import CheckpointManager, checksum_of
-from globalstep.checkpoint import format as fmt
+from globalstep.checkpoint import commit_checkpoint as commit
 from globalstep.checkpoint._files import arrays as arrays_module
 from globalstep.checkpoint._files import commit as commit_protocol
 from globalstep.checkpoint._files import fastio
+from globalstep.checkpoint._files.arrays import read_arrays
+from globalstep.checkpoint._files.commit import committed_names
+from globalstep.checkpoint._files.document import ARRAYS_FILE, load_state
 
 HERE = pathlib.Path(__file__).parent
 STEP1 = "step-000000000001"
@@ -519,10 +522,10 @@ def test_state_json_disagreeing_with_the_header_is_named(tmp_path, node, match):
 def test_commit_refuses_a_committed_name_without_force(tmp_path):
     """commit() itself refuses to replace a committed checkpoint unless forced."""
     storage = storage_module.open_storage(tmp_path)
-    fmt.commit(storage, STEP1, {"w": np.zeros(1)}, {"tree": None})
+    commit(storage, STEP1, {"w": np.zeros(1)}, {"tree": None})
     with pytest.raises(CheckpointExistsError, match=f"checkpoint {STEP1} exists .*force=True"):
-        fmt.commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None})
-    fmt.commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None}, force=True)
+        commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None})
+    commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None}, force=True)
 
 
 def test_big_endian_and_0d_arrays_round_trip(tmp_path):
@@ -564,10 +567,10 @@ class NoExchangeStorage(storage_module.LocalStorage):
 
 def save_w(storage, value, **kwargs):
     """Commits {"w": [value, value]} as step 1 through ``storage``."""
-    from globalstep.checkpoint import flatten
+    from globalstep.checkpoint import flatten_tree as flatten
 
     flat = flatten({"w": np.full(2, value)})
-    fmt.commit(storage, STEP1, flat.arrays, {"tree": flat.structure}, **kwargs)
+    commit(storage, STEP1, flat.arrays, {"tree": flat.structure}, **kwargs)
 
 
 def test_forced_replacement_without_exchange_uses_two_renames(tmp_path):
@@ -575,8 +578,8 @@ def test_forced_replacement_without_exchange_uses_two_renames(tmp_path):
     storage = NoExchangeStorage(str(tmp_path))
     save_w(storage, 0.0)
     save_w(storage, 1.0, force=True)
-    state = fmt.load_state(storage, STEP1)
-    assert fmt.read_arrays(storage, STEP1, state)["w"].tolist() == [1.0, 1.0]
+    state = load_state(storage, STEP1)
+    assert read_arrays(storage, STEP1, state)["w"].tolist() == [1.0, 1.0]
     assert os.listdir(tmp_path) == [STEP1]
 
 
@@ -587,9 +590,9 @@ def test_failed_second_rename_puts_the_replaced_checkpoint_back(tmp_path):
     storage.renames, storage.fail_at = 0, 2
     with pytest.raises(CheckpointError, match="Input/output error"):
         save_w(storage, 1.0, force=True)
-    assert fmt.committed_names(storage) == [STEP1]
-    state = fmt.load_state(storage, STEP1)
-    assert fmt.read_arrays(storage, STEP1, state)["w"].tolist() == [0.0, 0.0]
+    assert committed_names(storage) == [STEP1]
+    state = load_state(storage, STEP1)
+    assert read_arrays(storage, STEP1, state)["w"].tolist() == [0.0, 0.0]
 
 
 # ------------------------------------------------------------------ the data path
@@ -820,7 +823,7 @@ def test_restore_reads_the_file_ahead_in_order(tmp_path, monkeypatch):
         for read in (manager.restore, lambda: manager.verify(1)):
             spy.offsets = []
             read()
-            size = (tmp_path / STEP1 / fmt.ARRAYS_FILE).stat().st_size
+            size = (tmp_path / STEP1 / ARRAYS_FILE).stat().st_size
             assert spy.offsets == [*range(0, size, 4096), size]  # in order, to the end
             assert not reader_threads()
         assert_tree_equal(manager.restore(), state)
@@ -862,7 +865,7 @@ def test_damaged_file_read_ahead_is_still_reported(tmp_path, monkeypatch, damage
     """With the background reader running, a truncated or flipped array file still fails
     with the error that names it, and the reader thread is gone."""
     checkpoint = saved(tmp_path)
-    arrays = checkpoint / fmt.ARRAYS_FILE
+    arrays = checkpoint / ARRAYS_FILE
     data = bytearray(arrays.read_bytes())
     if damage == "truncate":
         arrays.write_bytes(data[:-100])
@@ -924,12 +927,10 @@ class _ShardHooks:
 def test_forced_replace_without_rename_carries_the_shards():
     """On a store without rename a forced replacement copies the sharded/ files too."""
     storage = storage_module.open_storage("memory://forced-shards")
-    fmt.commit(storage, STEP1, {"w": np.zeros(1)}, {"tree": None}, hooks=_ShardHooks(b"old"))
-    fmt.commit(
-        storage, STEP1, {"w": np.ones(1)}, {"tree": None}, force=True, hooks=_ShardHooks(b"new")
-    )
+    commit(storage, STEP1, {"w": np.zeros(1)}, {"tree": None}, hooks=_ShardHooks(b"old"))
+    commit(storage, STEP1, {"w": np.ones(1)}, {"tree": None}, force=True, hooks=_ShardHooks(b"new"))
     assert storage.read_bytes(storage.join(STEP1, "sharded", "rank-00000.bin")) == b"new"
-    assert fmt.committed_names(storage) == [STEP1]
+    assert committed_names(storage) == [STEP1]
 
 
 def prefault_threads():
@@ -1059,7 +1060,7 @@ def test_damaged_file_with_a_prefault_is_still_reported(tmp_path, monkeypatch, s
     """A flipped array file fails with the error that names it while the prefault thread
     runs, and the thread is gone afterwards."""
     checkpoint = saved(tmp_path)
-    arrays = checkpoint / fmt.ARRAYS_FILE
+    arrays = checkpoint / ARRAYS_FILE
     data = bytearray(arrays.read_bytes())
     data[-5] ^= 0x40
     arrays.write_bytes(data)

@@ -24,8 +24,8 @@ from globalstep import (
     every,
 )
 from globalstep.checkpoint import CheckpointManager, KeepBest, KeepLatest
-from globalstep.checkpoint import format as fmt
 from globalstep.checkpoint._files import fastio
+from globalstep.checkpoint._files.fastio import ReadAhead
 
 
 def test_manager_is_public():
@@ -200,9 +200,9 @@ def test_a_bad_state_json_stops_the_read_ahead(ckpt_dir, monkeypatch):
     state_json = ckpt_dir / "step-000000000001" / "state.json"
     state_json.write_bytes(state_json.read_bytes().replace(b'"step"', b'"stip"'))
     started = []
-    real = fmt.ReadAhead.__init__
+    real = ReadAhead.__init__
     monkeypatch.setattr(
-        fmt.ReadAhead, "__init__", lambda self, path: started.append(self) or real(self, path)
+        ReadAhead, "__init__", lambda self, path: started.append(self) or real(self, path)
     )
     with (
         CheckpointManager(ckpt_dir, read_only=True) as manager,

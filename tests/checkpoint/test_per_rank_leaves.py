@@ -15,7 +15,8 @@ import pytest
 import globalstep
 from globalstep import ConfigError
 from globalstep._errors import WorldSizeError, WorldSizeWarning
-from globalstep.checkpoint import Adapter, CheckpointManager, PerRank, Sharded, flatten
+from globalstep.checkpoint import Adapter, CheckpointManager, PerRank, Sharded
+from globalstep.checkpoint import flatten_tree as flatten
 from globalstep.checkpoint._ranks.perrank import derived_seed, is_per_rank, reseed, reseedable
 from globalstep.checkpoint._tree.flatten import per_rank_nodes
 from globalstep.run import GeneratorState

@@ -16,7 +16,8 @@ from globalstep import (
     RestoreMismatchError,
     every,
 )
-from globalstep.checkpoint import array_nodes, check_key, decode_dtype, flatten, unflatten
+from globalstep.checkpoint import array_nodes, check_key, decode_dtype, unflatten
+from globalstep.checkpoint import flatten_tree as flatten
 from globalstep.checkpoint._tree.fit import placeholders
 from globalstep.checkpoint._tree.leaves import encode_dtype, safetensors_code
 

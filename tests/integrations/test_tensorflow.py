@@ -26,7 +26,8 @@ with warnings.catch_warnings():
     keras = pytest.importorskip("keras")
 
 from globalstep import ConfigError, RestoreMismatchError
-from globalstep.checkpoint import CheckpointManager, flatten
+from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint import flatten_tree as flatten
 from globalstep.compat import tf as ctf
 
 if keras.backend.backend() != "tensorflow":  # pragma: no cover - the default backend here

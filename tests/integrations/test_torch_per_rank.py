@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from globalstep import ConfigError  # noqa: E402
+from globalstep.checkpoint import flatten_tree as flatten  # noqa: E402
 from globalstep.checkpoint._ranks.perrank import is_per_rank, reseed, reseedable  # noqa: E402
-from globalstep.checkpoint._tree import flatten  # noqa: E402
 from globalstep.integrations.torch import RNGState  # noqa: E402
 
 

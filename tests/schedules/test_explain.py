@@ -9,9 +9,8 @@ import pytest
 from globalstep import ConfigError
 from globalstep._cli import main
 from globalstep.schedules import Constant, CosineDecay, ExponentialDecay, Linear, warmup
-from globalstep.schedules import _explain as explain
 from globalstep.schedules._base import MEMO_BLOCK
-from globalstep.schedules._explain import terminal_plot
+from globalstep.schedules._explain import explain, terminal_plot
 
 
 def test_explain_cosine():

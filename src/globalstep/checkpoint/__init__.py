@@ -21,7 +21,8 @@ from globalstep.checkpoint._directory.policy import (
     policy_from_config,
 )
 from globalstep.checkpoint._files.arrays import read_arrays
-from globalstep.checkpoint._files.commit import commit, remove_checkpoint
+from globalstep.checkpoint._files.commit import commit as commit_checkpoint
+from globalstep.checkpoint._files.commit import remove_checkpoint
 from globalstep.checkpoint._files.document import COMMIT_FILE, checksum_of, load_state
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._manager import (
@@ -37,7 +38,8 @@ from globalstep.checkpoint._tree.adapters import Adapter, OpenTemplate
 from globalstep.checkpoint._tree.adapters import add as add_adapter
 from globalstep.checkpoint._tree.adapters import register as register_adapter
 from globalstep.checkpoint._tree.build import RestoreReport, unflatten
-from globalstep.checkpoint._tree.flatten import Sharded, array_nodes, flatten
+from globalstep.checkpoint._tree.flatten import Sharded, array_nodes
+from globalstep.checkpoint._tree.flatten import flatten as flatten_tree
 from globalstep.checkpoint._tree.leaves import check_key, dataclass_fields, decode_dtype, is_frozen
 from globalstep.checkpoint._tree.templates import template_arrays
 
@@ -72,10 +74,10 @@ __all__ = [
     "array_nodes",
     "check_key",
     "checksum_of",
-    "commit",
+    "commit_checkpoint",
     "dataclass_fields",
     "decode_dtype",
-    "flatten",
+    "flatten_tree",
     "is_frozen",
     "load_state",
     "policy_from_config",

@@ -62,14 +62,18 @@ from globalstep.checkpoint import (
     RestoreReport,
     array_nodes,
     check_key,
-    commit,
     decode_dtype,
-    flatten,
     load_state,
     read_arrays,
     remove_checkpoint,
     template_arrays,
     unflatten,
+)
+from globalstep.checkpoint import (
+    commit_checkpoint as commit,
+)
+from globalstep.checkpoint import (
+    flatten_tree as flatten,
 )
 from globalstep.storage import Storage, open_storage
 

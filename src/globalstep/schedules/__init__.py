@@ -22,7 +22,6 @@ from globalstep.schedules._cosine import (
     standard_normal,
 )
 from globalstep.schedules._decay import ExponentialDecay, InverseTimeDecay, NaturalExpDecay
-from globalstep.schedules._explain import Explanation, explain
 from globalstep.schedules._plan import Finding, Plan
 from globalstep.schedules._plateau import PlateauRule, ReduceOnPlateau
 from globalstep.schedules._polynomial import Constant, Linear, PiecewiseConstant, PolynomialDecay
@@ -33,7 +32,6 @@ __all__ = [
     "Constant",
     "CosineDecay",
     "CosineDecayRestarts",
-    "Explanation",
     "ExponentialDecay",
     "Finding",
     "InverseSqrt",
@@ -54,7 +52,6 @@ __all__ = [
     "Warmup",
     "WarmupStableDecay",
     "clip",
-    "explain",
     "from_config",
     "join",
     "registered",

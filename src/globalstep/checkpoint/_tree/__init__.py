@@ -18,7 +18,7 @@ of Python objects is refused.
 
 Example:
     >>> import numpy as np
-    >>> from globalstep.checkpoint import flatten
+    >>> from globalstep.checkpoint import flatten_tree as flatten
     >>> flat = flatten({"w": np.zeros(2, np.float32), "lr": 0.1})
     >>> sorted(flat.arrays), flat.structure["dict"]["lr"]
     (['w'], {'value': 0.1})
