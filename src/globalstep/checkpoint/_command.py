@@ -33,7 +33,7 @@ from globalstep._errors import CheckpointNotFoundError, ConfigError, CorruptChec
 from globalstep.checkpoint._directory.policy import KeepAny, KeepBest, KeepLatest, KeepPolicy
 from globalstep.checkpoint._manager import CheckpointManager, CheckpointWarning
 from globalstep.checkpoint._tree.leaves import decode_dtype
-from globalstep.storage import LOCK_FILE, FsspecStorage, open_storage
+from globalstep.storage import LOCK_FILE, open_storage
 
 __all__ = ["add_parser"]
 
@@ -66,7 +66,7 @@ class _UsageError(Exception):
 def _check_directory(text: str) -> None:
     """Checks the DIRECTORY argument without creating anything; raises _UsageError."""
     storage = open_storage(text)
-    if isinstance(storage, FsspecStorage):
+    if not storage.local:
         if not storage.exists(storage.root):
             raise _UsageError(
                 f"DIRECTORY {text} does not exist; give the run's checkpoint directory", 2

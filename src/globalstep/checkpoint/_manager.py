@@ -159,7 +159,7 @@ class CheckpointManager(Closing):
         self.policy: KeepPolicy = policy
         self._trigger = SaveTrigger.of(save_every)
         self._storage = open_storage(directory, storage_options)
-        self.directory = self._storage.url if hasattr(self._storage, "url") else self._storage.root
+        self.directory = self._storage.location
         self._rounds = Rounds(distributed, self._storage, read_only=read_only)
         self._participant = self._rounds.participant
         self._read_only = read_only

@@ -45,9 +45,18 @@ class Storage(ABC):
         root: the directory (a path, or an fsspec path without its scheme).
         atomic_rename: whether :meth:`rename` is atomic; the commit protocol
             (``globalstep.checkpoint._files.commit.protocol_for``) is chosen by it, once.
+        local: whether its files are this machine's own (a file descriptor can be memory
+            mapped, advised, read with ``readv``); the one answer to "what kind of store is
+            this?", asked instead of its class.
     """
 
     atomic_rename: bool = False
+    local: bool = False
+
+    @property
+    def location(self) -> str:
+        """Where the directory is, as a user names it: a local path, or the URL."""
+        return self.root
 
     def __init__(self, root: str) -> None:
         self.root = root

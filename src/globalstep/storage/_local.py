@@ -94,6 +94,7 @@ class LocalStorage(Storage):
     """A local directory; rename is atomic, files and directories are fsynced."""
 
     atomic_rename = True
+    local = True
 
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

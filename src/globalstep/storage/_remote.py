@@ -112,6 +112,10 @@ class FsspecStorage(Storage):
         ('done', 3, 2)
     """
 
+    @property
+    def location(self) -> str:
+        return self.url
+
     def __init__(
         self,
         root: str,

@@ -30,7 +30,7 @@ import numpy as np
 
 from globalstep._errors import CorruptCheckpointError
 from globalstep.checkpoint._files.document import ARRAYS_FILE, Checksum
-from globalstep.storage import LocalStorage, Storage
+from globalstep.storage import Storage
 
 __all__ = [
     "BATCH_BYTES",
@@ -188,7 +188,7 @@ def read_ahead(storage: Storage, name: str) -> Iterator[ReadAhead | None]:
 
 def _is_local(storage: Storage) -> bool:
     """Whether ``storage``'s files are local ones this module can tune (advise, readv)."""
-    return isinstance(storage, LocalStorage) and hasattr(os, "posix_fadvise")
+    return storage.local and hasattr(os, "posix_fadvise")
 
 
 def advise_sequential(storage: Storage, f: Any) -> int | None:

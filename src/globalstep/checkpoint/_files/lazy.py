@@ -23,7 +23,7 @@ from globalstep.checkpoint._files.arrays import check_entry, read_header
 from globalstep.checkpoint._files.document import ARRAYS_FILE
 from globalstep.checkpoint._files.fastio import read_exactly
 from globalstep.checkpoint._tree.flatten import array_nodes
-from globalstep.storage import LocalStorage, Storage, wrap_os_errors
+from globalstep.storage import Storage, wrap_os_errors
 
 __all__ = ["CheckpointReader"]
 
@@ -58,7 +58,7 @@ class CheckpointReader(Closing):
             with f:
                 size = storage.size(self._path)
                 prefix, entries = read_header(f, size, self._path)
-                if isinstance(storage, LocalStorage) and size > 0:
+                if storage.local and size > 0:
                     self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._data_start = len(prefix)
         self._entries = {e[0]: e for e in entries}
