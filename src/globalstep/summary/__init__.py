@@ -2,11 +2,13 @@
 
 :class:`SummaryWriter` writes; :mod:`globalstep.summary.reader` reads both formats back
 with restarts applied; ``globalstep logs DIR`` summarises and plots them. MLflow and W&B
-are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options). Non-finite
-guards, logging helpers and the progress display live beside them.
+are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options), and
+so is any other tracker, through a :class:`TrackerClient` of your own
+(``Tracker("comet", client=CometClient)``, see docs/add-a-tracker.md). Non-finite guards,
+logging helpers and the progress display live beside them.
 """
 
-from globalstep.summary._tracker import Tracker as Tracker  # not in __all__ (its snapshot)
+from globalstep.summary._tracker import Tracker, TrackerClient
 from globalstep.summary.finite import check_finite
 from globalstep.summary.log_helpers import log_every_n_steps
 from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter
@@ -21,6 +23,8 @@ __all__ = [
     "SummaryWriter",
     "Throughput",
     "ThroughputMeter",
+    "Tracker",
+    "TrackerClient",
     "available_formats",
     "check_finite",
     "log_every_n_steps",

@@ -13,9 +13,11 @@ for the lag measured).
 The pieces:
 
 - :class:`Tracker`: a format with its options, ``formats=("jsonl", Tracker("mlflow",
-  max_pending=10_000))``; the names ``"mlflow"`` and ``"wandb"`` are ``Tracker(name)``.
-- :class:`TrackerClient`: the protocol of one tool's client (``summary/_mlflow.py``,
-  ``summary/_wandb.py``), called from the sender thread only.
+  max_pending=10_000))``; the names ``"mlflow"`` and ``"wandb"`` are ``Tracker(name)``,
+  any other tool is ``Tracker(name, client=...)`` with a client of the user's own.
+- :class:`TrackerClient`: the protocol of one tool's client (``open``, ``send``,
+  ``close``), called from the sender thread only; ``summary/_mlflow.py`` and
+  ``summary/_wandb.py`` are two (see docs/add-a-tracker.md for a third).
 - :class:`TrackerBackend`: the writer's :class:`~globalstep.summary._base.Backend` for a
   tracker. Its ``write`` (the writer's drain thread) appends each scalar to the *record*
   and to the pending points; :func:`globalstep._durability.committed` (the save's thread,
@@ -63,13 +65,14 @@ import importlib
 import json
 import math
 import os
+import re
 import shlex
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from globalstep import _durability
 from globalstep.clock import MAX_STEP
@@ -82,13 +85,16 @@ from globalstep.summary._record import recorded_max_step as recorded_max_step
 
 __all__ = [
     "CHECKPOINT_TAG",
+    "CLIENT_METHODS",
     "TRACKERS",
     "Point",
     "Tracker",
     "TrackerBackend",
     "TrackerClient",
+    "checked_client",
     "record_path",
     "recorded_max_step",
+    "title",
 ]
 
 
@@ -109,21 +115,30 @@ Point = tuple[str, int, float, float]
 _Entry = tuple[int, str, int, float, float]  # (number in the record, tag, step, value, wall)
 
 
+@runtime_checkable
 class TrackerClient(Protocol):
-    """One tool's client; every method is called from the tracker's sender thread.
+    """The client of one tracking tool: what a :class:`Tracker` needs to send to it.
 
-    A client is built on the sender thread (importing the tool, setting it up: a second
-    or more for MLflow, which the training thread never waits for), by what its module's
-    ``prepare()`` returned on the thread that opens the writer: that checks the extra is
-    installed, without importing it (a missing one raises
-    :class:`~globalstep.errors.MissingDependencyError` at once), and notes the tool's run
-    the user started there. A build that fails gives the tracker up (the warning at close
-    says why; the points stay in the record). Any exception of the methods but
-    :class:`~globalstep.errors.TrackerRefusedError` is retried with backoff.
+    MLflow's and W&B's clients (``summary/_mlflow.py``, ``summary/_wandb.py``) are two;
+    a client of your own (Comet, Neptune, ClearML, a file) plugs in as
+    ``Tracker("comet", client=CometClient)``, ``client`` being what builds it: called
+    with no arguments on the tracker's sender thread, the client's methods too, so that
+    importing the tool and setting it up never holds the training thread. Three methods:
+
+    - :meth:`open` starts the tool's run or continues the one the log directory's record
+      names, and returns its id (kept in the record);
+    - :meth:`send` sends a batch of points; returning means the tool holds them (the
+      record notes them sent), raising means it does not: the same points are sent again
+      (retried with backoff, or by the next writer that opens the directory once this
+      one closed; :class:`~globalstep.errors.TrackerRefusedError` refuses them for good);
+    - :meth:`close` ends what :meth:`open` started.
+
+    A client may also have ``set_params(params: Mapping[str, Any]) -> None``, which
+    records the run's configuration (``Run``'s ``config``) as the tool's parameters; a
+    client without it is given none. A build that fails, or builds no client, gives the
+    tracker up (the warning at close says why; the points stay in the record). Any
+    exception of the methods but ``TrackerRefusedError`` is retried with backoff.
     """
-
-    name: str
-    """The format's name: ``"mlflow"``, ``"wandb"``."""
 
     def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
         """Starts a new tracker run (``run_id`` None) or continues ``run_id``; returns
@@ -137,16 +152,42 @@ class TrackerClient(Protocol):
         record), or use it as the run's id where the tool takes one (W&B)."""
 
     def send(self, points: list[Point]) -> None:
-        """Sends scalars, in order; raises on failure (``TrackerRefusedError``: for good)."""
-
-    def set_params(self, params: Mapping[str, Any]) -> None:
-        """Records the run's configuration as the tracker run's parameters."""
+        """Sends ``(tag, step, value, wall_time)`` scalars, in order; returns once the
+        tool holds them, raises on failure (``TrackerRefusedError``: for good)."""
 
     def close(self) -> None:
         """Ends what :meth:`open` started (not a run the user started)."""
 
 
+CLIENT_METHODS = ("open", "send", "close")
+"""The methods every :class:`TrackerClient` has (``set_params`` is optional)."""
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a tracker's name: its record's file name
+
+
+def checked_client(client: Any) -> TrackerClient:
+    """Returns ``client`` where it has the methods of a :class:`TrackerClient`.
+
+    Raises:
+        ConfigError: one is missing (or is not callable).
+    """
+    missing = [m for m in CLIENT_METHODS if not callable(getattr(client, m, None))]
+    if missing:
+        raise ConfigError(
+            "client",
+            f"must build a TrackerClient, with the methods {', '.join(CLIENT_METHODS)} "
+            f"(this one lacks {', '.join(missing)})",
+            client,
+        )
+    return client  # type: ignore[no-any-return]  # its methods checked above
+
+
 _TITLES = {"mlflow": "MLflow", "wandb": "W&B"}
+
+
+def title(name: str) -> str:
+    """A tracker's name as its users spell it (``"MLflow"``, ``"W&B"``, a client's own)."""
+    return _TITLES.get(name, name)
 
 
 def send_command(logdir: str) -> str:
@@ -177,7 +218,9 @@ class Tracker:
     """A tracker format and its options, for ``SummaryWriter(formats=...)``.
 
     Args:
-        name: ``"mlflow"`` or ``"wandb"``.
+        name: ``"mlflow"`` or ``"wandb"``, or the name of a tracker whose ``client`` is
+            your own (letters, digits, ``_`` and ``-``; its record is
+            ``<logdir>/<name>.tracker.jsonl``).
         max_pending: the most points held in memory (waiting for a commit or for the
             tracker), besides the batch being sent; past it the oldest are dropped, and
             counted.
@@ -185,9 +228,9 @@ class Tracker:
         retry_seconds: the first wait after a failure; it doubles after each one.
         max_retry_seconds: the longest wait between two attempts.
         close_seconds: the longest ``close()`` waits for the sender to send the rest.
-        client: builds the client instead of the tool's own (a client set up by hand, a
-            test's fake); called with no arguments on the sender thread when a writer
-            opens.
+        client: builds the client (a :class:`TrackerClient`: a class, or a function
+            returning one), instead of MLflow's or W&B's; called with no arguments on
+            the sender thread when a writer opens. Required for a name of your own.
 
     Raises:
         ConfigError: an option breaks its rule.
@@ -195,6 +238,12 @@ class Tracker:
     Example:
         >>> Tracker("mlflow", max_pending=1000).max_pending
         1000
+        >>> class Printer:
+        ...     def open(self, run_id, *, logdir, key): return run_id or key
+        ...     def send(self, points): print(points)
+        ...     def close(self): pass
+        >>> Tracker("printer", client=Printer).name
+        'printer'
     """
 
     name: str
@@ -206,15 +255,13 @@ class Tracker:
     client: Callable[[], TrackerClient] | None = None
 
     def __post_init__(self) -> None:
-        if self.name not in TRACKERS:
-            raise ConfigError("name", f"must be one of {TRACKERS}", self.name)
+        _check_name(self.name, self.client)
         _positive("max_pending", self.max_pending, int)
         _positive("batch_points", self.batch_points, int)
         _positive("retry_seconds", self.retry_seconds, (int, float))
         _positive("max_retry_seconds", self.max_retry_seconds, (int, float))
         _positive("close_seconds", self.close_seconds, (int, float))
-        if self.client is not None and not callable(self.client):
-            raise ConfigError("client", "must be callable (building a client) or None", self.client)
+        _check_builder(self.client)
         if self.max_retry_seconds < self.retry_seconds:
             raise ConfigError(
                 "max_retry_seconds",
@@ -230,7 +277,8 @@ class Tracker:
             MissingDependencyError: the tool is not installed.
         """
         if self.client is not None:
-            return self.client
+            build = self.client
+            return lambda: checked_client(build())
         prepare: Callable[[], Callable[[], TrackerClient]]
         prepare = importlib.import_module(_CLIENTS[self.name]).prepare
         return prepare()
@@ -240,13 +288,51 @@ class Tracker:
         return self.builder()()
 
 
+def _check_name(name: Any, client: Any) -> None:
+    """Refuses a tracker's ``name``: not a built-in tracker's without a ``client``, not a
+    file name."""
+    if client is None and name not in TRACKERS:
+        raise ConfigError(
+            "name",
+            f"must be one of {TRACKERS}, the trackers globalstep has a client for, unless "
+            "client= builds a client of your own (see TrackerClient)",
+            name,
+        )
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            "name",
+            "must be a str of letters, digits, '_' and '-', not starting with '_' or '-' "
+            "(the record is <logdir>/<name>.tracker.jsonl)",
+            name,
+        )
+
+
+def _check_builder(client: Any) -> None:
+    """Refuses a ``client`` that cannot build a :class:`TrackerClient`: not callable, a
+    client rather than what builds it, a class without a client's methods."""
+    if client is None:
+        return
+    if not isinstance(client, type) and callable(getattr(client, "send", None)):
+        raise ConfigError(
+            "client",
+            "must build the client (a class, or a function returning one), not be the "
+            "client: it is built on the tracker's sender thread when a writer opens",
+            client,
+            hint=f"Pass {type(client).__name__} (or lambda: the_client).",
+        )
+    if not callable(client):
+        raise ConfigError("client", "must be callable (building a client) or None", client)
+    if isinstance(client, type):
+        checked_client(client)
+
+
 def has_unsent(logdir: str, formats: Any) -> bool:
     """Whether a tracker format among ``formats`` (names or :class:`Tracker`) has a record
     in ``logdir`` holding points to send (a ``Run`` that is complete opens its writer for
     them)."""
     for chosen in formats:
         name = chosen.name if isinstance(chosen, Tracker) else chosen
-        path = record_path(logdir, name) if name in TRACKERS else ""
+        path = record_path(logdir, name) if isinstance(chosen, Tracker) or name in TRACKERS else ""
         if path and os.path.exists(path) and unsent_points(path):
             return True
     return False
@@ -482,8 +568,10 @@ class TrackerBackend:
                 raise _BuildFailedError(err) from err
         if task == "open":
             self._opened = self._client.open(self._run_id, logdir=self._logdir, key=self._key)
-        elif task == "params":
-            self._client.set_params(self._params or {})
+        elif task == "params":  # an optional method: a client without it takes none
+            set_params = getattr(self._client, "set_params", None)
+            if set_params is not None:
+                set_params(self._params or {})
         else:
             self._client.send([(e[1], e[2], e[3], e[4]) for e in batch])
 
@@ -593,11 +681,16 @@ class TrackerBackend:
         if self._refused:
             parts.append(f"{self._refused} points were refused by {name}")
         if self._unsent:
-            parts.append(
-                f"{self._unsent} points were not sent to {_TITLES[name]} (close_seconds="
-                f"{options.close_seconds} passed; they are kept in {self.path}); run "
-                f"`{send_command(self._logdir)}` once the server is reachable (or open a "
+            again = (  # `logs --send` cannot build a client of the user's own
+                f"run `{send_command(self._logdir)}` once the server is reachable (or open a "
                 f"writer with the {name} format on this directory again)"
+                if name in TRACKERS
+                else f"open a writer with Tracker({name!r}, client=...) on this directory "
+                "again once the server is reachable (rerun the Run)"
+            )
+            parts.append(
+                f"{self._unsent} points were not sent to {title(name)} (close_seconds="
+                f"{options.close_seconds} passed; they are kept in {self.path}); {again}"
             )
         if self._open_refused is not None:
             parts.append(f"the {name} run could not be opened ({self._open_refused!r})")
