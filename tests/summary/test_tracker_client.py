@@ -24,7 +24,7 @@ import globalstep
 from globalstep import CheckpointManager, Clock, SummaryWriter
 from globalstep.cli import main
 from globalstep.errors import ConfigError, TrackerWarning
-from globalstep.summary import Tracker, TrackerClient, read_run
+from globalstep.summary import Tracker, TrackerClient
 
 CHECKPOINT = "globalstep/checkpoint"
 

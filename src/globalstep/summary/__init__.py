@@ -8,7 +8,8 @@ so is any other tracker, through a :class:`TrackerClient` of your own
 logging helpers and the progress display live beside them.
 """
 
-from globalstep.summary._tracker import Tracker, TrackerClient
+from globalstep.summary._client import TrackerClient
+from globalstep.summary._tracker import Tracker
 from globalstep.summary.finite import check_finite
 from globalstep.summary.log_helpers import log_every_n_steps
 from globalstep.summary.progress import ProgressDisplay, Throughput, ThroughputMeter

@@ -43,7 +43,7 @@ from typing import Any
 
 from globalstep._optional import require, require_installed
 from globalstep.errors import TrackerRefusedError
-from globalstep.summary._tracker import Point, TrackerClient
+from globalstep.summary._client import Point, TrackerClient
 
 __all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params", "prepare"]
 

@@ -52,7 +52,7 @@ from typing import Any, Final
 
 from globalstep._optional import require, require_installed
 from globalstep.errors import ConfigError, TrackerRefusedError
-from globalstep.summary._tracker import TrackerClient
+from globalstep.summary._client import TrackerClient
 
 __all__ = [
     "STEP_METRIC",
