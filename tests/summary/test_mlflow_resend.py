@@ -145,6 +145,12 @@ class _Down:
     def open(self, run_id, *, logdir, key):
         raise ConnectionError("server down")
 
+    def send(self, points):
+        raise ConnectionError("server down")
+
+    def close(self):
+        pass
+
 
 def test_logs_send_to_an_unreachable_server_fails_and_keeps_the_points(tmp_path, server):
     down = Tracker("mlflow", client=_Down, retry_seconds=0.01, close_seconds=0.1)

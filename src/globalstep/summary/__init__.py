@@ -2,10 +2,13 @@
 
 :class:`SummaryWriter` writes; :mod:`globalstep.summary._reader` reads both formats back
 with restarts applied; ``globalstep logs DIR`` summarises and plots them. MLflow and W&B
-are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options). Non-finite
-guards, logging helpers and the progress display live beside them.
+are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options), and
+so is any other tracker, through a :class:`TrackerClient` of your own
+(``Tracker("comet", client=CometClient)``, see docs/add-a-tracker.md). Non-finite guards,
+logging helpers and the progress display live beside them.
 """
 
+from globalstep.summary._client import TrackerClient
 from globalstep.summary._finite import NonFiniteHandler, check_finite
 from globalstep.summary._log_helpers import log_every_n_steps
 from globalstep.summary._progress import ProgressDisplay, Throughput, ThroughputMeter
@@ -31,6 +34,7 @@ __all__ = [
     "Throughput",
     "ThroughputMeter",
     "Tracker",
+    "TrackerClient",
     "available_formats",
     "check_finite",
     "find_runs",

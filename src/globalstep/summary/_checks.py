@@ -81,11 +81,12 @@ def check_formats(formats: Any) -> tuple[str | Tracker, ...]:
         raise ConfigError("formats", f"must be a sequence of names from {known}", formats)
     chosen = tuple(Tracker(f) if f in TRACKERS else f for f in formats)
     names = [f.name if isinstance(f, Tracker) else f for f in chosen]
-    if not names or len(set(names)) != len(names) or not set(names) <= set(known):
+    unknown = {f for f in chosen if not isinstance(f, Tracker)} - set(known)  # a Tracker's: any
+    if not names or len(set(names)) != len(names) or unknown:
         raise ConfigError(
             "formats",
-            f"must name each of {known} at most once (a tracker by name or as a Tracker), "
-            "at least one",
+            f"must name each of {known} at most once (a tracker by name or as a Tracker; "
+            "one of your own as Tracker(name, client=...), one per name), at least one",
             formats,
         )
     return chosen

@@ -212,13 +212,7 @@ def send_records(
         MissingDependencyError: a record's tool is not installed.
     """
     from globalstep.summary._record import unsent_points
-    from globalstep.summary._tracker import (
-        _TITLES,
-        RECORD_SUFFIX,
-        TRACKERS,
-        Tracker,
-        send_unsent,
-    )
+    from globalstep.summary._tracker import RECORD_SUFFIX, TRACKERS, Tracker, send_unsent, title
 
     if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
         raise ConfigError("--send-seconds", "must be a finite number > 0", seconds)
@@ -237,22 +231,29 @@ def send_records(
     status = 0
     for path in records:
         name = os.path.basename(path)[: -len(RECORD_SUFFIX)]
-        if name not in TRACKERS:
-            continue
         waiting = unsent_points(path)
         if not waiting:
-            out(f"{path}: nothing to send (every point is in {_TITLES[name]} already)")
+            out(f"{path}: nothing to send (every point is in {title(name)} already)")
+            continue
+        if name not in TRACKERS:  # a client of the user's own: only its code can build it
+            status = 1
+            err(
+                f"globalstep logs: error: {path}: {waiting} points were not sent to "
+                f"{name!r}, a tracker of your own: open a writer with Tracker({name!r}, "
+                "client=...) on that directory to send them (--send knows MLflow's and "
+                "W&B's clients only)"
+            )
             continue
         sent = send_unsent(os.path.dirname(path), Tracker(name, close_seconds=seconds))
         if not sent.unsent:
-            out(f"{path}: sent {sent.sent} points to {_TITLES[name]} (run {sent.run_id})")
+            out(f"{path}: sent {sent.sent} points to {title(name)} (run {sent.run_id})")
             continue
         status = 1
         error = sent.last_error
         last = f" (last error: {error!r})" if error is not None else " (no answer yet)"
         err(
             f"globalstep logs: error: {path}: {sent.unsent} of {waiting} points could not "
-            f"be sent to {_TITLES[name]} within --send-seconds={seconds:g}{last}; they stay "
+            f"be sent to {title(name)} within --send-seconds={seconds:g}{last}; they stay "
             "in the record: run this again once the server is reachable"
         )
     return status

@@ -1,4 +1,5 @@
-"""The MLflow client of the ``"mlflow"`` writer format (the generic part: ``_tracker``).
+"""The MLflow client of the ``"mlflow"`` writer format: a ``TrackerClient`` (the generic part
+and the protocol: ``_tracker``).
 
 It follows MLflow's own conventions, so that a user's setup works as it is:
 ``MLFLOW_TRACKING_URI`` says where the tracking server or store is (MLflow's default, a
@@ -42,7 +43,7 @@ from typing import Any
 
 from globalstep._errors import TrackerRefusedError
 from globalstep._optional import require, require_installed
-from globalstep.summary._tracker import Point
+from globalstep.summary._client import Point, TrackerClient
 
 __all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params", "prepare"]
 
@@ -60,7 +61,7 @@ _PURPOSE = 'the "mlflow" writer format'
 _HERE: Any = object()  # MlflowClient's default: the run active on the building thread
 
 
-def prepare() -> Callable[[], MlflowClient]:
+def prepare() -> Callable[[], TrackerClient]:
     """On the thread that opens the writer: checks MLflow is installed and notes the run
     active there, without importing MLflow; returns what builds the client (on the
     sender thread).

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 TRACKERS = ("mlflow", "wandb")
-"""The tracker formats a writer knows, by name."""
+"""The tracker formats a writer knows by name (others come with a client of their own)."""
 
 RECORD_SUFFIX = ".tracker.jsonl"
 
@@ -159,11 +159,16 @@ def unsent_points(path: str) -> int:
 
 
 def recorded_max_step(logdir: str) -> int | None:
-    """The highest step that stands in any tracker record of ``logdir``, or None (for
-    the writer's restart check, when a tracker is the only format)."""
+    """The highest step that stands in any tracker record of ``logdir`` (a built-in
+    tracker's or a client's of the user's own), or None (for the writer's restart check,
+    when a tracker is the only format)."""
+    try:
+        names = sorted(os.listdir(logdir))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     steps: list[int] = []
-    for name in TRACKERS:
-        path = record_path(logdir, name)
-        if os.path.exists(path):
+    for name in names:
+        path = os.path.join(logdir, name)
+        if name.endswith(RECORD_SUFFIX) and os.path.isfile(path):
             steps.extend(p[1] for p in load_record(path).points.values())
     return max(steps) if steps else None

@@ -13,9 +13,11 @@ for the lag measured).
 The pieces:
 
 - :class:`Tracker`: a format with its options, ``formats=("jsonl", Tracker("mlflow",
-  max_pending=10_000))``; the names ``"mlflow"`` and ``"wandb"`` are ``Tracker(name)``.
-- :class:`TrackerClient`: the protocol of one tool's client (``summary/_mlflow.py``,
-  ``summary/_wandb.py``), called from the sender thread only.
+  max_pending=10_000))``; the names ``"mlflow"`` and ``"wandb"`` are ``Tracker(name)``,
+  any other tool is ``Tracker(name, client=...)`` with a client of the user's own.
+- :class:`TrackerClient`: the protocol of one tool's client (``open``, ``send``,
+  ``close``), called from the sender thread only; ``summary/_mlflow.py`` and
+  ``summary/_wandb.py`` are two (see docs/add-a-tracker.md for a third).
 - :class:`TrackerBackend`: the writer's :class:`~globalstep.summary._base.Backend` for a
   tracker. Its ``write`` (the writer's drain thread) appends each scalar to the *record*
   and to the pending points; :func:`globalstep._durability.committed` (the save's thread,
@@ -69,12 +71,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from globalstep import _durability
 from globalstep._clock import MAX_STEP
 from globalstep._errors import ConfigError, TrackerRefusedError, TrackerWarning
 from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item
+from globalstep.summary._client import Point as Point
+from globalstep.summary._client import TrackerClient as TrackerClient
+from globalstep.summary._client import check_builder, check_name, checked_client
 from globalstep.summary._record import RECORD_SUFFIX as RECORD_SUFFIX
 from globalstep.summary._record import TRACKERS as TRACKERS
 from globalstep.summary._record import load_record, record_path, runs, unsent_points
@@ -89,6 +94,7 @@ __all__ = [
     "TrackerClient",
     "record_path",
     "recorded_max_step",
+    "title",
 ]
 
 
@@ -103,50 +109,16 @@ SEND_COMMAND = "globalstep logs {logdir} --send"
 CHECKPOINT_TAG = "globalstep/checkpoint"
 """The series of committed checkpoints' steps (value = step) each tracker run shows."""
 
-Point = tuple[str, int, float, float]
-"""A point sent to a tracker: (tag, step, value, wall_time in seconds since the epoch)."""
 
 _Entry = tuple[int, str, int, float, float]  # (number in the record, tag, step, value, wall)
 
 
-class TrackerClient(Protocol):
-    """One tool's client; every method is called from the tracker's sender thread.
-
-    A client is built on the sender thread (importing the tool, setting it up: a second
-    or more for MLflow, which the training thread never waits for), by what its module's
-    ``prepare()`` returned on the thread that opens the writer: that checks the extra is
-    installed, without importing it (a missing one raises
-    :class:`~globalstep._errors.MissingDependencyError` at once), and notes the tool's run
-    the user started there. A build that fails gives the tracker up (the warning at close
-    says why; the points stay in the record). Any exception of the methods but
-    :class:`~globalstep._errors.TrackerRefusedError` is retried with backoff.
-    """
-
-    name: str
-    """The format's name: ``"mlflow"``, ``"wandb"``."""
-
-    def open(self, run_id: str | None, *, logdir: str, key: str) -> str:
-        """Starts a new tracker run (``run_id`` None) or continues ``run_id``; returns
-        the run's id. Follows the tool's own conventions (environment variables, a run
-        the user started).
-
-        ``key`` names the training run (32 hex digits, made when the directory's record
-        was; the same for every process that resumes it): store it in the tracker run
-        and, with ``run_id`` None, continue the tracker run that has it if there is one
-        (a process killed after the tracker made the run and before its id reached the
-        record), or use it as the run's id where the tool takes one (W&B)."""
-
-    def send(self, points: list[Point]) -> None:
-        """Sends scalars, in order; raises on failure (``TrackerRefusedError``: for good)."""
-
-    def set_params(self, params: Mapping[str, Any]) -> None:
-        """Records the run's configuration as the tracker run's parameters."""
-
-    def close(self) -> None:
-        """Ends what :meth:`open` started (not a run the user started)."""
-
-
 _TITLES = {"mlflow": "MLflow", "wandb": "W&B"}
+
+
+def title(name: str) -> str:
+    """A tracker's name as its users spell it (``"MLflow"``, ``"W&B"``, a client's own)."""
+    return _TITLES.get(name, name)
 
 
 def send_command(logdir: str) -> str:
@@ -177,7 +149,9 @@ class Tracker:
     """A tracker format and its options, for ``SummaryWriter(formats=...)``.
 
     Args:
-        name: ``"mlflow"`` or ``"wandb"``.
+        name: ``"mlflow"`` or ``"wandb"``, or the name of a tracker whose ``client`` is
+            your own (letters, digits, ``_`` and ``-``; its record is
+            ``<logdir>/<name>.tracker.jsonl``).
         max_pending: the most points held in memory (waiting for a commit or for the
             tracker), besides the batch being sent; past it the oldest are dropped, and
             counted.
@@ -185,9 +159,9 @@ class Tracker:
         retry_seconds: the first wait after a failure; it doubles after each one.
         max_retry_seconds: the longest wait between two attempts.
         close_seconds: the longest ``close()`` waits for the sender to send the rest.
-        client: builds the client instead of the tool's own (a client set up by hand, a
-            test's fake); called with no arguments on the sender thread when a writer
-            opens.
+        client: builds the client (a :class:`TrackerClient`: a class, or a function
+            returning one), instead of MLflow's or W&B's; called with no arguments on
+            the sender thread when a writer opens. Required for a name of your own.
 
     Raises:
         ConfigError: an option breaks its rule.
@@ -195,6 +169,12 @@ class Tracker:
     Example:
         >>> Tracker("mlflow", max_pending=1000).max_pending
         1000
+        >>> class Printer:
+        ...     def open(self, run_id, *, logdir, key): return run_id or key
+        ...     def send(self, points): print(points)
+        ...     def close(self): pass
+        >>> Tracker("printer", client=Printer).name
+        'printer'
     """
 
     name: str
@@ -206,15 +186,13 @@ class Tracker:
     client: Callable[[], TrackerClient] | None = None
 
     def __post_init__(self) -> None:
-        if self.name not in TRACKERS:
-            raise ConfigError("name", f"must be one of {TRACKERS}", self.name)
+        check_name(self.name, self.client)
         _positive("max_pending", self.max_pending, int)
         _positive("batch_points", self.batch_points, int)
         _positive("retry_seconds", self.retry_seconds, (int, float))
         _positive("max_retry_seconds", self.max_retry_seconds, (int, float))
         _positive("close_seconds", self.close_seconds, (int, float))
-        if self.client is not None and not callable(self.client):
-            raise ConfigError("client", "must be callable (building a client) or None", self.client)
+        check_builder(self.client)
         if self.max_retry_seconds < self.retry_seconds:
             raise ConfigError(
                 "max_retry_seconds",
@@ -230,7 +208,8 @@ class Tracker:
             MissingDependencyError: the tool is not installed.
         """
         if self.client is not None:
-            return self.client
+            build = self.client
+            return lambda: checked_client(build())
         prepare: Callable[[], Callable[[], TrackerClient]]
         prepare = importlib.import_module(_CLIENTS[self.name]).prepare
         return prepare()
@@ -246,7 +225,7 @@ def has_unsent(logdir: str, formats: Any) -> bool:
     them)."""
     for chosen in formats:
         name = chosen.name if isinstance(chosen, Tracker) else chosen
-        path = record_path(logdir, name) if name in TRACKERS else ""
+        path = record_path(logdir, name) if isinstance(chosen, Tracker) or name in TRACKERS else ""
         if path and os.path.exists(path) and unsent_points(path):
             return True
     return False
@@ -482,8 +461,10 @@ class TrackerBackend:
                 raise _BuildFailedError(err) from err
         if task == "open":
             self._opened = self._client.open(self._run_id, logdir=self._logdir, key=self._key)
-        elif task == "params":
-            self._client.set_params(self._params or {})
+        elif task == "params":  # an optional method: a client without it takes none
+            set_params = getattr(self._client, "set_params", None)
+            if set_params is not None:
+                set_params(self._params or {})
         else:
             self._client.send([(e[1], e[2], e[3], e[4]) for e in batch])
 
@@ -593,11 +574,16 @@ class TrackerBackend:
         if self._refused:
             parts.append(f"{self._refused} points were refused by {name}")
         if self._unsent:
-            parts.append(
-                f"{self._unsent} points were not sent to {_TITLES[name]} (close_seconds="
-                f"{options.close_seconds} passed; they are kept in {self.path}); run "
-                f"`{send_command(self._logdir)}` once the server is reachable (or open a "
+            again = (  # `logs --send` cannot build a client of the user's own
+                f"run `{send_command(self._logdir)}` once the server is reachable (or open a "
                 f"writer with the {name} format on this directory again)"
+                if name in TRACKERS
+                else f"open a writer with Tracker({name!r}, client=...) on this directory "
+                "again once the server is reachable (rerun the Run)"
+            )
+            parts.append(
+                f"{self._unsent} points were not sent to {title(name)} (close_seconds="
+                f"{options.close_seconds} passed; they are kept in {self.path}); {again}"
             )
         if self._open_refused is not None:
             parts.append(f"the {name} run could not be opened ({self._open_refused!r})")

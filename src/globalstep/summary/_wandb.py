@@ -1,4 +1,5 @@
-"""The Weights & Biases client of the tracker format: one W&B run per run directory.
+"""The Weights & Biases client of the tracker format (a ``TrackerClient``): one W&B run per
+run directory.
 
 The generic tracker backend (``summary/_tracker.py``) hands this client the points a
 committed checkpoint covers, from its sender thread; this module turns them into W&B
@@ -51,6 +52,7 @@ from typing import Any, Final
 
 from globalstep._errors import ConfigError, TrackerRefusedError
 from globalstep._optional import require, require_installed
+from globalstep.summary._client import TrackerClient
 
 __all__ = [
     "STEP_METRIC",
@@ -197,7 +199,7 @@ _PURPOSE = "the wandb summary format"
 _HERE: Any = object()  # WandbClient's default: wandb.run where the client is built
 
 
-def prepare() -> Callable[[], WandbClient]:
+def prepare() -> Callable[[], TrackerClient]:
     """On the thread that opens the writer: checks wandb is installed and notes the
     user's ``wandb.run``, without importing wandb (a user who started a run imported it);
     returns what builds the client on the sender thread.
