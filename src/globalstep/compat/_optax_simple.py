@@ -26,7 +26,7 @@ from globalstep.compat._optax_formulas import (
 )
 from globalstep.compat._optax_schedule import OptaxSchedule
 from globalstep.errors import ConfigError, OptaxScheduleWarning
-from globalstep.schedules._base import Steps, Values, check_flag, check_number
+from globalstep.schedules import Steps, Values, check_flag, check_number
 
 __all__ = [
     "check_numbers",

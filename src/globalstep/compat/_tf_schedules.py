@@ -41,7 +41,7 @@ from globalstep.compat._decays import (
     half_cosine,
 )
 from globalstep.errors import ConfigError
-from globalstep.schedules._base import Steps, Values, check_number
+from globalstep.schedules import Steps, Values, check_number
 from globalstep.schedules.core import standard_normal
 
 __all__ = [

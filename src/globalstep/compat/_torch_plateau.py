@@ -22,7 +22,7 @@ from globalstep.compat._torch_base import (
     registry,
 )
 from globalstep.errors import ConfigError
-from globalstep.schedules._base import Values, check_step, check_steps
+from globalstep.schedules import Values, check_step, check_steps
 from globalstep.schedules.plateau import PlateauRule
 
 __all__ = ["ReduceLROnPlateau"]

@@ -74,7 +74,7 @@ from globalstep.errors import (
     KerasDifferenceWarning,
     StepError,
 )
-from globalstep.schedules._base import Steps, Values, check_flag, check_number
+from globalstep.schedules import Steps, Values, check_flag, check_number
 
 __all__ = [
     "CosineDecay",

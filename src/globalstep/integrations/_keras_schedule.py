@@ -17,8 +17,8 @@ import numpy as np
 
 from globalstep.compat import keras as compat_keras
 from globalstep.errors import ConfigError
-from globalstep.schedules._base import Schedule
-from globalstep.schedules._base import from_config as schedule_from_config
+from globalstep.schedules import Schedule
+from globalstep.schedules import from_config as schedule_from_config
 
 __all__ = ["GlobalStepSchedule", "learning_rate_schedule"]
 

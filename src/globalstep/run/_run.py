@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from globalstep._closing import Closing, close_in_order
+from globalstep._memo import MEMO_BITS, MEMO_MASK
 from globalstep._tracing import opaque
 from globalstep.checkpoint.save_trigger import SaveTrigger
 from globalstep.clock import Clock
@@ -36,7 +37,6 @@ from globalstep.run._rollback import Rollback, Watch
 from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
 from globalstep.run._stale import Passed, StaleCheck
-from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
 from globalstep.summary.progress import ProgressDisplay
 from globalstep.summary.writer import SummaryWriter
 from globalstep.triggers import Trigger
@@ -226,7 +226,7 @@ class Run(Closing):
         """Returns schedule ``name`` at the clock's step (the value update ``run.step`` uses).
 
         Core and compat schedules answer an int step from their own memo of ``values()``
-        (see :func:`globalstep.schedules._base.memo_fill`), so this costs a lookup and stays
+        (see :func:`globalstep._memo.memo_fill`), so this costs a lookup and stays
         bit-equal to ``values()``; other callables are called with the step.
 
         Raises:

@@ -48,7 +48,7 @@ def add_schedule_arguments(
     parser: argparse.ArgumentParser, *, positional: bool, skip: tuple[str, ...] = ()
 ) -> None:
     """Adds the schedule name (positional or ``--schedule``), ``--config`` and every parameter."""
-    core = sorted(n for n, c in registered().items() if c.__module__.endswith("core"))
+    core = sorted(n for n in registered() if n not in _COMPOSITES)  # a user's too
     help_name = f"a schedule: {', '.join(core)}"
     if positional:
         parser.add_argument("name", nargs="?", metavar="NAME", help=help_name)
