@@ -599,7 +599,12 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
         raise ConfigError("config", "must be a mapping with a 'name' key", config)
     name = config.get("name")
     if name not in _REGISTRY:
-        raise ConfigError("config['name']", f"must be one of {', '.join(sorted(_REGISTRY))}", name)
+        raise ConfigError(
+            "config['name']",
+            f"must be one of {', '.join(sorted(_REGISTRY))}",
+            name,
+            hint="A schedule of your own is known once the module that defines it is imported.",
+        )
     cls = _REGISTRY[name]
     params = {k: _from_json(v) for k, v in config.items() if k != "name"}
     names = {f.name for f in fields_of(cls)}
@@ -618,12 +623,12 @@ def _register(name: Any, cls: type[Schedule]) -> None:
     module and qualified name where it was defined) takes its own name back.
     """
     if not isinstance(name, str):
-        raise ConfigError(f"{cls.__qualname__}.name", "must be a str", name)
+        raise ConfigError(f"{cls.__name__}.name", "must be a str", name)
     origin = (cls.__module__, cls.__qualname__)
     held = _REGISTRY.get(name)
     if held is not None and _ORIGINS[name] != origin:
         raise ConfigError(
-            f"{cls.__qualname__}.name",
+            f"{cls.__name__}.name",
             f"must be a schedule name no other class has; {held.__module__}."
             f"{held.__qualname__} has it",
             name,
