@@ -117,20 +117,22 @@ def add_schedule_arguments(
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _parameters_help(core)
     group = parser.add_argument_group("schedule parameters (as in the schedule's dataclass)")
-    taken = {o for action in parser._actions for o in action.option_strings}
     for name in _parameters():
-        # A field named as one of the command's own options (a schedule of a user's with
-        # an `every` field, and `plan --every`) is given in --config there.
-        if name in skip or f"--{name.replace('_', '-')}" in taken:
+        if name in skip:
             continue
-        group.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=f"param_{name}",
-            nargs="?",
-            const="true",
-            metavar="VALUE",
-            help=argparse.SUPPRESS,
-        )
+        try:
+            group.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=f"param_{name}",
+                nargs="?",
+                const="true",
+                metavar="VALUE",
+                help=argparse.SUPPRESS,
+            )
+        except argparse.ArgumentError:
+            # A field named as one of the command's own options (a user's schedule with an
+            # `every` field, and `plan --every`): given in --config there.
+            continue
 
 
 def _flag(name: str) -> str:
