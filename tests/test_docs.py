@@ -139,7 +139,8 @@ def run_guide(guide: Path) -> None:
                         pytest.skip(f"{guide.name} needs {name.strip()}")
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
-                exec(compile(body, f"{guide.name}", "exec"), namespace)
+                # As a reader runs it: without this module's `from __future__ import annotations`.
+                exec(compile(body, f"{guide.name}", "exec", dont_inherit=True), namespace)
             printed = buffer.getvalue()
         elif kind == "text" and is_output:
             assert printed.rstrip("\n").splitlines() == body.rstrip("\n").splitlines()

@@ -111,6 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 on success, 1 when the command reports a problem (a corrupt checkpoint, an
         invalid parameter), 2 for a usage error.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # `schedule`/`plan --import MODULE`: its schedules' options must be known below
+        importlib.import_module("globalstep.schedules._cli").import_schedules(argv)
+    except GlobalStepError as err:
+        print(f"globalstep: error: {err}", file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -145,6 +145,20 @@ def test_core_schedule_config_round_trips():
     assert gk.GlobalStepSchedule.from_config(lr.get_config()).schedule == lr.schedule
 
 
+def test_a_compat_schedule_config_names_its_public_module(monkeypatch):
+    """The config records the compat module that exports the schedule's class, whatever
+    module its code lives in (the bytes of today's configs unchanged)."""
+    from globalstep.compat import optax as co
+
+    lr = co.linear_schedule(1.0, 0.0, 10)
+    before = gk.learning_rate_schedule(lr).get_config()
+    assert before["schedule"]["module"] == "globalstep.compat.optax"
+    monkeypatch.setattr(type(lr), "__module__", "globalstep.compat._optax_simple")
+    config = gk.learning_rate_schedule(lr).get_config()
+    assert config == before
+    assert gk.GlobalStepSchedule.from_config(config).schedule(3) == lr(3)
+
+
 def test_dataset_order_is_a_function_of_seed_and_epoch():
     """Two datasets of one seed give the same batches; epochs are permuted differently."""
     x, y = _data()

@@ -47,17 +47,9 @@ import numpy as np
 
 from globalstep._clock import MAX_STEP
 from globalstep._errors import CompatDifferenceWarning, ConfigError, StepError
+from globalstep._memo import MEMO_BITS, MEMO_CALLS, MEMO_MASK, memo_fill
 from globalstep.compat._libm32 import KERNELS, powf_sure, sure, vectorised, vectorised_pow
-from globalstep.schedules._base import (
-    MEMO_BITS,
-    MEMO_CALLS,
-    MEMO_MASK,
-    Schedule,
-    Steps,
-    Values,
-    check_number,
-    memo_fill,
-)
+from globalstep.schedules import Schedule, Steps, Values, check_number
 
 __all__ = [
     "CompatDifferenceWarning",
@@ -442,7 +434,7 @@ class PeerSchedule(ABC):
 
     The scalar call of an int step in ``[0, 2**63)`` is answered from a memo of
     ``values()`` over the aligned block of 1024 steps around it (see
-    :func:`globalstep.schedules._base.memo_fill`): after the first call in a block it costs
+    :func:`globalstep._memo.memo_fill`): after the first call in a block it costs
     a dict and a list lookup, and it equals ``values()`` by construction. Every other step
     (a float, a negative int, a NumPy scalar) goes to :meth:`_call_other`, never to the memo.
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from globalstep.compat._common import F32Ops, PeerSchedule, check_positive_steps
-from globalstep.schedules._base import Steps, Values, check_number
+from globalstep.schedules import Steps, Values, check_number
 
 
 def half_cosine(ops: F32Ops, fraction: Values) -> Values:

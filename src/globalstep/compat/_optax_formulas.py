@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from globalstep.compat._common import F32Ops
-from globalstep.schedules._base import Steps, Values
+from globalstep.schedules import Steps, Values
 
 __all__ = [
     "F32",

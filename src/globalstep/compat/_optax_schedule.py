@@ -15,7 +15,7 @@ import numpy as np
 from globalstep._errors import ConfigError, MissingDependencyError, OptaxScheduleWarning, StepError
 from globalstep.compat._common import FORMULA_BLOCK, Formula, PeerSchedule
 from globalstep.compat._optax_formulas import F32, Fn, JaxMaker
-from globalstep.schedules._base import Steps, Values
+from globalstep.schedules import Steps, Values
 
 __all__ = ["BUILDERS", "OptaxSchedule"]
 

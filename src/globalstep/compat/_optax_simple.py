@@ -26,7 +26,7 @@ from globalstep.compat._optax_formulas import (
     polynomial_np,
 )
 from globalstep.compat._optax_schedule import OptaxSchedule
-from globalstep.schedules._base import Steps, Values, check_flag, check_number
+from globalstep.schedules import Steps, Values, check_flag, check_number
 
 __all__ = [
     "check_numbers",

@@ -41,8 +41,7 @@ from globalstep.compat._decays import (
     cosine_decayed,
     half_cosine,
 )
-from globalstep.schedules import standard_normal
-from globalstep.schedules._base import Steps, Values, check_number
+from globalstep.schedules import Steps, Values, check_number, standard_normal
 
 __all__ = [
     "CosineDecay",

@@ -65,16 +65,10 @@ from globalstep._errors import (
     ConfigZeroDivisionError,
     StepZeroDivisionError,
 )
+from globalstep._memo import MEMO_CALLS
 from globalstep._units import Duration, Unit
 from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
-from globalstep.schedules._base import (
-    MEMO_CALLS,
-    Schedule,
-    Steps,
-    Values,
-    _length_duration,
-    check_step,
-)
+from globalstep.schedules import Schedule, Steps, Values, check_step, parse_length
 
 __all__ = [
     "CACHE_STEPS",
@@ -178,7 +172,7 @@ def _duration(cls: type, field: str, value: Any, minimum: int) -> Duration:
             value,
             f"torch.optim.lr_scheduler.{cls.__name__} divides by it (ZeroDivisionError).",
         )
-    duration = _length_duration(field, value, minimum)
+    duration = parse_length(field, value, minimum)
     if duration.unit is not Unit.STEPS and duration.value == 0 and minimum >= 1:
         raise ConfigError(field, f"must be >= {minimum} steps", value)
     return duration
@@ -449,7 +443,7 @@ class TorchSchedule(Schedule):
             ConversionError: a length (here or in a part) is a duration not yet resolved.
         """
         if self._pending:
-            self._len(next(iter(self._pending)))
+            self.steps_of(next(iter(self._pending)))
         for part in self.parts():
             if isinstance(part, TorchSchedule):
                 part.raise_unresolved()

@@ -17,7 +17,7 @@ from globalstep._errors import ConfigError
 from globalstep.compat._torch_base import TorchSchedule, call_reached
 from globalstep.compat._torch_cyclic import SWALR, CyclicLR, OneCycleLR
 from globalstep.compat._torch_plateau import ReduceLROnPlateau
-from globalstep.schedules._base import Schedule
+from globalstep.schedules import Schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 

@@ -30,7 +30,7 @@ from globalstep.compat._torch_base import (
     libm64,
     plain,
 )
-from globalstep.schedules._base import Values
+from globalstep.schedules import Values
 
 __all__ = ["SWALR", "CosineAnnealingWarmRestarts", "CyclicLR", "OneCycleLR"]
 

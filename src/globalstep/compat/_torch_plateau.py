@@ -22,8 +22,7 @@ from globalstep.compat._torch_base import (
     check_scalar,
     registry,
 )
-from globalstep.schedules import PlateauRule
-from globalstep.schedules._base import Values, check_step, check_steps
+from globalstep.schedules import PlateauRule, Values, check_step, check_steps
 
 __all__ = ["ReduceLROnPlateau"]
 

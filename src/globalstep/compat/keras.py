@@ -69,7 +69,7 @@ from globalstep.compat._decays import (
     Polynomial,
     cosine_decayed,
 )
-from globalstep.schedules._base import Steps, Values, check_flag, check_number
+from globalstep.schedules import Steps, Values, check_flag, check_number
 
 __all__ = [
     "CosineDecay",

@@ -64,7 +64,7 @@ from globalstep._tracing import traced_by
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
-from globalstep.schedules._base import check_number, check_step
+from globalstep.schedules import check_number, check_step
 
 __all__ = [
     "Checkpoint",  # noqa: F822 (module __getattr__)

@@ -9,6 +9,7 @@ Importing it registers the :mod:`globalstep.compat.keras` schedules with ``keras
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,8 +18,8 @@ import numpy as np
 
 from globalstep._errors import ConfigError
 from globalstep.compat import keras as compat_keras
-from globalstep.schedules._base import Schedule
-from globalstep.schedules._base import from_config as schedule_from_config
+from globalstep.schedules import Schedule
+from globalstep.schedules import from_config as schedule_from_config
 
 __all__ = ["GlobalStepSchedule", "learning_rate_schedule"]
 
@@ -39,10 +40,24 @@ _KERAS_SCHEDULES = tuple(
 )
 
 
+def _compat_module(cls: type) -> str:
+    """The compat module a config records for ``cls``, which :func:`_schedule_from` imports
+    back: its ``__module__`` where that is a compat module, else the compat module that
+    exports it (a class whose code lives in a private module), so the name recorded does
+    not hang on where the code lives."""
+    module = cls.__module__
+    if module not in _COMPAT_MODULES:
+        exporters = (m for m in _COMPAT_MODULES if sys.modules.get(m) is not None)
+        module = next(
+            (m for m in exporters if vars(sys.modules[m]).get(cls.__name__) is cls), module
+        )
+    return module
+
+
 def _schedule_config(schedule: Any) -> dict[str, Any]:
     if isinstance(schedule, Schedule):
         return {"kind": "core", "config": schedule.to_config()}
-    module = type(schedule).__module__
+    module = _compat_module(type(schedule))
     if module in _COMPAT_MODULES and callable(getattr(schedule, "get_config", None)):
         return {
             "kind": "compat",

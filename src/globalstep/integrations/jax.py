@@ -44,7 +44,7 @@ from globalstep._clock import Clock
 from globalstep._errors import ConfigError, StepError
 from globalstep._optional import require
 from globalstep.checkpoint import Adapter, add_adapter
-from globalstep.schedules._base import Schedule
+from globalstep.schedules import Schedule
 
 jax = require("jax", "jax", "globalstep.integrations.jax")
 jnp = require("jax.numpy", "jax", "globalstep.integrations.jax")

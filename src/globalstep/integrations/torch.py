@@ -55,9 +55,10 @@ import torch
 
 from globalstep._clock import Clock, integer, release_claim
 from globalstep._errors import ConfigError, StepError
+from globalstep._memo import MEMO_BITS, MEMO_MASK, memo_of
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
-from globalstep.schedules._base import MEMO_BITS, MEMO_MASK, Schedule, memo_of
+from globalstep.schedules import Schedule
 
 __all__ = [
     "Attachment",
@@ -71,7 +72,7 @@ __all__ = [
 
 def _floats(fn: Callable[[int], Any]) -> Callable[[int], float]:
     """``fn`` itself for a globalstep schedule (Python floats, from its memo of ``values()``,
-    see :func:`globalstep.schedules._base.memo_fill`); other callables wrapped in float()."""
+    see :func:`globalstep._memo.memo_fill`); other callables wrapped in float()."""
     if isinstance(fn, Schedule):
         return fn
     return lambda step: float(fn(step))

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from globalstep._clock import Clock
 from globalstep._closing import Closing, close_in_order
 from globalstep._errors import ConfigError
+from globalstep._memo import MEMO_BITS, MEMO_MASK
 from globalstep._tracing import opaque
 from globalstep._triggers import Trigger
 from globalstep._units import DurationLike
@@ -38,7 +39,6 @@ from globalstep.run._rollback import Rollback, Watch
 from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
 from globalstep.run._stale import Passed, StaleCheck
-from globalstep.schedules._base import MEMO_BITS, MEMO_MASK
 from globalstep.summary import ProgressDisplay, SummaryWriter
 
 __all__ = ["Run"]
@@ -225,7 +225,7 @@ class Run(Closing):
         """Returns schedule ``name`` at the clock's step (the value update ``run.step`` uses).
 
         Core and compat schedules answer an int step from their own memo of ``values()``
-        (see :func:`globalstep.schedules._base.memo_fill`), so this costs a lookup and stays
+        (see :func:`globalstep._memo.memo_fill`), so this costs a lookup and stays
         bit-equal to ``values()``; other callables are called with the step.
 
         Raises:

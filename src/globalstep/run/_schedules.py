@@ -1,7 +1,7 @@
 """The Run's schedules: names to schedules, checked, and the first read of each.
 
 :meth:`Run.value <globalstep.run.Run.value>` answers a step from the schedule's own memo
-(:func:`~globalstep.schedules._base.memo_of`) once it knows it; :func:`first_value` is the
+(:func:`~globalstep._memo.memo_of`) once it knows it; :func:`first_value` is the
 read that calls the schedule and notes its memo (the first read of a name, or a step the
 memo does not hold yet).
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from globalstep._errors import ConfigError
-from globalstep.schedules._base import memo_of
+from globalstep._memo import memo_of
 
 __all__ = ["Memos", "first_value", "schedules_of"]
 

@@ -10,9 +10,24 @@ Example:
     (0.0, 0.0003)
     >>> lr.values([0, 50, 100]).tolist()
     [0.0, 0.00015, 0.0003]
+
+A schedule of your own is a frozen dataclass on :class:`Schedule` with a ``name``, and
+:meth:`Schedule.compute`: see :class:`Schedule` and ``docs/write-your-own-schedule.md``.
 """
 
-from globalstep.schedules._base import Schedule, from_config, registered
+from globalstep.schedules._base import (
+    Length,
+    Schedule,
+    Steps,
+    Values,
+    check_flag,
+    check_number,
+    check_step,
+    check_steps,
+    from_config,
+    parse_length,
+    registered,
+)
 from globalstep.schedules._compose import Clip, Join, Scale, Warmup, clip, join, scale, warmup
 from globalstep.schedules._cosine import (
     CosineDecay,
@@ -37,6 +52,7 @@ __all__ = [
     "InverseSqrt",
     "InverseTimeDecay",
     "Join",
+    "Length",
     "Linear",
     "LinearCosineDecay",
     "NaturalExpDecay",
@@ -49,34 +65,20 @@ __all__ = [
     "ReduceOnPlateau",
     "Scale",
     "Schedule",
+    "Steps",
+    "Values",
     "Warmup",
     "WarmupStableDecay",
+    "check_flag",
+    "check_number",
+    "check_step",
+    "check_steps",
     "clip",
     "from_config",
     "join",
+    "parse_length",
     "registered",
     "scale",
     "standard_normal",
     "warmup",
 ]
-
-# TEMPORARY (until the registry names them): the type name checkpoints record for a core
-# schedule stays ``globalstep.schedules.core.<class>``.
-for _name in [
-    "Constant",
-    "CosineDecay",
-    "CosineDecayRestarts",
-    "ExponentialDecay",
-    "InverseSqrt",
-    "InverseTimeDecay",
-    "Linear",
-    "LinearCosineDecay",
-    "NaturalExpDecay",
-    "NoisyLinearCosineDecay",
-    "OneCycle",
-    "PiecewiseConstant",
-    "PolynomialDecay",
-    "WarmupStableDecay",
-]:
-    globals()[_name].__module__ = "globalstep.schedules.core"
-del _name

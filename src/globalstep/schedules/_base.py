@@ -32,18 +32,37 @@ from globalstep._errors import (
     StepError,
     TracingError,
 )
+from globalstep._memo import MEMO_BITS, MEMO_CALLS, MEMO_MASK, memo_fill
+from globalstep._memo import MEMO_BLOCK as MEMO_BLOCK  # the tests' names, as before
+from globalstep._memo import MEMO_BLOCKS as MEMO_BLOCKS
+from globalstep._memo import memo_of as memo_of
 from globalstep._tracing import traced_by
 from globalstep._units import Duration, Unit
 
-__all__ = ["Schedule", "from_config", "registered"]
+__all__ = [
+    "Length",
+    "Schedule",
+    "Steps",
+    "Values",
+    "check_flag",
+    "check_number",
+    "check_step",
+    "check_steps",
+    "from_config",
+    "parse_length",
+    "registered",
+]
 
 _REGISTRY: dict[str, type[Schedule]] = {}
+_ORIGINS: dict[str, tuple[str, str]] = {}  # each name's class, where it was defined
 _DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)}
 
 Steps = NDArray[np.int64]
+"""The steps :meth:`Schedule.compute` is given: a 1-D int64 array, each step >= 0."""
 # Float arrays of the schedule's dtype; Any because numpy's stubs cannot follow arithmetic
 # that mixes dtype-typed scalars and arrays.
 Values: TypeAlias = Any
+"""What :meth:`Schedule.compute` returns: an array of floats, one a step."""
 S = TypeVar("S", bound="Schedule")
 Length = int | str
 """A length field: an int of steps, or a duration such as ``"3ep"``."""
@@ -101,7 +120,21 @@ def dtype_field(default: str | None) -> Any:
     return dataclasses.field(default=default, kw_only=True)
 
 
-def _length_duration(parameter: str, value: Any, minimum: int) -> Duration:
+def parse_length(parameter: str, value: Any, minimum: int = 1) -> Duration:
+    """Returns a length's value (an int of steps, or a duration such as ``"3ep"`` or
+    ``"1e6sp"``) as a :class:`~globalstep._units.Duration`, checked.
+
+    A schedule's ``lengths`` are checked with it when it is made; for a length the
+    ``lengths`` mapping cannot hold.
+
+    Raises:
+        ConfigError: not an int or a duration, a wall-time duration, or fewer than
+            ``minimum`` steps.
+
+    Example:
+        >>> parse_length("decay_steps", "3ep")
+        Duration(value=Fraction(3, 1), unit=<Unit.EPOCHS: 'ep'>)
+    """
     if isinstance(value, bool) or not isinstance(value, int | str | Duration | np.integer):
         raise ConfigError(parameter, "must be an int of steps or a duration such as '3ep'", value)
     if isinstance(value, np.integer):
@@ -180,84 +213,48 @@ def check_steps(steps: Any) -> Steps:
     return array.astype(np.int64, copy=False)
 
 
-# -- the scalar memo ---------------------------------------------------------------------
-MEMO_BITS = 10
-MEMO_BLOCK = 1 << MEMO_BITS
-"""Steps per memo block: a scalar call computes ``values()`` on the aligned block around it."""
-MEMO_MASK = MEMO_BLOCK - 1
-MEMO_BLOCKS = 4
-"""Blocks a schedule keeps (the oldest filled is dropped first): 4 x 1024 steps."""
+class Schedule(ABC):
+    """The base of every schedule: a frozen dataclass that is a pure function of the step.
 
+    A new schedule is one frozen dataclass on this base; its ``name`` registers it (the one
+    line), and :func:`from_config`, ``globalstep schedule``, ``globalstep plan``, a Run's
+    stored config and checkpoints (a schedule is saved as its fields) see it. It gives:
 
-def memo_fill(schedule: Any, block: int) -> list[float]:
-    """Computes ``schedule.values()`` on steps ``[block * MEMO_BLOCK, (block + 1) * MEMO_BLOCK)``
-    and keeps them, as Python floats, in ``schedule.__dict__["_memo"]``; returns them.
+    - its parameters as dataclass fields, each a number, str, bool or tuple (an optional
+      ``dtype: str = "float64"`` field last; ``"float32"`` computes as frameworks do);
+    - ``name``, a ``ClassVar[str]``: the config and command-line name, unique among
+      schedules (a second class with a registered name is refused);
+    - :meth:`compute` (required): the values at an int64 array of steps, the one formula
+      that :meth:`__call__` and :meth:`values` run, so they agree bit for bit;
+    - :meth:`check` (optional): raises :class:`~globalstep._errors.ConfigError` for a bad
+      field;
+    - ``lengths`` (optional), a ``ClassVar``: ``{field: minimum}`` for the fields that are
+      lengths in steps, which then also take durations (``"3ep"``, see :meth:`resolve`);
+      :meth:`steps_of` reads one in steps;
+    - ``formula`` (optional), a ``ClassVar[str]`` that :meth:`describe` fills in with the
+      fields (``"v(s) = {initial} * 0.5 ** (s / {half_life})"``);
+    - :meth:`end_step` (optional): the first step from which the value stays constant.
 
-    The memo makes a scalar call cost two lookups after the first call in a block, and
-    equal to ``values()`` bit for bit by construction. It is safe to read from several
-    threads: each step is a pure function of the schedule's fields, a block is stored
-    whole with one dict assignment, and a block computed twice by two threads is the same.
-    It lives in the instance's ``__dict__`` (not a field), so it takes no part in equality,
-    hashing, ``repr`` or configs.
-
-    A class gets the memo by answering ``type(step) is int and 0 <= step <= MAX_STEP`` with::
-
-        try:
-            return self.__dict__["_memo"][step >> MEMO_BITS][step & MEMO_MASK]
-        except KeyError:
-            return memo_fill(self, step >> MEMO_BITS)[step & MEMO_MASK]
-
-    and a ``values(steps)`` of int64 steps that is a pure function of each step.
-    """
-    memo: dict[int, list[float]] = schedule.__dict__.setdefault("_memo", {})
-    start = block << MEMO_BITS
-    steps = np.int64(start) + np.arange(MEMO_BLOCK, dtype=np.int64)  # never past 2**63-1
-    values: list[float] = schedule.values(steps).tolist()
-    while len(memo) >= MEMO_BLOCKS:
-        try:
-            del memo[next(iter(memo))]
-        except (KeyError, RuntimeError, StopIteration):  # another thread got there first
-            break
-    memo[block] = values
-    return values
-
-
-MEMO_CALLS: set[Any] = set()
-"""The ``__call__`` functions that answer an int step in ``[0, 2**63)`` from
-``__dict__["_memo"]`` exactly as :func:`memo_fill` fills it (and compute a block only
-through it); see :func:`memo_of`."""
-
-
-def memo_of(schedule: Any) -> dict[int, list[float]] | None:
-    """Returns the memo a schedule answers int steps from, or None if it has none.
-
-    For a per-update reader (``Run.value``, ``attach``'s step hook) that reads the hit
-    itself, ``memo[step >> MEMO_BITS][step & MEMO_MASK]``, and calls the schedule on a
-    miss (a ``KeyError``), which fills the block: the value is the scalar call's, bit for
-    bit. The dict is the schedule's own, made empty here if it is new; it is never
-    replaced, only filled and trimmed, so the reference stays good. A type whose
-    ``__call__`` is not one of :data:`MEMO_CALLS` (an override) gets None.
+    In :meth:`compute`, :meth:`floats` turns the steps into floats of the schedule's dtype,
+    :meth:`scalar` a number, and :meth:`apply` runs a NumPy function (``np.power``,
+    ``np.exp``, ``np.cos``) as every core schedule does in float32.
 
     Example:
-        >>> from globalstep.schedules import Linear
-        >>> lr = Linear(0.0, 1.0, 10)
-        >>> memo = memo_of(lr)
-        >>> lr(5) == memo[5 >> MEMO_BITS][5 & MEMO_MASK]
-        True
-        >>> memo_of(lambda step: 0.1) is None
-        True
-    """
-    if type(schedule).__call__ not in MEMO_CALLS:
-        return None
-    memo: dict[int, list[float]] = schedule.__dict__.setdefault("_memo", {})
-    return memo
+        >>> from dataclasses import dataclass
+        >>> from typing import ClassVar
+        >>> @dataclass(frozen=True)
+        ... class Halving(Schedule):
+        ...     initial: float
+        ...     every: int
+        ...     lengths: ClassVar[dict[str, int]] = {"every": 1}
+        ...
+        ...     def compute(self, steps: Steps) -> Values:
+        ...         halvings = self.floats(steps // self.steps_of("every"))
+        ...         return self.scalar(self.initial) * self.apply(np.power, 0.5, halvings)
+        >>> Halving(1.0, 10)(25), Halving(1.0, "2ep").resolve(steps_per_epoch=5).values([9, 10])
+        (0.25, array([1. , 0.5]))
 
-
-class Schedule(ABC):
-    """A pure function of the step; subclasses are frozen dataclasses.
-
-    Subclasses set ``name`` (the config and command-line name), declare their lengths in
-    ``lengths`` (``{field: minimum}``), and implement :meth:`compute` on an int64 array.
+        (Without a ``name`` it is not registered, as here; see ``docs/write-your-own-schedule.md``.)
     """
 
     name: ClassVar[str] = ""
@@ -270,8 +267,22 @@ class Schedule(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.name:
-            _REGISTRY[cls.name] = cls
+        name = cls.__dict__.get("name")  # its own: a subclass that sets none is unregistered
+        if name:
+            _register(name, cls)
+
+    def __post_init__(self) -> None:
+        """Runs :meth:`check`, then checks the dtype and the lengths. (The core schedules'
+        own ``__post_init__`` does the same in one.)"""
+        self.check()
+        self._setup()
+
+    def check(self) -> None:  # noqa: B027 (optional: a subclass's own, if it has any)
+        """Raises :class:`~globalstep._errors.ConfigError` for a field that breaks a rule.
+
+        A subclass's own checks (none here), run when it is made, before the dtype and the
+        lengths (``lengths``) are checked; :func:`check_number` checks a number.
+        """
 
     # -- validation shared by every subclass -------------------------------------------
     def _setup(self, default_dtype: str = "float64") -> None:
@@ -284,13 +295,13 @@ class Schedule(ABC):
         for field, minimum in self.lengths.items():
             value = getattr(self, field)
             if isinstance(value, tuple):
-                durations = tuple(_length_duration(field, v, minimum) for v in value)
+                durations = tuple(parse_length(field, v, minimum) for v in value)
                 if all(d.unit is Unit.STEPS for d in durations):
                     resolved[field] = tuple(int(d.value) for d in durations)
                 else:
                     pending[field] = durations
                 continue
-            duration = _length_duration(field, value, minimum)
+            duration = parse_length(field, value, minimum)
             if duration.unit is Unit.STEPS:
                 resolved[field] = int(duration.value)
             else:
@@ -309,8 +320,14 @@ class Schedule(ABC):
         """The schedules this one is built from (none for a core schedule)."""
         return ()
 
-    def _len(self, field: str) -> Any:
-        """The length ``field`` in steps; raises ConversionError if it is unresolved."""
+    def steps_of(self, field: str) -> Any:
+        """The length ``field`` (one of ``lengths``) in steps: an int, or a tuple of ints
+        for a tuple field.
+
+        Raises:
+            ConversionError: the length is a duration (``"3ep"``) not yet resolved to steps
+                (see :meth:`resolve`).
+        """
         n: dict[str, Any] = self._n
         try:
             return n[field]
@@ -332,11 +349,11 @@ class Schedule(ABC):
         """The numpy dtype the values are computed in (a composite's may be its part's)."""
         return self._dt
 
-    def _c(self, value: float) -> Any:
-        """``value`` as a scalar of the schedule's dtype."""
+    def scalar(self, value: float) -> Any:
+        """``value`` as a NumPy scalar of the schedule's dtype, for :meth:`compute`."""
         return self._dt.type(value)
 
-    def _f(self, ufunc: np.ufunc, *args: Any) -> Values:
+    def apply(self, ufunc: np.ufunc, *args: Any) -> Values:
         """``ufunc(*args)`` (pow, exp, log, cos); in float32 computed in float64 and rounded
         once, the correctly rounded value in all but rare cases. (The compat layers call
         the C library's float32 functions one element at a time to equal TensorFlow and
@@ -346,18 +363,18 @@ class Schedule(ABC):
             return ufunc(*(np.asarray(a, dtype=np.float64) for a in args)).astype(np.float32)
         return ufunc(*args)
 
-    def _t(self, steps: Steps) -> Values:
-        """``steps`` as floats of the schedule's dtype."""
+    def floats(self, steps: Steps) -> Values:
+        """``steps`` (an int64 array) as floats of the schedule's dtype, for :meth:`compute`."""
         return steps.astype(self._dt)
 
     def _half_cosine(self, fraction: Values) -> Values:
         """``0.5 * (1 + cos(pi * fraction))``, in the schedule's dtype."""
-        return 0.5 * (self._c(1.0) + self._f(np.cos, np.pi * fraction))
+        return 0.5 * (self.scalar(1.0) + self.apply(np.cos, np.pi * fraction))
 
     def _ramp(self, shape: str, start: Any, end: Any, pct: Values) -> Values:
         """From ``start`` (exactly, at pct 0) to ``end`` along a half cosine or a line."""
         if shape == "cosine":
-            return start + (end - start) * ((1 - self._f(np.cos, np.pi * pct)) / 2)
+            return start + (end - start) * ((1 - self.apply(np.cos, np.pi * pct)) / 2)
         return start + (end - start) * pct
 
     def _setup_pieces(
@@ -582,7 +599,12 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
         raise ConfigError("config", "must be a mapping with a 'name' key", config)
     name = config.get("name")
     if name not in _REGISTRY:
-        raise ConfigError("config['name']", f"must be one of {', '.join(sorted(_REGISTRY))}", name)
+        raise ConfigError(
+            "config['name']",
+            f"must be one of {', '.join(sorted(_REGISTRY))}",
+            name,
+            hint="A schedule of your own is known once the module that defines it is imported.",
+        )
     cls = _REGISTRY[name]
     params = {k: _from_json(v) for k, v in config.items() if k != "name"}
     names = {f.name for f in fields_of(cls)}
@@ -592,6 +614,37 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
             "config", f"has parameters {name} does not take ({', '.join(sorted(names))})", unknown
         )
     return cls(**params)
+
+
+def public_name(cls: type) -> str:
+    """Where a user imports ``cls`` from: a door's name for globalstep's own classes (their
+    modules are private), the defining module's for anyone else's."""
+    module = cls.__module__
+    if module.startswith("globalstep.") and "._" in module:
+        module = module[: module.index("._")]
+    return f"{module}.{cls.__qualname__}"
+
+
+def _register(name: Any, cls: type[Schedule]) -> None:
+    """Registers ``cls`` under ``name``; refuses a name another class holds.
+
+    The same class defined again (a notebook cell run twice, a module reloaded: the same
+    module and qualified name where it was defined) takes its own name back.
+    """
+    if not isinstance(name, str):
+        raise ConfigError(f"{cls.__name__}.name", "must be a str", name)
+    origin = (cls.__module__, cls.__qualname__)
+    held = _REGISTRY.get(name)
+    if held is not None and _ORIGINS[name] != origin:
+        raise ConfigError(
+            f"{cls.__name__}.name",
+            f"must be a schedule name no other class has; {public_name(held)} has it",
+            name,
+            hint=f"Give {cls.__module__}.{cls.__qualname__} a name of its own "
+            "(globalstep.schedules.registered() lists the names taken).",
+        )
+    _REGISTRY[name] = cls
+    _ORIGINS[name] = origin
 
 
 def registered() -> dict[str, type[Schedule]]:

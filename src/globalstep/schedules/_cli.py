@@ -9,20 +9,28 @@ with its own parameters, last on the command line::
     globalstep schedule warmup --steps 100 --then cosine_decay --initial 0.1 --decay-steps 900
     globalstep schedule join --boundaries 100 --then constant --value 0.1 \
         --then linear --start 0.1 --end 0 --steps 900
+
+A schedule of your own is named the same way once its module is imported:
+``--import my_schedules`` (a module on the path or in the current directory) imports it
+before the command line is read (:func:`import_schedules`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
+import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from globalstep._errors import ConfigError
 from globalstep.schedules._base import Schedule, fields_of, from_config, registered
 
-__all__ = ["add_schedule_arguments", "schedule_from_args"]
+__all__ = ["add_schedule_arguments", "import_schedules", "schedule_from_args"]
 
 _OWN_OPTIONS = (
     "The command's own options (--at, --explain, --plot, ...) go before the first --then."
@@ -44,17 +52,61 @@ def _parameters() -> list[str]:
     return sorted(names)
 
 
+def import_schedules(argv: Sequence[str]) -> list[str]:
+    """Imports the modules that ``--import MODULE`` names in ``argv`` (before any
+    ``--then``), so that the schedules they register are known when the command line's
+    options are made; returns their names. The current directory is searched too.
+
+    Raises:
+        ConfigError: a module that cannot be imported (its error is named).
+    """
+    names: list[str] = []
+    tokens = list(argv)
+    for i, token in enumerate(tokens):
+        if token == "--then":
+            break
+        if token == "--import" and i + 1 < len(tokens):
+            names.append(tokens[i + 1])
+        elif token.startswith("--import="):
+            names.append(token.partition("=")[2])
+    here = os.getcwd()
+    added = bool(names) and here not in sys.path
+    if added:
+        sys.path.append(here)
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception as err:  # its own error, whatever it is, named in ours
+                raise ConfigError(
+                    "--import",
+                    f"must name a module Python can import ({type(err).__name__}: {err})",
+                    name,
+                ) from err
+    finally:
+        if added:
+            sys.path.remove(here)
+    return names
+
+
 def add_schedule_arguments(
     parser: argparse.ArgumentParser, *, positional: bool, skip: tuple[str, ...] = ()
 ) -> None:
     """Adds the schedule name (positional or ``--schedule``), ``--config`` and every parameter."""
-    core = sorted(n for n, c in registered().items() if c.__module__.endswith("core"))
+    core = sorted(n for n in registered() if n not in _COMPOSITES)  # a user's too
     help_name = f"a schedule: {', '.join(core)}"
     if positional:
         parser.add_argument("name", nargs="?", metavar="NAME", help=help_name)
     else:
         parser.add_argument("--schedule", dest="name", metavar="NAME", help=help_name)
     parser.add_argument("--config", metavar="FILE", help="a schedule's to_config() as JSON")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="a module of your own schedules to import first (repeatable)",
+    )
     parser.add_argument(
         "--then",
         nargs=argparse.REMAINDER,
@@ -68,14 +120,19 @@ def add_schedule_arguments(
     for name in _parameters():
         if name in skip:
             continue
-        group.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=f"param_{name}",
-            nargs="?",
-            const="true",
-            metavar="VALUE",
-            help=argparse.SUPPRESS,
-        )
+        try:
+            group.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=f"param_{name}",
+                nargs="?",
+                const="true",
+                metavar="VALUE",
+                help=argparse.SUPPRESS,
+            )
+        except argparse.ArgumentError:
+            # A field named as one of the command's own options (a user's schedule with an
+            # `every` field, and `plan --every`): given in --config there.
+            continue
 
 
 def _flag(name: str) -> str:
@@ -213,7 +270,12 @@ def _build(
 ) -> Schedule:
     classes = registered()
     if name not in classes:
-        raise ConfigError("schedule", f"must be one of {', '.join(classes)}", name)
+        raise ConfigError(
+            "schedule",
+            f"must be one of {', '.join(classes)}",
+            name,
+            hint="A schedule of your own: --import the module that defines it.",
+        )
     cls = classes[name]
     accepted = {f.name for f in fields_of(cls)} - {"schedule", "schedules"}
     unknown = sorted(set(given) - accepted)

@@ -97,15 +97,15 @@ class Warmup(_Wraps):
                 )
 
     def compute(self, steps: Steps) -> Values:
-        w = self._len("steps")
+        w = self.steps_of("steps")
         out = np.empty(steps.shape, dtype=self._dt)
         ramp = steps < w
         if ramp.any():  # the ramp's target, g(0), only where a step needs it
-            target = self._c(self.schedule.compute(np.zeros(1, np.int64))[0])
-            start = self._c(self.start_value)
-            pct = self._t(steps[ramp]) / self._c(w)
+            target = self.scalar(self.schedule.compute(np.zeros(1, np.int64))[0])
+            start = self.scalar(self.start_value)
+            pct = self.floats(steps[ramp]) / self.scalar(w)
             if self.shape == "exponential":
-                out[ramp] = start * self._f(np.power, target / start, pct)
+                out[ramp] = start * self.apply(np.power, target / start, pct)
             else:
                 out[ramp] = self._ramp(self.shape, start, target, pct)
         if not ramp.all():
@@ -115,7 +115,7 @@ class Warmup(_Wraps):
 
     def end_step(self) -> int | None:
         inner = self.schedule.end_step()
-        return None if inner is None else int(inner + self._len("steps"))
+        return None if inner is None else int(inner + self.steps_of("steps"))
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class Join(Schedule):
         return {**super()._format_fields(), "inner": text}
 
     def compute(self, steps: Steps) -> Values:
-        starts = np.asarray((0, *self._len("boundaries")), np.int64)
+        starts = np.asarray((0, *self.steps_of("boundaries")), np.int64)
         index = np.searchsorted(starts, steps, "right") - 1
         out = np.empty(steps.shape, dtype=self._dt)
         for i in np.unique(index):
@@ -168,7 +168,7 @@ class Join(Schedule):
 
     def end_step(self) -> int | None:
         last = self.schedules[-1].end_step()
-        bounds = self._len("boundaries")
+        bounds = self.steps_of("boundaries")
         return None if last is None else int(last + (bounds[-1] if bounds else 0))
 
 
@@ -189,7 +189,7 @@ class Scale(_Wraps):
         self._setup(self.schedule.numpy_dtype.name)
 
     def compute(self, steps: Steps) -> Values:
-        return self._c(self.factor) * self.schedule.compute(steps).astype(self._dt)
+        return self.scalar(self.factor) * self.schedule.compute(steps).astype(self._dt)
 
     def end_step(self) -> int | None:
         return self.schedule.end_step()
@@ -220,9 +220,9 @@ class Clip(_Wraps):
     def compute(self, steps: Steps) -> Values:
         out = self.schedule.compute(steps).astype(self._dt)
         if self.low is not None:
-            out = np.maximum(out, self._c(self.low))
+            out = np.maximum(out, self.scalar(self.low))
         if self.high is not None:
-            out = np.minimum(out, self._c(self.high))
+            out = np.minimum(out, self.scalar(self.high))
         return out
 
     def end_step(self) -> int | None:

@@ -75,13 +75,15 @@ class CosineDecay(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        d = self._c(self._len("decay_steps"))
-        c = self._half_cosine(np.minimum(self._t(steps), d) / d)
-        a = self._c(self.alpha)
-        return self._c(self.initial) * ((1 - a) * self._f(np.power, c, self._c(self.exponent)) + a)
+        d = self.scalar(self.steps_of("decay_steps"))
+        c = self._half_cosine(np.minimum(self.floats(steps), d) / d)
+        a = self.scalar(self.alpha)
+        return self.scalar(self.initial) * (
+            (1 - a) * self.apply(np.power, c, self.scalar(self.exponent)) + a
+        )
 
     def end_step(self) -> int | None:
-        return int(self._len("decay_steps"))
+        return int(self.steps_of("decay_steps"))
 
 
 @dataclass(frozen=True)
@@ -132,21 +134,27 @@ class CosineDecayRestarts(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        one = self._c(1.0)
-        t_mul, m_mul, alpha = self._c(self.t_mul), self._c(self.m_mul), self._c(self.alpha)
-        fraction = self._t(steps) / self._c(self._len("first_decay_steps"))
+        one = self.scalar(1.0)
+        t_mul, m_mul, alpha = (
+            self.scalar(self.t_mul),
+            self.scalar(self.m_mul),
+            self.scalar(self.alpha),
+        )
+        fraction = self.floats(steps) / self.scalar(self.steps_of("first_decay_steps"))
         if t_mul == 1:
             restart = np.floor(fraction)
             fraction = fraction - restart
         else:
-            log = self._f(np.log, one - fraction * (one - t_mul)) / self._f(np.log, t_mul)
+            log = self.apply(np.log, one - fraction * (one - t_mul)) / self.apply(np.log, t_mul)
             restart = np.floor(log)
-            sum_r = (one - self._f(np.power, t_mul, restart)) / (one - t_mul)
-            fraction = (fraction - sum_r) / self._f(np.power, t_mul, restart)
+            sum_r = (one - self.apply(np.power, t_mul, restart)) / (one - t_mul)
+            fraction = (fraction - sum_r) / self.apply(np.power, t_mul, restart)
         decayed = (
-            0.5 * self._f(np.power, m_mul, restart) * (one + self._f(np.cos, np.pi * fraction))
+            0.5
+            * self.apply(np.power, m_mul, restart)
+            * (one + self.apply(np.cos, np.pi * fraction))
         )
-        return self._c(self.initial) * ((one - alpha) * decayed + alpha)
+        return self.scalar(self.initial) * ((one - alpha) * decayed + alpha)
 
 
 class _LinearCosine(Schedule):
@@ -165,15 +173,15 @@ class _LinearCosine(Schedule):
         check_range("num_periods", self.num_periods, "must be >= 0", self.num_periods >= 0)
 
     def _linear_cosine(self, steps: Steps, noise: Values | None) -> Values:
-        d = self._c(self._len("decay_steps"))
-        t = np.minimum(self._t(steps), d)
+        d = self.scalar(self.steps_of("decay_steps"))
+        t = np.minimum(self.floats(steps), d)
         linear = (d - t) / d
         if noise is not None:
             linear = linear + noise
-        fraction = 2.0 * self._c(self.num_periods) * (t / d)
+        fraction = 2.0 * self.scalar(self.num_periods) * (t / d)
         cosine = self._half_cosine(fraction)
-        value = (self._c(self.alpha) + linear) * cosine + self._c(self.beta)
-        return self._c(self.initial) * value
+        value = (self.scalar(self.alpha) + linear) * cosine + self.scalar(self.beta)
+        return self.scalar(self.initial) * value
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,7 @@ class LinearCosineDecay(_LinearCosine):
         return self._linear_cosine(steps, None)
 
     def end_step(self) -> int | None:
-        return int(self._len("decay_steps"))
+        return int(self.steps_of("decay_steps"))
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -300,9 +308,9 @@ class NoisyLinearCosineDecay(_LinearCosine):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        t = np.minimum(self._t(steps), self._c(self._len("decay_steps")))
-        variance = self._c(self.initial_variance) / self._f(
-            np.power, self._c(1.0) + t, self._c(self.variance_decay)
+        t = np.minimum(self.floats(steps), self.scalar(self.steps_of("decay_steps")))
+        variance = self.scalar(self.initial_variance) / self.apply(
+            np.power, self.scalar(1.0) + t, self.scalar(self.variance_decay)
         )
         noise = np.sqrt(variance) * standard_normal(self.seed, steps).astype(self._dt)
         return self._linear_cosine(steps, noise)

@@ -50,8 +50,8 @@ class _Decay(Schedule):
 
     def _exponent(self, steps: Steps) -> Values:
         """``max(s - begin, 0) / decay_steps``, floored when ``staircase``."""
-        begin = self._len("begin") if "begin" in self.lengths else 0
-        p = self._t(np.maximum(steps - begin, 0)) / self._c(self._len("decay_steps"))
+        begin = self.steps_of("begin") if "begin" in self.lengths else 0
+        p = self.floats(np.maximum(steps - begin, 0)) / self.scalar(self.steps_of("decay_steps"))
         return np.floor(p) if self.staircase else p
 
 
@@ -106,14 +106,16 @@ class ExponentialDecay(_Decay):
             )
 
     def compute(self, steps: Steps) -> Values:
-        value = self._c(self.initial) * self._f(np.power, self._c(self.rate), self._exponent(steps))
+        value = self.scalar(self.initial) * self.apply(
+            np.power, self.scalar(self.rate), self._exponent(steps)
+        )
         if self.end_value is None:
             return value
         clip = np.maximum if self.rate <= 1 else np.minimum
-        return clip(value, self._c(self.end_value))
+        return clip(value, self.scalar(self.end_value))
 
     def end_step(self) -> int | None:
-        return int(self._len("begin")) if self.rate == 1 else None
+        return int(self.steps_of("begin")) if self.rate == 1 else None
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,9 @@ class _RateDecay(_Decay):
         return {**super()._format_fields(), "p": f"floor{p}" if self.staircase else p}
 
     def compute(self, steps: Steps) -> Values:
-        return self._decayed(self._c(self.initial), self._c(self.rate) * self._exponent(steps))
+        return self._decayed(
+            self.scalar(self.initial), self.scalar(self.rate) * self._exponent(steps)
+        )
 
     @abstractmethod
     def _decayed(self, initial: Values, rp: Values) -> Values:
@@ -167,7 +171,7 @@ class NaturalExpDecay(_RateDecay):
     formula: ClassVar[str] = "v(s) = {initial} * exp(-{rate} * {p})"
 
     def _decayed(self, initial: Values, rp: Values) -> Values:
-        return initial * self._f(np.exp, -rp)
+        return initial * self.apply(np.exp, -rp)
 
 
 @dataclass(frozen=True)
@@ -188,4 +192,4 @@ class InverseTimeDecay(_RateDecay):
     formula: ClassVar[str] = "v(s) = {initial} / (1 + {rate} * {p})"
 
     def _decayed(self, initial: Values, rp: Values) -> Values:
-        return initial / (self._c(1.0) + rp)
+        return initial / (self.scalar(1.0) + rp)

@@ -47,7 +47,7 @@ class Constant(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        return np.full(steps.shape, self._c(self.value), dtype=self._dt)
+        return np.full(steps.shape, self.scalar(self.value), dtype=self._dt)
 
     def end_step(self) -> int | None:
         return 0
@@ -90,13 +90,13 @@ class Linear(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        n = self._len("steps")
-        t = self._t(np.clip(steps - self._len("begin"), 0, n))
-        v0, v1 = self._c(self.initial), self._c(self.end_value)
-        return v0 + (v1 - v0) * (t / self._c(n))
+        n = self.steps_of("steps")
+        t = self.floats(np.clip(steps - self.steps_of("begin"), 0, n))
+        v0, v1 = self.scalar(self.initial), self.scalar(self.end_value)
+        return v0 + (v1 - v0) * (t / self.scalar(n))
 
     def end_step(self) -> int | None:
-        return int(self._len("begin") + self._len("steps"))
+        return int(self.steps_of("begin") + self.steps_of("steps"))
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,11 @@ class PiecewiseConstant(Schedule):
         self._setup_pieces("levels", "numbers", check_number, self.boundaries)
 
     def compute(self, steps: Steps) -> Values:
-        index = np.searchsorted(np.asarray(self._len("boundaries"), np.int64), steps, "right")
+        index = np.searchsorted(np.asarray(self.steps_of("boundaries"), np.int64), steps, "right")
         return np.asarray(self.levels, dtype=self._dt)[index]
 
     def end_step(self) -> int | None:
-        bounds = self._len("boundaries")
+        bounds = self.steps_of("boundaries")
         return int(bounds[-1]) if bounds else 0
 
 
@@ -189,16 +189,16 @@ class PolynomialDecay(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        t = self._t(np.maximum(steps - self._len("begin"), 0))
-        d = self._c(self._len("decay_steps"))
+        t = self.floats(np.maximum(steps - self.steps_of("begin"), 0))
+        d = self.scalar(self.steps_of("decay_steps"))
         if self.cycle:
-            d = d * np.where(t == 0, self._c(1.0), np.ceil(t / d))
+            d = d * np.where(t == 0, self.scalar(1.0), np.ceil(t / d))
         else:
             t = np.minimum(t, d)
-        v0, v1 = self._c(self.initial), self._c(self.end_value)
+        v0, v1 = self.scalar(self.initial), self.scalar(self.end_value)
         # In float32, ceil(t / d) * d may round below t; clamping keeps 1 - p >= 0 finite.
-        remaining = np.maximum(self._c(1.0) - t / d, self._c(0.0))
-        return (v0 - v1) * self._f(np.power, remaining, self._c(self.power)) + v1
+        remaining = np.maximum(self.scalar(1.0) - t / d, self.scalar(0.0))
+        return (v0 - v1) * self.apply(np.power, remaining, self.scalar(self.power)) + v1
 
     def end_step(self) -> int | None:
-        return None if self.cycle else int(self._len("begin") + self._len("decay_steps"))
+        return None if self.cycle else int(self.steps_of("begin") + self.steps_of("decay_steps"))

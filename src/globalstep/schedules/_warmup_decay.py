@@ -76,18 +76,18 @@ class OneCycle(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        total = self._c(self._len("total_steps"))
-        up = self._c(self.pct_start) * total
-        peak = self._c(self.peak)
-        start = peak / self._c(self.div_factor)
-        floor = start / self._c(self.final_div_factor)
-        t = self._t(steps)
+        total = self.scalar(self.steps_of("total_steps"))
+        up = self.scalar(self.pct_start) * total
+        peak = self.scalar(self.peak)
+        start = peak / self.scalar(self.div_factor)
+        floor = start / self.scalar(self.final_div_factor)
+        t = self.floats(steps)
         rising = self._ramp(self.shape, start, peak, t / up)
         falling = self._ramp(self.shape, peak, floor, np.minimum((t - up) / (total - up), 1))
         return np.where(t < up, rising, falling)
 
     def end_step(self) -> int | None:
-        return int(self._len("total_steps"))
+        return int(self.steps_of("total_steps"))
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ class InverseSqrt(Schedule):
         self._setup()
 
     def compute(self, steps: Steps) -> Values:
-        n = self._t(steps) + self._c(1.0)
-        w = self._c(self._len("warmup_steps"))
-        return self._c(self.peak) * np.minimum(n / w, np.sqrt(w / n))
+        n = self.floats(steps) + self.scalar(1.0)
+        w = self.scalar(self.steps_of("warmup_steps"))
+        return self.scalar(self.peak) * np.minimum(n / w, np.sqrt(w / n))
 
 
 @dataclass(frozen=True)
@@ -187,12 +187,16 @@ class WarmupStableDecay(Schedule):
             )
 
     def compute(self, steps: Steps) -> Values:
-        t = self._t(steps)
-        w, d = self._len("warmup_steps"), self._len("decay_steps")
-        total = self._len("total_steps")
-        peak, v0, v1 = self._c(self.peak), self._c(self.initial), self._c(self.end_value)
-        warm = v0 + (peak - v0) * (t / self._c(max(w, 1)))
-        pct = np.minimum(self._t(np.maximum(steps - (total - d), 0)) / self._c(d), 1)
+        t = self.floats(steps)
+        w, d = self.steps_of("warmup_steps"), self.steps_of("decay_steps")
+        total = self.steps_of("total_steps")
+        peak, v0, v1 = (
+            self.scalar(self.peak),
+            self.scalar(self.initial),
+            self.scalar(self.end_value),
+        )
+        warm = v0 + (peak - v0) * (t / self.scalar(max(w, 1)))
+        pct = np.minimum(self.floats(np.maximum(steps - (total - d), 0)) / self.scalar(d), 1)
         if self.decay_shape == "sqrt":
             decay = v1 + (peak - v1) * (1 - np.sqrt(pct))
         else:
@@ -201,4 +205,4 @@ class WarmupStableDecay(Schedule):
         return np.where(steps < w, warm, stable)
 
     def end_step(self) -> int | None:
-        return int(self._len("total_steps"))
+        return int(self.steps_of("total_steps"))
