@@ -14,6 +14,7 @@ from globalstep.checkpoint._index import StepIndex, step_name
 from globalstep.checkpoint._metadata import info_of
 from globalstep.checkpoint._reading import Reading
 from globalstep.checkpoint.commit import CommitProtocol
+from globalstep.checkpoint.document import Document
 from globalstep.checkpoint.policy import CheckpointInfo, KeepPolicy, retained, unkept_steps
 from globalstep.errors import CheckpointError, CheckpointWarning
 
@@ -128,7 +129,7 @@ class Retention:
         """Returns the path of ``step``'s checkpoint directory."""
         return self._storage.join(step_name(step))
 
-    def saved(self, step: int, document: dict[str, object]) -> None:
+    def saved(self, step: int, document: Document) -> None:
         """Records the checkpoint just committed, then applies the policy and sweeps.
 
         Nothing here fails the save: the checkpoint is committed.

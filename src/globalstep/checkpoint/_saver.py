@@ -20,6 +20,7 @@ from globalstep.checkpoint._retention import Retention
 from globalstep.checkpoint._rounds import Round
 from globalstep.checkpoint._timeline import Timeline
 from globalstep.checkpoint.commit import CommitProtocol
+from globalstep.checkpoint.document import Document
 from globalstep.errors import CheckpointError
 
 __all__ = ["AsyncSaver", "Committer", "SaveJob", "SyncSaver"]
@@ -43,7 +44,7 @@ class SaveJob:
 
     step: int
     arrays: Mapping[str, Any]
-    document: dict[str, Any]
+    document: Document
     force: bool
     abandoned: list[int]
     round: Round

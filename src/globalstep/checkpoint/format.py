@@ -30,11 +30,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from globalstep.checkpoint._rank_leaves import verify_rank_leaves
+
 # Beside __all__, the pieces' names that earlier code imports from here (``x as x``: a
 # re-export).
 from globalstep.checkpoint.arrays import check_entry as check_entry
 from globalstep.checkpoint.arrays import parse_header as parse_header
-from globalstep.checkpoint.arrays import read_arrays, verify_checkpoint
+from globalstep.checkpoint.arrays import read_arrays
 from globalstep.checkpoint.arrays import read_header as read_header
 from globalstep.checkpoint.commit import STEP_PATTERN, protocol_for
 from globalstep.checkpoint.document import (
@@ -42,6 +44,7 @@ from globalstep.checkpoint.document import (
     COMMIT_FILE,
     FORMAT_VERSION,
     STATE_FILE,
+    Document,
     load_state,
 )
 from globalstep.checkpoint.document import checksum_of as checksum_of
@@ -67,7 +70,11 @@ __all__ = [
 
 
 def commit(
-    storage: Storage, name: str, arrays: Mapping[str, Any], document: dict[str, Any], **how: Any
+    storage: Storage,
+    name: str,
+    arrays: Mapping[str, Any],
+    document: Document | Mapping[str, Any],
+    **how: Any,
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``, by the protocol of
     ``storage``: :meth:`globalstep.checkpoint.commit.CommitProtocol.commit` (the open
@@ -99,3 +106,15 @@ def remove_stale(storage: Storage, pattern: str = STEP_PATTERN) -> list[str]:
     Only a writer holding the directory's lock may call this. Returns the names removed.
     """
     return protocol_for(storage).remove_stale(pattern)
+
+
+def verify_checkpoint(storage: Storage, name: str) -> Document:
+    """Checks every checksum of checkpoint ``name``; returns its state.json.
+
+    Raises:
+        CorruptCheckpointError: a file is missing, truncated or fails its checksum.
+    """
+    state = load_state(storage, name)
+    read_arrays(storage, name, state, keep=False)
+    verify_rank_leaves(storage, name, state)  # each rank's file of per-rank leaves
+    return state

@@ -19,7 +19,7 @@ import numpy as np
 
 from globalstep._closing import Closing
 from globalstep.checkpoint.arrays import check_entry, read_header
-from globalstep.checkpoint.document import ARRAYS_FILE
+from globalstep.checkpoint.document import ARRAYS_FILE, Document
 from globalstep.checkpoint.fastio import read_exactly
 from globalstep.checkpoint.flatten import array_nodes
 from globalstep.errors import ConfigError, CorruptCheckpointError
@@ -40,15 +40,16 @@ class CheckpointReader(Closing):
 
     Attributes:
         step: the checkpoint's step.
-        state: its checked state.json.
+        state: its checked state.json, a
+            :class:`~globalstep.checkpoint.document.Document` (a mapping of its keys too).
     """
 
-    def __init__(self, storage: Storage, name: str, step: int, state: dict[str, Any]) -> None:
+    def __init__(self, storage: Storage, name: str, step: int, state: Document) -> None:
         self.step = step
         self.state = state
         self._storage = storage
         self._path = storage.join(name, ARRAYS_FILE)
-        self._nodes = array_nodes(state["tree"])
+        self._nodes = array_nodes(state.tree)
         self._mmap: mmap.mmap | None = None
         with wrap_os_errors(f"opening {name}", self._path):
             try:

@@ -51,6 +51,7 @@ from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSav
 from globalstep.checkpoint._timeline import Timeline
 from globalstep.checkpoint.build import RestoreReport
 from globalstep.checkpoint.commit import protocol_for
+from globalstep.checkpoint.document import Document
 from globalstep.checkpoint.flatten import Flattened
 from globalstep.checkpoint.lazy import CheckpointReader
 from globalstep.checkpoint.policy import (
@@ -88,19 +89,21 @@ def _document(
     flat: Flattened,
     policy: KeepPolicy,
     trigger: SaveTrigger | None,
-) -> dict[str, Any]:
-    """The new checkpoint's state.json, less its files and its predecessor."""
-    return {
-        "step": step,
-        "created_unix": time.time(),
-        "metrics": metrics_to_json(metrics),
-        "clocks": flat.clocks,
-        "tree": flat.structure,
-        "manager": {
+    previous_step: int | None,
+) -> Document:
+    """The new checkpoint's state.json, less its files."""
+    return Document(
+        step=step,
+        created_unix=time.time(),
+        metrics=metrics_to_json(metrics),
+        clocks=flat.clocks,
+        tree=flat.structure,
+        manager={
             "keep": policy.to_config(),
             "save_trigger": trigger.state_dict() if trigger else None,
         },
-    }
+        previous_step=previous_step,
+    )
 
 
 class CheckpointManager(Closing):
@@ -215,7 +218,18 @@ class CheckpointManager(Closing):
         return self._index.incomplete()
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
-        """Returns the checked state.json of ``step`` (default: the newest), reading no array.
+        """Returns the checked state.json of ``step`` (default: the newest), reading no array,
+        as a dict (:meth:`document`'s :meth:`~globalstep.checkpoint.document.Document.to_dict`).
+
+        Raises:
+            CheckpointNotFoundError: no such committed checkpoint.
+            CorruptCheckpointError: the marker or state.json is damaged.
+        """
+        return self.document(step).to_dict()
+
+    def document(self, step: int | None = None) -> Document:
+        """Returns the checked state.json of ``step`` (default: the newest), reading no
+        array, as its typed :class:`~globalstep.checkpoint.document.Document`.
 
         Raises:
             CheckpointNotFoundError: no such committed checkpoint.
@@ -226,7 +240,7 @@ class CheckpointManager(Closing):
     def stored_policy(self) -> KeepPolicy | None:
         """Returns the retention policy recorded by the newest checkpoint's writer, if any."""
         try:
-            saved = self.metadata().get("manager")
+            saved = self.document().manager
             return policy_from_config(saved["keep"]) if isinstance(saved, dict) else None
         except (CheckpointError, ConfigError, KeyError, TypeError):
             return None
@@ -378,8 +392,7 @@ class CheckpointManager(Closing):
                 self._storage.join(name),
             )
         flat = round_.flatten(state, copy=copy)
-        document = _document(number, metrics, flat, self.policy, self._trigger)
-        document["previous_step"] = self.latest_step()
+        document = _document(number, metrics, flat, self.policy, self._trigger, self.latest_step())
         # The listing latest_step() just took: no entry of this step, nothing to clear.
         fresh = number not in self._index.listed()
         self._timeline.record(document, abandoned)
@@ -449,7 +462,7 @@ class CheckpointManager(Closing):
         if self._trigger is None or self.latest_step() is None:
             return
         try:
-            saved = self.metadata().get("manager", {})
+            saved = self.document().manager
             self._trigger.resume(saved.get("save_trigger") if isinstance(saved, dict) else None)
         except (CorruptCheckpointError, CheckpointNotFoundError, ConfigError):
             # Another trigger, or a damaged newest checkpoint that restore will report:

@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep.clock import MAX_STEP
+from globalstep.clock import MAX_STEP, check_step
 from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
 from globalstep.errors import (
     ConfigError,
@@ -72,7 +72,6 @@ from globalstep.schedules._base import (
     Steps,
     Values,
     _length_duration,
-    check_step,
 )
 from globalstep.units import Duration, Unit
 

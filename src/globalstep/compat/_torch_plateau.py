@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep.clock import check_step
 from globalstep.compat._torch_base import (
     check_choice,
     check_rate,
@@ -22,7 +23,7 @@ from globalstep.compat._torch_base import (
     registry,
 )
 from globalstep.errors import ConfigError
-from globalstep.schedules._base import Values, check_step, check_steps
+from globalstep.schedules._base import Values, check_steps
 from globalstep.schedules.plateau import PlateauRule
 
 __all__ = ["ReduceLROnPlateau"]

@@ -58,13 +58,13 @@ import numpy as np
 
 from globalstep._optional import require
 from globalstep._tracing import traced_by
-from globalstep.clock import Clock
+from globalstep.clock import Clock, check_step
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
 from globalstep.errors import ConfigError, TracingError
 from globalstep.guards import StaleStepDetector
-from globalstep.schedules._base import check_number, check_step
+from globalstep.schedules._base import check_number
 
 __all__ = [
     "Checkpoint",  # noqa: F822 (module __getattr__)
