@@ -191,7 +191,7 @@ class RankLeaves:
     ) -> None:
         self.storage = storage
         self.name = name
-        self.step = int(state.step)
+        self.step = int(state.step or 0)  # Reading.load checked it is the step's
         self.rank = rank
         self.world_size = world_size
         found = _entries(state, storage.join(name))

@@ -116,9 +116,11 @@ class Document(Mapping[str, Any]):
     """A checkpoint's ``state.json``: one field per top-level key, written and read here
     alone, in the bytes every version since 5d95193 writes.
 
-    The fields hold the JSON values as they are on disk (a reader checks what it uses:
-    another version may have written other types). The nested sections (``tree``,
-    ``clocks``, ``manager``, ``per_rank``, ...) are the JSON their owners write.
+    The fields are typed as globalstep writes them; a document read holds the JSON values
+    as they are on disk, which a reader checks where it uses them (another version, or a
+    damaged file resealed, may hold other types: :func:`load_state` checks ``files`` and
+    ``tree``). The nested sections (``tree``, ``clocks``, ``manager``, ``per_rank``, ...)
+    are the JSON their owners write.
 
     A document is also a read-only mapping of its keys (``doc["step"]``), for the users of
     :meth:`~globalstep.checkpoint.CheckpointManager.metadata`'s dict and of a reader's
@@ -152,18 +154,18 @@ class Document(Mapping[str, Any]):
         (3, {})
     """
 
-    step: Any = None
-    created_unix: Any = None
-    metrics: Any = None
-    clocks: Any = None
+    step: int | None = None
+    created_unix: float | None = None
+    metrics: dict[str, Any] | None = None
+    clocks: list[dict[str, Any]] | None = None
     tree: Any = None
-    manager: Any = None
-    previous_step: Any = None
-    timeline: Any = None
-    per_rank: Any = None
-    sharded: Any = None
-    files: Any = None
-    format: Any = FORMAT_VERSION
+    manager: dict[str, Any] | None = None
+    previous_step: int | None = None
+    timeline: dict[str, Any] | None = None
+    per_rank: dict[str, Any] | None = None
+    sharded: dict[str, Any] | None = None
+    files: dict[str, Any] = dataclasses.field(default_factory=dict)
+    format: int = FORMAT_VERSION
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     order: tuple[str, ...] = _NEW_KEYS
 
@@ -187,7 +189,7 @@ class Document(Mapping[str, Any]):
         their order, after ``format`` and before ``files`` where it holds neither."""
         if isinstance(document, Document):
             return document
-        return cls.from_dict({"format": FORMAT_VERSION, **document, "files": None})
+        return cls.from_dict({"format": FORMAT_VERSION, **document, "files": {}})
 
     @classmethod
     def from_json(cls, data: bytes) -> Document:

@@ -218,23 +218,13 @@ class CheckpointManager(Closing):
         return self._index.incomplete()
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
-        """Returns the checked state.json of ``step`` (default: the newest), reading no array,
-        as a dict (:meth:`document`'s :meth:`~globalstep.checkpoint.document.Document.to_dict`).
-
-        Raises:
-            CheckpointNotFoundError: no such committed checkpoint.
-            CorruptCheckpointError: the marker or state.json is damaged.
-        """
+        """Returns :meth:`document` as a dict, state.json's JSON object (raises as it does)."""
         return self.document(step).to_dict()
 
     def document(self, step: int | None = None) -> Document:
-        """Returns the checked state.json of ``step`` (default: the newest), reading no
-        array, as its typed :class:`~globalstep.checkpoint.document.Document`.
-
-        Raises:
-            CheckpointNotFoundError: no such committed checkpoint.
-            CorruptCheckpointError: the marker or state.json is damaged.
-        """
+        """Returns the checked state.json of ``step`` (default: the newest) as its typed
+        :class:`~globalstep.checkpoint.document.Document`, reading no array; raises
+        CheckpointNotFoundError (no such checkpoint) or CorruptCheckpointError (damaged)."""
         return self._reading.read(step, self._reading.load)[1]
 
     def stored_policy(self) -> KeepPolicy | None:
