@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from globalstep import Clock, ConfigError, Progress, StepError
-from globalstep._clock import MAX_STEP
+from globalstep import MAX_STEP, Clock, ConfigError, Progress, StepError
+from globalstep._clock import check_step
 
 
 class FakeTime:
@@ -307,3 +307,51 @@ def test_one_owner_claims_a_clocks_ticks():
     assert clock.tick_owner is None
     clock.claim_ticks("optimizer B")
     assert "tick_owner" not in json.dumps(clock.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("value", "rule", "shown"),
+    [
+        (-1, r"must be an int >= 0", "-1"),
+        (np.int64(-2), r"must be an int >= 0", r"np.int64\(-2\)"),
+        (1.0, r"must be an int >= 0", "1.0"),
+        (np.float64(3.0), r"must be an int >= 0", r"np.float64\(3.0\)"),
+        (True, r"must be an int >= 0", "True"),
+        (np.True_, r"must be an int >= 0", r"np.True_"),
+        ("3", r"must be an int >= 0", "'3'"),
+        (None, r"must be an int >= 0", "None"),
+        (2**63, r"must be <= 2\*\*63-1", str(2**63)),
+        (np.uint64(2**64 - 1), r"must be <= 2\*\*63-1", r"np.uint64\(18446744073709551615\)"),
+    ],
+)
+def test_check_step_refuses_what_is_not_a_step(value, rule, shown):
+    """check_step refuses a bool, a float, a string, None, a negative or past-int64 value,
+    naming the parameter, the rule and the value received, with one error that is both a
+    ConfigError and a StepError carrying the value."""
+    with pytest.raises(
+        ConfigError, match=rf"^`purge_step` {rule}; got purge_step={shown}\.$"
+    ) as info:
+        check_step(value, "purge_step")
+    assert isinstance(info.value, StepError)
+    assert info.value.parameter == "purge_step"
+    assert info.value.step is value
+
+
+def test_check_step_cuts_a_huge_value_and_states_the_callers_rule():
+    """A 401-digit value is shown cut; a caller's own rules are the ones stated."""
+    with pytest.raises(
+        StepError, match=r"`step` must be <= 2\*\*63-1; got step='100000000000\.\.\.\(401 digits\)'"
+    ):
+        check_step(10**400)
+    rules = ("is not an int", "is negative", "is too large")
+    for value, said in ((1.5, "is not an int"), (-1, "is negative"), (2**63, "is too large")):
+        with pytest.raises(ConfigError, match=f"^`at` {said}; got at="):
+            check_step(value, "at", rules=rules)
+
+
+@pytest.mark.parametrize("value", [0, 7, MAX_STEP, np.uint8(7), np.int64(MAX_STEP)])
+def test_check_step_returns_an_int(value):
+    """A step of any integer kind comes back as a Python int of the same value."""
+    step = check_step(value)
+    assert type(step) is int
+    assert step == int(value)

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from globalstep import _aliases
-from globalstep._clock import MAX_STEP, Clock, Progress
+from globalstep._clock import MAX_STEP, Clock, Progress, check_step
 from globalstep._errors import (
     CheckpointError,
     CheckpointExistsError,
@@ -195,6 +195,7 @@ __all__ = [  # noqa: RUF022 (sorted as plain strings: tests/test_package.py)
     "all_of",
     "any_of",
     "at",
+    "check_step",
     "clip",
     "every",
     "join",

@@ -56,6 +56,7 @@ OLD: dict[str, tuple[str, tuple[str, ...]]] = {
             f"{_C}._files.arrays",
             f"{_C}._files.document",
             f"{_C}._files.fastio",
+            f"{_C}._directory.reading",
         ),
     ),
     f"{_C}.tree": (

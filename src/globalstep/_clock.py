@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
-from globalstep._errors import ConfigError, StepError
+from globalstep._errors import ConfigError, InvalidStepError, StepError
 from globalstep._tracing import opaque, traced_by, traced_error
 
 __all__ = ["MAX_STEP", "Clock", "Progress"]
@@ -83,6 +83,51 @@ def integer(value: Any) -> int | None:
         return operator.index(value)
     except (TypeError, ValueError):
         return None
+
+
+STEP_RULES = ("must be an int >= 0", "must be an int >= 0", "must be <= 2**63-1")
+"""What :func:`check_step` says a refused step must be, by the rule it broke: an integer
+(not a bool, not a float), at least 0, at most :data:`MAX_STEP`."""
+
+
+def check_step(
+    value: Any, parameter: str = "step", *, rules: tuple[str, str, str] = STEP_RULES
+) -> int:
+    """Returns ``value`` as an int where it is a step: an int (or a NumPy integer, a 0-d
+    integer tensor, anything :func:`operator.index` takes, but a bool) in [0, 2**63-1].
+
+    The one check of a step that every package calls (a schedule's argument, a summary's
+    step, a checkpoint's step).
+
+    Args:
+        value: the step received.
+        parameter: its name, as the caller spells it (``"purge_step"``).
+        rules: the rule the error states, for a value that is not an int, below 0, or past
+            :data:`MAX_STEP` (a caller that takes more than a step, such as a Clock, says so).
+
+    Raises:
+        InvalidStepError: ``value`` is not a step; a :class:`~globalstep._errors.ConfigError`
+            and a :class:`~globalstep._errors.StepError`, naming ``parameter``, the rule and
+            the value received.
+
+    Example:
+        >>> import numpy as np
+        >>> check_step(np.int64(4))
+        4
+        >>> check_step(-1, "purge_step")
+        Traceback (most recent call last):
+        ...
+        globalstep._errors.InvalidStepError: `purge_step` must be an int >= 0; got purge_step=-1.
+    """
+    number = integer(value)
+    if number is not None and 0 <= number <= MAX_STEP:
+        return number
+    rule = rules[0] if number is None else rules[1] if number < 0 else rules[2]
+    shown = value
+    if number is not None and abs(number) > 10**30:  # 10**400 shown with its 401 digits: cut
+        text = str(number)
+        shown = f"{text[:12]}...({len(text.lstrip('-'))} digits)"
+    raise InvalidStepError(parameter, rule, shown, step=value)
 
 
 _STATE_VERSION = 1

@@ -10,6 +10,7 @@ The tree::
     GlobalStepError
     ├── ConfigError (ValueError)                  bad parameter: .parameter, .value, .rule
     │   ├── DurationError                         malformed duration string: .text
+    │   ├── InvalidStepError (also a StepError)   not a step, where one is asked for: .step
     │   ├── ConfigTypeError (TypeError)           where torch raises TypeError
     │   └── ConfigZeroDivisionError (ZeroDivisionError)  where torch divides by zero
     ├── StepError (ValueError)                    bad step or tick: .step
@@ -270,6 +271,16 @@ class DivergenceError(GlobalStepError, ArithmeticError):
 
 class StepZeroDivisionError(StepError, ZeroDivisionError):
     """A step at which torch's scheduler divides by zero with these parameters."""
+
+
+class InvalidStepError(ConfigError, StepError):
+    """A value that is not a step (an int in [0, 2**63-1]) where a step is asked for: a bad
+    parameter (``.parameter``, ``.rule``, ``.value``) and a bad step (``.step``, the value
+    received), raised by :func:`globalstep._clock.check_step` alone."""
+
+    def __init__(self, parameter: str, rule: str, value: Any, *, step: Any) -> None:
+        super().__init__(parameter, rule, value)
+        self.step = step
 
 
 class ConfigZeroDivisionError(ConfigError, ZeroDivisionError):

@@ -35,7 +35,7 @@ from globalstep.checkpoint import (  # noqa: E402
     WorldSizeError,
     WorldSizeWarning,
 )
-from globalstep.checkpoint._files.arrays import verify_checkpoint  # noqa: E402
+from globalstep.checkpoint._directory.reading import verify_checkpoint  # noqa: E402
 from globalstep.checkpoint._manager import step_name  # noqa: E402
 from globalstep.integrations.torch import RNGState  # noqa: E402
 from globalstep.storage import LocalStorage  # noqa: E402

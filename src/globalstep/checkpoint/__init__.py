@@ -23,7 +23,7 @@ from globalstep.checkpoint._directory.policy import (
 from globalstep.checkpoint._files.arrays import read_arrays
 from globalstep.checkpoint._files.commit import commit as commit_checkpoint
 from globalstep.checkpoint._files.commit import remove_checkpoint
-from globalstep.checkpoint._files.document import COMMIT_FILE, checksum_of, load_state
+from globalstep.checkpoint._files.document import COMMIT_FILE, Document, checksum_of, load_state
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._manager import (
     CheckpointFollower,
@@ -44,11 +44,8 @@ from globalstep.checkpoint._tree.leaves import check_key, dataclass_fields, deco
 from globalstep.checkpoint._tree.templates import template_arrays
 
 __all__ = [
-    # the files themselves, for a peer's format written on ours (compat.tf)
     "COMMIT_FILE",
-    # a framework's objects in trees (the adapters' API: docs/extending.md)
     "Adapter",
-    # the checkpoints a user saves, restores and keeps
     "CheckpointFollower",
     "CheckpointInfo",
     "CheckpointManager",
@@ -57,6 +54,7 @@ __all__ = [
     "CheckpointWarning",
     "DistributedCheckpointError",
     "DistributedOptions",
+    "Document",
     "KeepAny",
     "KeepBest",
     "KeepEveryNHours",

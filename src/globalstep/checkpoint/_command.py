@@ -182,16 +182,16 @@ def _tree_lines(node: Any, path: str, out: list[str]) -> None:
 
 def _show(args: argparse.Namespace) -> int:
     with CheckpointManager(args.directory, read_only=True) as manager:
-        state = manager.metadata(args.step)
+        state = manager.document(args.step)
     # Checksums passed, but another version may have written other fields: show, never crash.
-    stamp = state.get("created_unix")
+    stamp = state.created_unix
     created = (
         time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
         if isinstance(stamp, int | float) and not isinstance(stamp, bool)
         else "?"
     )
-    lines = [f"step {state.get('step')}  saved {created}"]
-    clocks = state.get("clocks")
+    lines = [f"step {state.step}  saved {created}"]
+    clocks = state.clocks
     for clock in clocks if isinstance(clocks, list) else []:
         if not isinstance(clock, dict):
             continue
@@ -202,11 +202,11 @@ def _show(args: argparse.Namespace) -> int:
             f", tokens {clock.get('tokens')}, "
             + (f"{elapsed:.1f} s" if isinstance(elapsed, int | float) else "? s")
         )
-    metrics = state.get("metrics")
+    metrics = state.metrics
     for name, value in sorted((metrics if isinstance(metrics, dict) else {}).items()):
         lines.append(f"metric {name} = {value}")
     lines.append("tree:")
-    _tree_lines(state["tree"], "", lines)
+    _tree_lines(state.tree, "", lines)
     print("\n".join(lines))
     return 0
 

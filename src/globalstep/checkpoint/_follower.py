@@ -84,7 +84,7 @@ class CheckpointFollower(Iterator[CheckpointReader]):
                 self._miss(step, "pruned")
                 self.last_step = step
                 continue
-            previous = reader.state.get("previous_step")
+            previous = reader.state.previous_step
             if (
                 isinstance(previous, int)
                 and not isinstance(previous, bool)

@@ -63,6 +63,7 @@ from globalstep.checkpoint._directory.reading import Reading
 from globalstep.checkpoint._directory.retention import Retention, WarnOnce
 from globalstep.checkpoint._directory.timeline import Timeline
 from globalstep.checkpoint._files.commit import protocol_for
+from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._files.metadata import metrics_to_json
 from globalstep.checkpoint._follower import CheckpointFollower
@@ -88,19 +89,21 @@ def _document(
     flat: Flattened,
     policy: KeepPolicy,
     trigger: SaveTrigger | None,
-) -> dict[str, Any]:
-    """The new checkpoint's state.json, less its files and its predecessor."""
-    return {
-        "step": step,
-        "created_unix": time.time(),
-        "metrics": metrics_to_json(metrics),
-        "clocks": flat.clocks,
-        "tree": flat.structure,
-        "manager": {
+    previous_step: int | None,
+) -> Document:
+    """The new checkpoint's state.json, less its files."""
+    return Document(
+        step=step,
+        created_unix=time.time(),
+        metrics=metrics_to_json(metrics),
+        clocks=flat.clocks,
+        tree=flat.structure,
+        manager={
             "keep": policy.to_config(),
             "save_trigger": trigger.state_dict() if trigger else None,
         },
-    }
+        previous_step=previous_step,
+    )
 
 
 class CheckpointManager(Closing):
@@ -215,18 +218,19 @@ class CheckpointManager(Closing):
         return self._index.incomplete()
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
-        """Returns the checked state.json of ``step`` (default: the newest), reading no array.
+        """Returns :meth:`document` as a dict, state.json's JSON object (raises as it does)."""
+        return self.document(step).to_dict()
 
-        Raises:
-            CheckpointNotFoundError: no such committed checkpoint.
-            CorruptCheckpointError: the marker or state.json is damaged.
-        """
+    def document(self, step: int | None = None) -> Document:
+        """Returns the checked state.json of ``step`` (default: the newest) as its typed
+        :class:`~globalstep.checkpoint._files.document.Document`, reading no array; raises
+        CheckpointNotFoundError (no such checkpoint) or CorruptCheckpointError (damaged)."""
         return self._reading.read(step, self._reading.load)[1]
 
     def stored_policy(self) -> KeepPolicy | None:
         """Returns the retention policy recorded by the newest checkpoint's writer, if any."""
         try:
-            saved = self.metadata().get("manager")
+            saved = self.document().manager
             return policy_from_config(saved["keep"]) if isinstance(saved, dict) else None
         except (CheckpointError, ConfigError, KeyError, TypeError):
             return None
@@ -378,8 +382,7 @@ class CheckpointManager(Closing):
                 self._storage.join(name),
             )
         flat = round_.flatten(state, copy=copy)
-        document = _document(number, metrics, flat, self.policy, self._trigger)
-        document["previous_step"] = self.latest_step()
+        document = _document(number, metrics, flat, self.policy, self._trigger, self.latest_step())
         # The listing latest_step() just took: no entry of this step, nothing to clear.
         fresh = number not in self._index.listed()
         self._timeline.record(document, abandoned)
@@ -449,7 +452,7 @@ class CheckpointManager(Closing):
         if self._trigger is None or self.latest_step() is None:
             return
         try:
-            saved = self.metadata().get("manager", {})
+            saved = self.document().manager
             self._trigger.resume(saved.get("save_trigger") if isinstance(saved, dict) else None)
         except (CorruptCheckpointError, CheckpointNotFoundError, ConfigError):
             # Another trigger, or a damaged newest checkpoint that restore will report:

@@ -20,6 +20,7 @@ from globalstep.checkpoint._directory.index import StepIndex, step_name
 from globalstep.checkpoint._directory.retention import Retention
 from globalstep.checkpoint._directory.timeline import Timeline
 from globalstep.checkpoint._files.commit import CommitProtocol
+from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._ranks.rounds import Round
 
 __all__ = ["AsyncSaver", "Committer", "SaveJob", "SyncSaver"]
@@ -43,7 +44,7 @@ class SaveJob:
 
     step: int
     arrays: Mapping[str, Any]
-    document: dict[str, Any]
+    document: Document
     force: bool
     abandoned: list[int]
     round: Round

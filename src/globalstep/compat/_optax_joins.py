@@ -23,7 +23,7 @@ from globalstep.compat._optax_formulas import (
     polynomial_jax,
     polynomial_np,
 )
-from globalstep.compat._optax_schedule import OptaxSchedule
+from globalstep.compat._optax_schedule import OptaxSchedule, register
 from globalstep.compat._optax_simple import (
     check_numbers,
     checked_scales,
@@ -322,3 +322,13 @@ def linear_onecycle_schedule(
     return _onecycle(
         "linear", transition_steps, peak_value, pct_start, div_factor, final_div_factor, pct_final
     )
+
+
+register(
+    cosine_onecycle_schedule,
+    join_schedules,
+    linear_onecycle_schedule,
+    sgdr_schedule,
+    warmup_cosine_decay_schedule,
+    warmup_exponential_decay_schedule,
+)

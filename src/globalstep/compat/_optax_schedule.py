@@ -5,7 +5,6 @@ int count with its NumPy formula (memoised, as every globalstep schedule) and an
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -17,11 +16,18 @@ from globalstep.compat._common import FORMULA_BLOCK, Formula, PeerSchedule
 from globalstep.compat._optax_formulas import F32, Fn, JaxMaker
 from globalstep.schedules import Steps, Values
 
-__all__ = ["BUILDERS", "OptaxSchedule"]
+__all__ = ["BUILDERS", "OptaxSchedule", "register"]
 
 BUILDERS: dict[str, Callable[..., OptaxSchedule]] = {}
-"""The building functions of :mod:`globalstep.compat.optax` by name (filled by that module),
-which :meth:`OptaxSchedule.from_config` calls."""
+"""The building functions by name, for :meth:`OptaxSchedule.from_config`: each module that
+defines some registers them (:func:`register`) as it is imported, so that this module
+imports none of them."""
+
+
+def register(*builders: Callable[..., OptaxSchedule]) -> None:
+    """Adds ``builders`` to :data:`BUILDERS` under their names."""
+    for builder in builders:
+        BUILDERS[builder.__name__] = builder
 
 
 def _jnp() -> Any:
@@ -154,7 +160,6 @@ class OptaxSchedule(PeerSchedule):
             >>> OptaxSchedule.from_config(lr.get_config()) == lr
             True
         """
-        importlib.import_module("globalstep.compat.optax")  # which fills BUILDERS
         arguments = dict(config)
         name = arguments.pop("fn_name", None)
         if name not in BUILDERS:

@@ -25,7 +25,7 @@ from globalstep.compat._optax_formulas import (
     polynomial_jax,
     polynomial_np,
 )
-from globalstep.compat._optax_schedule import OptaxSchedule
+from globalstep.compat._optax_schedule import OptaxSchedule, register
 from globalstep.schedules import Steps, Values, check_flag, check_number
 
 __all__ = [
@@ -447,3 +447,15 @@ def cosine_decay_schedule(
         "float32",
         cosine_jax(init_value, decay_steps, alpha, exponent),
     )
+
+
+register(
+    constant_schedule,
+    cosine_decay_schedule,
+    exponential_decay,
+    linear_schedule,
+    piecewise_constant_schedule,
+    piecewise_interpolate_schedule,
+    polynomial_schedule,
+    warmup_constant_schedule,
+)

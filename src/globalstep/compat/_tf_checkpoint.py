@@ -59,6 +59,7 @@ from globalstep._errors import (
 from globalstep.checkpoint import (
     COMMIT_FILE,
     CheckpointWarning,
+    Document,
     RestoreReport,
     array_nodes,
     check_key,
@@ -271,7 +272,7 @@ class Checkpoint:
         check_key(name, "file_prefix")
         storage = open_storage(directory)
         flat = flatten(self._tree())
-        document = {"created_unix": time.time(), "tree": flat.structure, "clocks": flat.clocks}
+        document = Document.of_tf(created_unix=time.time(), tree=flat.structure, clocks=flat.clocks)
         # The commit makes every open writer's points durable first (the one path all
         # checkpoints take); once it is committed, a tracker may send the points up to
         # its clock's step, as after a CheckpointManager save.
@@ -312,10 +313,10 @@ class Checkpoint:
             raise CheckpointNotFoundError(f"no committed checkpoint at {save_path}", save_path)
         state = load_state(storage, name)
         template = self._tree()
-        into = template_arrays(state["tree"], template)
-        _check_shapes(state["tree"], into)
+        into = template_arrays(state.tree, template)
+        _check_shapes(state.tree, into)
         arrays = read_arrays(storage, name, state, into=into)
-        tree, report = unflatten(state["tree"], arrays, template, partial=True)
+        tree, report = unflatten(state.tree, arrays, template, partial=True)
         counter = tree.get(_COUNTER) if isinstance(tree, dict) else None
         if isinstance(counter, int) and not isinstance(counter, bool):
             self._save_counter.value = counter

@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep._clock import MAX_STEP
+from globalstep._clock import MAX_STEP, check_step
 from globalstep._errors import (
     ConfigError,
     ConfigTypeError,
@@ -68,7 +68,7 @@ from globalstep._errors import (
 from globalstep._memo import MEMO_CALLS
 from globalstep._units import Duration, Unit
 from globalstep.compat._common import _FLOAT64, _numpy_call, numpy_is_libm
-from globalstep.schedules import Schedule, Steps, Values, check_step, parse_length
+from globalstep.schedules import Schedule, Steps, Values, parse_length
 
 __all__ = [
     "CACHE_STEPS",

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from globalstep._clock import check_step
 from globalstep._errors import ConfigError
 from globalstep.compat._torch_base import (
     check_choice,
@@ -22,7 +23,7 @@ from globalstep.compat._torch_base import (
     check_scalar,
     registry,
 )
-from globalstep.schedules import PlateauRule, Values, check_step, check_steps
+from globalstep.schedules import PlateauRule, Values, check_steps
 
 __all__ = ["ReduceLROnPlateau"]
 

@@ -66,7 +66,7 @@ from globalstep.compat._optax_joins import (
     warmup_cosine_decay_schedule,
     warmup_exponential_decay_schedule,
 )
-from globalstep.compat._optax_schedule import BUILDERS, OptaxSchedule
+from globalstep.compat._optax_schedule import OptaxSchedule
 from globalstep.compat._optax_simple import (
     constant_schedule,
     cosine_decay_schedule,
@@ -103,12 +103,3 @@ for _name in __all__:
     if _name != "OptaxScheduleWarning":  # errors.py's, as before
         globals()[_name].__module__ = __name__
 del _name
-
-# The building functions by name, for OptaxSchedule.from_config.
-BUILDERS.update(
-    {
-        name: globals()[name]
-        for name in __all__
-        if name not in ("OptaxSchedule", "OptaxScheduleWarning")
-    }
-)

@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from globalstep._clock import Clock
+from globalstep._clock import Clock, check_step
 from globalstep._errors import ConfigError, TracingError
 from globalstep._guards import StaleStepDetector
 from globalstep._optional import require
@@ -64,7 +64,7 @@ from globalstep._tracing import traced_by
 from globalstep.compat import _tf_schedules as _tfs
 from globalstep.compat._common import F32Ops, PeerSchedule, step_array
 from globalstep.compat._tf_logging import log_every_n, log_first_n
-from globalstep.schedules import check_number, check_step
+from globalstep.schedules import check_number
 
 __all__ = [
     "Checkpoint",  # noqa: F822 (module __getattr__)

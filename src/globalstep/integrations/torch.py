@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from globalstep._clock import Clock, integer, release_claim
-from globalstep._errors import ConfigError, StepError
+from globalstep._clock import Clock, check_step, release_claim
+from globalstep._errors import ConfigError
 from globalstep._memo import MEMO_BITS, MEMO_MASK, memo_of
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
@@ -123,10 +123,7 @@ class OneCycleMomentum:
 
     def __call__(self, step: int) -> float:
         """Returns the momentum update number ``step`` uses."""
-        number = integer(step)
-        if number is None or number < 0:
-            raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
-        step = number
+        step = check_step(step)
         s = self.schedule
         total, pct_start = s.steps_total, s.pct_start
         top, low = self.max_momentum, self.base_momentum

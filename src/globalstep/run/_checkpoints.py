@@ -91,7 +91,7 @@ class RunCheckpoints:
             CheckpointError: as :meth:`CheckpointManager.restore
                 <globalstep.checkpoint.CheckpointManager.restore>`.
         """
-        held = stored_skipped(self.manager.metadata(step))
+        held = stored_skipped(self.manager.document(step))
         tree = self.manager.restore(self.tree(state, data_position, held), step=step)
         part = tree["run"]
         self.skipped.load(part.get("skipped"))
@@ -122,7 +122,7 @@ class RunCheckpoints:
         latest = manager.latest_step()
         if latest is None:
             return None, state, data_position
-        saved = stored_config(manager.metadata(latest))
+        saved = stored_config(manager.document(latest))
         check_drift(saved, config, strict=strict, directory=run, step=latest, stacklevel=4)
         state, position = self.load(latest, state, data_position)
         return latest, state, position

@@ -19,6 +19,7 @@ import numpy as np
 
 from globalstep._clock import Clock
 from globalstep._errors import ConfigDriftWarning, ConfigError
+from globalstep.checkpoint import Document
 
 __all__ = ["check_drift", "config_differences", "run_config", "stored_config"]
 
@@ -106,13 +107,13 @@ def _child(node: Any, key: str) -> Any:
     return node["dict"][key]
 
 
-def stored_config(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
+def stored_config(document: Document) -> dict[str, Any] | None:
     """Returns the run configuration stored in a checkpoint, read from its ``state.json``
-    (:meth:`CheckpointManager.metadata <globalstep.checkpoint.CheckpointManager.metadata>`);
+    (:meth:`CheckpointManager.document <globalstep.checkpoint.CheckpointManager.document>`);
     None where it holds none (a checkpoint not written by a Run) or one unreadable.
     """
     try:
-        node = _child(_child(metadata["tree"], "run"), "config")
+        node = _child(_child(document.tree, "run"), "config")
         saved = json.loads(node["value"])
     except (KeyError, TypeError, ValueError):
         return None

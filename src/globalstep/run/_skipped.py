@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from globalstep._errors import ConfigError
+from globalstep.checkpoint import Document
 
 __all__ = ["COUNT_TAG", "PREFIX", "Skipped", "stored_skipped"]
 
@@ -112,12 +113,12 @@ def _number(tag: str, value: Any) -> float:
         ) from None
 
 
-def stored_skipped(metadata: Mapping[str, Any]) -> str | None:
+def stored_skipped(document: Document) -> str | None:
     """The skipped attempts pending that a checkpoint holds (the text :meth:`Skipped.to_json`
-    made), read from its ``state.json`` (:meth:`CheckpointManager.metadata
-    <globalstep.checkpoint.CheckpointManager.metadata>`); None where it holds none."""
+    made), read from its ``state.json`` (:meth:`CheckpointManager.document
+    <globalstep.checkpoint.CheckpointManager.document>`); None where it holds none."""
     try:
-        text = metadata["tree"]["dict"]["run"]["dict"]["skipped"]["value"]
+        text = document.tree["dict"]["run"]["dict"]["skipped"]["value"]
     except (KeyError, TypeError):
         return None
     return text if isinstance(text, str) else None

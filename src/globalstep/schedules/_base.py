@@ -24,7 +24,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from globalstep._clock import MAX_STEP, Clock, Progress, integer
+from globalstep._clock import MAX_STEP, Clock, Progress, check_step
 from globalstep._errors import (
     ConfigError,
     ConversionError,
@@ -181,17 +181,6 @@ def traced_step_error(step: Any, what: str, kind: type[GlobalStepError]) -> Glob
     err = StepError(message, step)
     setattr(err, "ag_pass_through", True)  # noqa: B010 (AutoGraph: let it out as it is)
     return err
-
-
-def check_step(step: Any) -> int:
-    """Returns ``step`` as an int, or raises StepError unless it is an int >= 0 (a NumPy
-    integer or anything else :func:`operator.index` takes, but a bool)."""
-    number = integer(step)
-    if number is None or number < 0:
-        raise StepError(f"`step` must be an int >= 0; got step={step!r}.", step)
-    if number > MAX_STEP:
-        raise StepError(f"`step` must be <= 2**63-1; got step={step!r}.", step)
-    return number
 
 
 def check_steps(steps: Any) -> Steps:

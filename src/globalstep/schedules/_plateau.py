@@ -20,12 +20,12 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from globalstep._clock import check_step
 from globalstep._errors import ConfigError
 from globalstep.schedules._base import (
     check_choice,
     check_number,
     check_range,
-    check_step,
     check_steps,
 )
 

@@ -12,10 +12,10 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from globalstep._clock import MAX_STEP, Clock, integer
+from globalstep import _clock
+from globalstep._clock import Clock
 from globalstep._errors import ConfigError
 from globalstep.summary._tracker import TRACKERS, Tracker
-from globalstep.summary._values import short
 
 __all__ = [
     "FORMATS",
@@ -48,23 +48,21 @@ def check_tag(tag: Any) -> str:
     return tag
 
 
+_STEP_RULES = (
+    _clock.STEP_RULES[0],
+    "must be >= 0",
+    "must be <= 2**63-1 (TensorBoard stores steps as int64)",
+)
+
+
 def check_step(step: Any, parameter: str = "step") -> int:
     """Returns ``step`` as an int where it is one (or :func:`operator.index` takes it, but a
-    bool) in [0, 2**63-1].
+    bool) in [0, 2**63-1]: :func:`globalstep._clock.check_step` in a summary's words.
 
     Raises:
-        ConfigError: ``step`` (named ``parameter``) is not such an int.
+        InvalidStepError: ``step`` (named ``parameter``) is not such an int (a ConfigError).
     """
-    number = integer(step)
-    if number is None:
-        raise ConfigError(parameter, "must be an int", step)
-    if number < 0:
-        raise ConfigError(parameter, "must be >= 0", short(number))
-    if number > MAX_STEP:
-        raise ConfigError(
-            parameter, "must be <= 2**63-1 (TensorBoard stores steps as int64)", short(number)
-        )
-    return number
+    return _clock.check_step(step, parameter, rules=_STEP_RULES)
 
 
 def check_formats(formats: Any) -> tuple[str | Tracker, ...]:

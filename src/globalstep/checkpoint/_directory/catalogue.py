@@ -20,7 +20,7 @@ from globalstep._errors import ConfigError, CorruptCheckpointError
 from globalstep.checkpoint._directory.index import StepIndex, step_name
 from globalstep.checkpoint._directory.policy import CheckpointInfo, KeepPolicy, retained
 from globalstep.checkpoint._directory.reading import Reading, VanishedError
-from globalstep.checkpoint._files.document import ARRAYS_FILE, COMMIT_FILE, STATE_FILE
+from globalstep.checkpoint._files.document import ARRAYS_FILE, COMMIT_FILE, STATE_FILE, Document
 from globalstep.checkpoint._files.metadata import info_of, metrics_from_json, number, sharded_bytes
 
 __all__ = ["SUMMARY_INDEX", "Catalogue", "CheckpointSummary"]
@@ -52,22 +52,22 @@ class CheckpointSummary:
     error: str | None = None
 
 
-def _summary(step: int, state: dict[str, Any], kept_because: str) -> CheckpointSummary:
-    files = state.get("files", {})
+def _summary(step: int, state: Document, kept_because: str) -> CheckpointSummary:
+    files = state.files if isinstance(state.files, dict) else {}
     clocks = []
-    for c in state.get("clocks", []):
+    for c in state.clocks if isinstance(state.clocks, list) else []:
         try:
             clocks.append(Progress.from_dict(c))
         except (ConfigError, TypeError, AttributeError):  # another version's fields
             continue
     return CheckpointSummary(
         step=step,
-        created_unix=number(state.get("created_unix")),
+        created_unix=number(state.created_unix),
         size_bytes=int(
             sum(number(f.get("size")) for f in files.values() if isinstance(f, dict))
             + sharded_bytes(state)
         ),
-        metrics=metrics_from_json(state.get("metrics")),
+        metrics=metrics_from_json(state.metrics),
         clocks=clocks,
         kept_because=kept_because,
     )
@@ -91,11 +91,12 @@ class Catalogue:
     def summaries(self, policy: KeepPolicy) -> list[CheckpointSummary]:
         """Describes every committed checkpoint, oldest first (see the manager's)."""
         hints = self.hints()
-        states: dict[int, dict[str, Any] | str] = {}
+        states: dict[int, Document | str] = {}
         for step in self._index.steps():
             hint = hints.get(step)
             if hint is not None and hint.get("ids") == self._file_ids(step):
-                states[step] = hint["state"]  # the files are those the writer described
+                # The files are those the writer described.
+                states[step] = Document.from_dict(hint["state"])
                 continue
             try:
                 states[step] = self._reading.checked(step, self._reading.load)
@@ -149,7 +150,7 @@ class Catalogue:
                 hints[entry["step"]] = entry
         return hints
 
-    def record(self, step: int, document: dict[str, Any]) -> None:
+    def record(self, step: int, document: Document) -> None:
         """Appends the new checkpoint's summary to the index ``ckpt ls`` reads (a hint)."""
         ids = self._file_ids(step)
         if ids[0] is None:
@@ -159,9 +160,9 @@ class Catalogue:
             "step": step,
             "ids": ids,
             "state": {
-                "created_unix": document["created_unix"],
-                "metrics": document["metrics"],
-                "clocks": document["clocks"],
+                "created_unix": document.created_unix,
+                "metrics": document.metrics,
+                "clocks": document.clocks,
                 "files": {
                     ARRAYS_FILE: {"size": arrays[1] if arrays else 0},
                     "sharded": {"size": sharded_bytes(document)},

@@ -12,8 +12,7 @@ import threading
 import time
 from typing import Any
 
-from globalstep._clock import MAX_STEP, Clock, integer
-from globalstep._errors import ConfigError
+from globalstep._clock import Clock, check_step
 from globalstep.checkpoint._files.commit import CommitProtocol
 from globalstep.checkpoint._files.document import COMMIT_FILE
 from globalstep.storage import wrap_os_errors
@@ -36,14 +35,14 @@ def step_of(step: Any) -> int:
     a bool), or a Clock's step, checked to be a step, as an int.
 
     Raises:
-        ConfigError: ``step`` is not an int in [0, 2**63-1] or a Clock.
+        InvalidStepError: ``step`` is not an int in [0, 2**63-1] or a Clock (a ConfigError).
     """
     if isinstance(step, Clock):
         return step.step
-    number = integer(step)
-    if number is None or not 0 <= number <= MAX_STEP:
-        raise ConfigError("step", "must be an int in [0, 2**63-1] or a Clock", step)
-    return number
+    return check_step(step, rules=_STEP_RULES)
+
+
+_STEP_RULES = ("must be an int in [0, 2**63-1] or a Clock",) * 3
 
 
 _EMPTY_LISTINGS = 3

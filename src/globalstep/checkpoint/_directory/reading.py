@@ -23,7 +23,7 @@ from globalstep._errors import (
 )
 from globalstep.checkpoint._directory.index import StepIndex, step_name, step_of
 from globalstep.checkpoint._files.arrays import read_arrays
-from globalstep.checkpoint._files.document import load_state
+from globalstep.checkpoint._files.document import Document, load_state
 from globalstep.checkpoint._files.fastio import read_ahead
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._ranks.leaves import RankLeaves, verify_rank_leaves
@@ -92,7 +92,7 @@ class Reading:
         self._rebuild = rebuild
         self._ranks = ranks or (lambda: (0, 1))
 
-    def load(self, step: int) -> dict[str, Any]:
+    def load(self, step: int) -> Document:
         """Reads and checks ``step``'s marker and state.json, and that it is ``step``'s.
 
         Raises:
@@ -100,7 +100,7 @@ class Reading:
         """
         name = step_name(step)
         state = load_state(self.storage, name)
-        saved = state.get("step")
+        saved = state.step
         if saved != step or isinstance(saved, bool):
             raise CorruptCheckpointError(
                 f"{self.storage.join(name)}: its state.json is of step {saved!r}, not "
@@ -223,21 +223,21 @@ class Reading:
         state = self.load(step)
         read_arrays(self.storage, name, state, keep=False)
         verify_rank_leaves(self.storage, name, state)
-        if "sharded" in state:
+        if state.sharded is not None:
             from globalstep.checkpoint._ranks.coordinated import verify_sharded
 
             verify_sharded(self.storage, name, state)
         # The tree's values decoded as a restore decodes them (the arrays, read and
         # checked above, are not read again).
-        _check_values(state["tree"], "")
+        _check_values(state.tree, "")
         where = self.storage.join(name)
-        for number, progress in enumerate(state.get("clocks") or []):
+        for number, progress in enumerate(state.clocks or []):
             try:
                 Progress.from_dict(progress)  # as a restore reads the saved clocks
             except ConfigError as err:
                 message = f"{where}: state.json clocks[{number}]: {err}"
                 raise CorruptCheckpointError(message, where) from err
-        bad = _bad_clock_state(state["tree"], "")
+        bad = _bad_clock_state(state.tree, "")
         if bad is not None:
             raise CorruptCheckpointError(f"{where}: state.json: {bad}", where)
 
@@ -250,10 +250,10 @@ class Reading:
         with read_ahead(self.storage, name) as ahead:
             state = self.load(step)
             leaves = RankLeaves(self.storage, name, state, *self._ranks())
-            nodes = array_nodes(state["tree"])  # one walk, for the fit check and the read
+            nodes = array_nodes(state.tree)  # one walk, for the fit check and the read
             # This rank's own per-rank leaves in the tree (the same world size), or the
             # remap of another world size checked before anything is touched.
-            structure = leaves.structure(state["tree"], template)
+            structure = leaves.structure(state.tree, template)
             # Check the fit first, so that a misfit touches nothing in the template; the
             # same walk finds the template's arrays to fill in place and builds the tree.
             fit = (
@@ -263,7 +263,7 @@ class Reading:
                     structure,
                     template,
                     partial=partial,
-                    nodes=nodes if structure is state["tree"] else None,
+                    nodes=nodes if structure is state.tree else None,
                 )
             )
             into = None if fit is None else fit.targets
@@ -271,7 +271,7 @@ class Reading:
                 self.storage, name, state, into=into, nodes=nodes, ahead=ahead
             )
         arrays.update(leaves.read(into))
-        if "sharded" in state:
+        if state.sharded is not None:
             from globalstep.checkpoint._ranks.coordinated import load_sharded
 
             targets = template_sharded(structure, template)
@@ -333,3 +333,15 @@ def _bad_clock_state(structure: Any, path: str) -> str | None:
             where = "/".join(p for p in where.split("/") if p not in ("dict", "stateful"))
             return f"the clock state at {where or '<root>'}: {err}"
     return None
+
+
+def verify_checkpoint(storage: Storage, name: str) -> Document:
+    """Checks every checksum of checkpoint ``name``; returns its state.json.
+
+    Raises:
+        CorruptCheckpointError: a file is missing, truncated or fails its checksum.
+    """
+    state = load_state(storage, name)
+    read_arrays(storage, name, state, keep=False)
+    verify_rank_leaves(storage, name, state)  # each rank's file of per-rank leaves
+    return state

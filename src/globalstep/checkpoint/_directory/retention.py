@@ -20,6 +20,7 @@ from globalstep.checkpoint._directory.policy import (
 )
 from globalstep.checkpoint._directory.reading import Reading
 from globalstep.checkpoint._files.commit import CommitProtocol
+from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._files.metadata import info_of
 
 __all__ = ["Retention", "WarnOnce"]
@@ -133,7 +134,7 @@ class Retention:
         """Returns the path of ``step``'s checkpoint directory."""
         return self._storage.join(step_name(step))
 
-    def saved(self, step: int, document: dict[str, object]) -> None:
+    def saved(self, step: int, document: Document) -> None:
         """Records the checkpoint just committed, then applies the policy and sweeps.
 
         Nothing here fails the save: the checkpoint is committed.

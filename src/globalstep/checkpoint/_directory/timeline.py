@@ -10,11 +10,11 @@ checkpoint records where it resumed from and what it abandoned.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from globalstep._errors import CheckpointError
 from globalstep.checkpoint._directory.index import step_name
 from globalstep.checkpoint._directory.retention import Retention
+from globalstep.checkpoint._files.document import Document
 
 __all__ = ["Timeline"]
 
@@ -37,13 +37,13 @@ class Timeline:
             return []
         return [s for s in steps() if s > self.resumed_from]
 
-    def record(self, document: dict[str, Any], abandoned: list[int]) -> None:
+    def record(self, document: Document, abandoned: list[int]) -> None:
         """Records the new timeline in the next checkpoint's ``document``; the save
         that carries it starts the new timeline."""
         if self.resumed_from is None:
             return
-        document["timeline"] = {"resumed_from": self.resumed_from, "abandoned": abandoned}
-        document["previous_step"] = self.resumed_from
+        document.timeline = {"resumed_from": self.resumed_from, "abandoned": abandoned}
+        document.previous_step = self.resumed_from
         self.resumed_from = None
 
     @staticmethod

@@ -34,7 +34,7 @@ import numpy as np
 
 from globalstep._errors import CorruptCheckpointError
 from globalstep.checkpoint._files import fastio
-from globalstep.checkpoint._files.document import ARRAYS_FILE, Checksum, load_state
+from globalstep.checkpoint._files.document import ARRAYS_FILE, Checksum, Document
 from globalstep.checkpoint._files.fastio import (
     Stream,
     advise_sequential,
@@ -56,7 +56,6 @@ __all__ = [
     "parse_header",
     "read_arrays",
     "read_header",
-    "verify_checkpoint",
     "write_arrays",
 ]
 
@@ -321,7 +320,7 @@ def check_entry(
 def read_arrays(
     storage: Storage,
     name: str,
-    state: Mapping[str, Any],
+    state: Document,
     into: Mapping[str, np.ndarray[Any, Any]] | None = None,
     *,
     keep: bool = True,
@@ -341,11 +340,11 @@ def read_arrays(
         into: arrays to fill in place where dtype and shape match and they are writable
             and C-contiguous (their bytes are overwritten before the checksum is known).
         keep: False only verifies, through one small buffer, and returns no array.
-        nodes: ``array_nodes(state["tree"])``, where the caller has it already.
+        nodes: ``array_nodes(state.tree)``, where the caller has it already.
         ahead: the file's background reader, where the caller started one earlier
             (:func:`~globalstep.checkpoint._files.fastio.read_ahead`); without one, a local
             file gets its own here.
-        file: the array file (a rank's per-rank leaves); ``state["files"][file]`` checks it.
+        file: the array file (a rank's per-rank leaves); ``state.files[file]`` checks it.
 
     Raises:
         CorruptCheckpointError: the file is truncated, fails its checksum, or does not
@@ -356,9 +355,9 @@ def read_arrays(
             if own is not None:
                 return read_arrays(storage, name, state, into, keep=keep, nodes=nodes, ahead=own)
     path = storage.join(name, file)
-    expected = state["files"][file]
+    expected = state.files[file]
     if nodes is None:
-        nodes = array_nodes(state["tree"])
+        nodes = array_nodes(state.tree)
     into = into or {}
     with wrap_os_errors(f"reading {name}", path):
         try:
@@ -489,17 +488,3 @@ def _plan_run(
             buffers.append(target)  # C-contiguous (new, or checked by _read_all)
             sizes.append(nbytes)
     return buffers, sizes, run_bytes
-
-
-def verify_checkpoint(storage: Storage, name: str) -> dict[str, Any]:
-    """Checks every checksum of checkpoint ``name``; returns its state.json.
-
-    Raises:
-        CorruptCheckpointError: a file is missing, truncated or fails its checksum.
-    """
-    from globalstep.checkpoint._ranks.leaves import verify_rank_leaves
-
-    state = load_state(storage, name)
-    read_arrays(storage, name, state, keep=False)
-    verify_rank_leaves(storage, name, state)  # each rank's file of per-rank leaves
-    return state

@@ -29,7 +29,7 @@ Example:
     >>> protocol = protocol_for(open_storage("memory://doc-commit"))
     >>> type(protocol).__name__
     'MarkerCommit'
-    >>> protocol.commit("step-000000000007", {"w": np.arange(3.0)}, {"tree": None})
+    >>> protocol.commit("step-000000000007", {"w": np.arange(3.0)}, Document(step=7))
     >>> protocol.committed_names(), protocol.is_committed("step-000000000007")
     (['step-000000000007'], True)
 """
@@ -54,6 +54,7 @@ from globalstep.checkpoint._files.document import (
     COMMIT_FILE,
     FORMAT_VERSION,
     STATE_FILE,
+    Document,
     write_document,
 )
 from globalstep.storage import Storage, wrap_os_errors
@@ -83,7 +84,7 @@ class CommitHooks(Protocol):
     def started(self, staging: str) -> None:
         """Called once the directory being written exists, before any file is written."""
 
-    def finishing(self, staging: str, document: dict[str, Any]) -> None:
+    def finishing(self, staging: str, document: Document) -> None:
         """Called after the arrays are written, before state.json and the marker; may add
         to ``document``; raising leaves nothing committed."""
 
@@ -94,7 +95,7 @@ class _Save:
 
     name: str
     arrays: Mapping[str, np.ndarray[Any, Any]]
-    document: dict[str, Any]
+    document: Document
     hooks: CommitHooks | None
 
 
@@ -143,7 +144,7 @@ class CommitProtocol(ABC):
         self,
         name: str,
         arrays: Mapping[str, np.ndarray[Any, Any]],
-        document: dict[str, Any],
+        document: Document | Mapping[str, Any],
         *,
         force: bool = False,
         hooks: CommitHooks | None = None,
@@ -157,7 +158,8 @@ class CommitProtocol(ABC):
         Args:
             name: the checkpoint directory's name, e.g. ``step-000000000100``.
             arrays: the arrays by flat name.
-            document: the rest of state.json; ``files`` and ``format`` are added here.
+            document: state.json but its ``files``, which are added here: a
+                :class:`~globalstep.checkpoint._files.document.Document`, or a mapping of its keys.
             force: replace a committed checkpoint of that name: atomically where rename
                 is; elsewhere the old one stays committed until the new one is written
                 whole, and only the copy of the new files over it leaves the step
@@ -195,7 +197,8 @@ class CommitProtocol(ABC):
             )
         with wrap_os_errors(f"saving {name}", final):
             storage.makedirs(storage.root)
-            self._write(_Save(name, arrays, document, hooks), marked=marked, fresh=fresh)
+            save = _Save(name, arrays, Document.of(document), hooks)
+            self._write(save, marked=marked, fresh=fresh)
             storage.fsync_dir(storage.root)
 
     @abstractmethod
@@ -252,8 +255,9 @@ class CommitProtocol(ABC):
         files = {ARRAYS_FILE: write_arrays(storage, f"{staging}/{ARRAYS_FILE}", save.arrays)}
         if hooks is not None:
             hooks.finishing(staging, document)
-        full = {"format": FORMAT_VERSION, **document, "files": files}
-        state_sum = write_document(storage, f"{staging}/{STATE_FILE}", full)
+        state_sum = write_document(
+            storage, f"{staging}/{STATE_FILE}", document.replace(files=files)
+        )
         marker = {"format": FORMAT_VERSION, STATE_FILE: state_sum}
         write_document(storage, f"{staging}/{COMMIT_FILE}", marker, sealed=True)
         storage.fsync_dir(staging)
@@ -416,7 +420,11 @@ def protocol_for(storage: Storage) -> CommitProtocol:
 
 
 def commit(
-    storage: Storage, name: str, arrays: Mapping[str, Any], document: dict[str, Any], **how: Any
+    storage: Storage,
+    name: str,
+    arrays: Mapping[str, Any],
+    document: Document | Mapping[str, Any],
+    **how: Any,
 ) -> None:
     """Writes one checkpoint and commits it atomically under ``name``, by the protocol of
     ``storage``: :meth:`globalstep.checkpoint._files.commit.CommitProtocol.commit` (the open

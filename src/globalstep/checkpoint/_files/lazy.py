@@ -20,7 +20,7 @@ import numpy as np
 from globalstep._closing import Closing
 from globalstep._errors import ConfigError, CorruptCheckpointError
 from globalstep.checkpoint._files.arrays import check_entry, read_header
-from globalstep.checkpoint._files.document import ARRAYS_FILE
+from globalstep.checkpoint._files.document import ARRAYS_FILE, Document
 from globalstep.checkpoint._files.fastio import read_exactly
 from globalstep.checkpoint._tree.flatten import array_nodes
 from globalstep.storage import Storage, wrap_os_errors
@@ -40,15 +40,16 @@ class CheckpointReader(Closing):
 
     Attributes:
         step: the checkpoint's step.
-        state: its checked state.json.
+        state: its checked state.json, a
+            :class:`~globalstep.checkpoint._files.document.Document` (a mapping of its keys too).
     """
 
-    def __init__(self, storage: Storage, name: str, step: int, state: dict[str, Any]) -> None:
+    def __init__(self, storage: Storage, name: str, step: int, state: Document) -> None:
         self.step = step
         self.state = state
         self._storage = storage
         self._path = storage.join(name, ARRAYS_FILE)
-        self._nodes = array_nodes(state["tree"])
+        self._nodes = array_nodes(state.tree)
         self._mmap: mmap.mmap | None = None
         with wrap_os_errors(f"opening {name}", self._path):
             try:

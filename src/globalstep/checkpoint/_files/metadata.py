@@ -15,6 +15,7 @@ import numpy as np
 
 from globalstep._errors import ConfigError
 from globalstep.checkpoint._directory.policy import CheckpointInfo
+from globalstep.checkpoint._files.document import Document
 
 __all__ = ["info_of", "metrics_from_json", "metrics_to_json", "number", "sharded_bytes"]
 
@@ -65,16 +66,14 @@ def number(value: Any, default: float = 0.0) -> float:
     return default
 
 
-def info_of(step: int, state: Any) -> CheckpointInfo:
+def info_of(step: int, state: Document) -> CheckpointInfo:
     """Returns what retention knows of ``step`` from its state.json (or its summary)."""
-    return CheckpointInfo(
-        step, number(state.get("created_unix")), metrics_from_json(state.get("metrics"))
-    )
+    return CheckpointInfo(step, number(state.created_unix), metrics_from_json(state.metrics))
 
 
-def sharded_bytes(state: Any) -> int:
+def sharded_bytes(state: Document) -> int:
     """The bytes of a checkpoint's sharded chunks, as its state.json lists them (0 if none)."""
-    section = state.get("sharded") if isinstance(state, dict) else None
+    section = state.sharded
     tensors = section.get("tensors") if isinstance(section, dict) else None
     if not isinstance(tensors, dict):
         return 0

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from globalstep._errors import ConfigError, DistributedCheckpointError
+from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._ranks.leaves import write_rank_leaves
 from globalstep.checkpoint._ranks.shards import (
     SHARDED_DIR,
@@ -363,7 +364,7 @@ class SaveRound:
             report["per_rank"] = leaves
         return report
 
-    def finishing(self, staging: str, document: dict[str, Any]) -> None:
+    def finishing(self, staging: str, document: Document) -> None:
         """Waits for every rank's report; adds the chunks' index to ``document``."""
         del staging
         others = [r for r in range(self.c.world) if r != self.c.rank]
@@ -409,9 +410,9 @@ class SaveRound:
                         "same state?)",
                         [],
                     )
-            document["sharded"] = {"world_size": self.c.world, "tensors": tensors}
+            document.sharded = {"world_size": self.c.world, "tensors": tensors}
 
-    def _record_rank_leaves(self, reports: dict[int, Any], document: dict[str, Any]) -> None:
+    def _record_rank_leaves(self, reports: dict[int, Any], document: Document) -> None:
         """Records every rank's per-rank leaves in ``document``; each rank must have the
         same leaves as the writer (every rank passes a tree of the same shape)."""
         names = sorted(self.rank_tree or {})
@@ -435,7 +436,7 @@ class SaveRound:
                     [r],
                 )
             ranks.append(leaves)
-        document["per_rank"] = {"world_size": self.c.world, "ranks": ranks}
+        document.per_rank = {"world_size": self.c.world, "ranks": ranks}
 
     def committed(self) -> None:
         """Tells the other ranks the checkpoint is committed."""

@@ -42,7 +42,7 @@ import xxhash
 
 from globalstep._errors import CorruptCheckpointError, WorldSizeError, WorldSizeWarning
 from globalstep.checkpoint._files.arrays import read_arrays, write_arrays
-from globalstep.checkpoint._files.document import ARRAYS_FILE
+from globalstep.checkpoint._files.document import ARRAYS_FILE, Document
 from globalstep.checkpoint._ranks.perrank import derived_seed, reseed, reseedable
 from globalstep.checkpoint._tree.build import unflatten
 from globalstep.checkpoint._tree.flatten import array_nodes, node_kind, per_rank_nodes
@@ -87,16 +87,16 @@ def write_rank_leaves(
     return {"file": file, "size": written["size"], "xxh3_64": written["xxh3_64"], "tree": tree}
 
 
-def _entries(state: Mapping[str, Any], where: str) -> tuple[int, list[dict[str, Any]]] | None:
+def _entries(state: Document, where: str) -> tuple[int, list[dict[str, Any]]] | None:
     """The checked per-rank section of ``state``: (saved world size, each rank's entry)."""
-    section = state.get("per_rank")
+    section = state.per_rank
     if section is None:
         return None
     world = section.get("world_size") if isinstance(section, dict) else None
     ranks = section.get("ranks") if isinstance(section, dict) else None
     if type(world) is not int or world < 1 or not isinstance(ranks, list) or len(ranks) != world:
         raise CorruptCheckpointError(f"{where}: malformed per-rank section", where)
-    names = set(per_rank_nodes(state["tree"]))
+    names = set(per_rank_nodes(state.tree))
     for rank, entry in enumerate(ranks):
         ok = (
             isinstance(entry, dict)
@@ -126,12 +126,12 @@ def _read(
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Reads (or, without ``keep``, verifies) one rank's file of per-rank leaves."""
     file = entry["file"]
-    checked = {"files": {file: {"size": entry["size"], "xxh3_64": entry["xxh3_64"]}}}
+    checked = Document(files={file: {"size": entry["size"], "xxh3_64": entry["xxh3_64"]}})
     nodes = array_nodes({"dict": entry["tree"]})
     return read_arrays(storage, name, checked, into, keep=keep, nodes=nodes, file=file)
 
 
-def verify_rank_leaves(storage: Storage, name: str, state: Mapping[str, Any]) -> None:
+def verify_rank_leaves(storage: Storage, name: str, state: Document) -> None:
     """Checks every rank's file of per-rank leaves of checkpoint ``name``.
 
     Raises:
@@ -185,20 +185,20 @@ class RankLeaves:
         self,
         storage: Storage,
         name: str,
-        state: Mapping[str, Any],
+        state: Document,
         rank: int,
         world_size: int,
     ) -> None:
         self.storage = storage
         self.name = name
-        self.step = int(state["step"])
+        self.step = int(state.step or 0)  # Reading.load checked it is the step's
         self.rank = rank
         self.world_size = world_size
         found = _entries(state, storage.join(name))
         self.saved_world, self.entries = found if found else (world_size, [])
         self.present = bool(found) and bool(self.entries[0]["tree"])
         self.same = self.saved_world == world_size
-        self._main = state.get("files", {}).get(ARRAYS_FILE, {}).get("xxh3_64")
+        self._main = state.files[ARRAYS_FILE].get("xxh3_64")  # checked by load_state
         self._single = False  # one copy of each leaf, in the main tree and arrays
         self._targets: dict[str, Any] = {}
         self._read: dict[int, dict[str, Any]] = {}

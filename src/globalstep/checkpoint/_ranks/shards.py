@@ -23,6 +23,7 @@ from typing import Any
 import xxhash
 
 from globalstep._errors import CorruptCheckpointError
+from globalstep.checkpoint._files.document import Document
 from globalstep.storage import Storage, wrap_os_errors
 
 __all__ = [
@@ -99,8 +100,8 @@ def write_chunks(storage: Storage, staging: str, rank: int, chunks: list[Chunk])
     return {"ok": True, "chunks": entries}
 
 
-def _tensors(state: dict[str, Any], where: str) -> dict[str, Any]:
-    section = state.get("sharded")
+def _tensors(state: Document, where: str) -> dict[str, Any]:
+    section = state.sharded
     tensors = section.get("tensors") if isinstance(section, dict) else None
     if not isinstance(tensors, dict):
         raise CorruptCheckpointError(f"{where}: malformed sharded section", where)
@@ -136,7 +137,7 @@ def _dtype(name: Any, where: str) -> Any:
     return dtype
 
 
-def _described(state: dict[str, Any], where: str) -> dict[str, tuple[Any, list[int], list[Any]]]:
+def _described(state: Document, where: str) -> dict[str, tuple[Any, list[int], list[Any]]]:
     """Checked key -> (dtype, shape, chunks) of a checkpoint's sharded section."""
     out = {}
     for key, (dtype, shape, chunks, _) in _described_full(state, where).items():
@@ -144,7 +145,7 @@ def _described(state: dict[str, Any], where: str) -> dict[str, tuple[Any, list[i
     return out
 
 
-def _described_full(state: dict[str, Any], where: str) -> dict[str, tuple[Any, ...]]:
+def _described_full(state: Document, where: str) -> dict[str, tuple[Any, ...]]:
     """Checked key -> (dtype, shape, chunks, the saved tensor's entry) of a checkpoint's
     sharded section."""
     out = {}
@@ -330,7 +331,7 @@ def _storage_reader(described: dict[str, Any], reader: _ChunkReader) -> Any:
 def load_sharded(
     storage: Storage,
     name: str,
-    state: dict[str, Any],
+    state: Document,
     targets: dict[str, Any],
     *,
     rebuild: bool = False,
@@ -418,7 +419,7 @@ def _read_whole(
     return whole
 
 
-def verify_sharded(storage: Storage, name: str, state: dict[str, Any]) -> None:
+def verify_sharded(storage: Storage, name: str, state: Document) -> None:
     """Checks every chunk's checksum of a checkpoint's sharded section.
 
     Raises:
