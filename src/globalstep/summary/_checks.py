@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from globalstep import _clock
 from globalstep._clock import Clock
 from globalstep._errors import ConfigError
-from globalstep.summary._tracker import TRACKERS, Tracker
+from globalstep.summary._formats import FORMATS, check_formats, reach_urls
+from globalstep.summary._tracker import Tracker
 
 __all__ = [
     "FORMATS",
@@ -26,7 +27,6 @@ __all__ = [
     "checked_options",
 ]
 
-FORMATS = ("tensorboard", "jsonl")
 """The output formats a writer knows."""
 
 
@@ -63,31 +63,6 @@ def check_step(step: Any, parameter: str = "step") -> int:
         InvalidStepError: ``step`` (named ``parameter``) is not such an int (a ConfigError).
     """
     return _clock.check_step(step, parameter, rules=_STEP_RULES)
-
-
-def check_formats(formats: Any) -> tuple[str | Tracker, ...]:
-    """Returns ``formats`` as a tuple: a sequence naming each of :data:`FORMATS` and of the
-    trackers (:data:`~globalstep.summary._tracker.TRACKERS`, by name or as a
-    :class:`~globalstep.summary._tracker.Tracker`) at most once, at least one; a tracker's
-    name becomes ``Tracker(name)``.
-
-    Raises:
-        ConfigError: ``formats`` breaks that rule.
-    """
-    known = FORMATS + TRACKERS
-    if isinstance(formats, str) or not isinstance(formats, Sequence):
-        raise ConfigError("formats", f"must be a sequence of names from {known}", formats)
-    chosen = tuple(Tracker(f) if f in TRACKERS else f for f in formats)
-    names = [f.name if isinstance(f, Tracker) else f for f in chosen]
-    unknown = {f for f in chosen if not isinstance(f, Tracker)} - set(known)  # a Tracker's: any
-    if not names or len(set(names)) != len(names) or unknown:
-        raise ConfigError(
-            "formats",
-            f"must name each of {known} at most once (a tracker by name or as a Tracker; "
-            "one of your own as Tracker(name, client=...), one per name), at least one",
-            formats,
-        )
-    return chosen
 
 
 class WriterOptions(NamedTuple):
@@ -162,7 +137,7 @@ def _checked_place(
         raise ConfigError(
             "storage_options", "applies to fsspec URL logdirs (s3://...) only", storage_options
         )
-    if remote and formats != ("jsonl",):
+    if remote and not reach_urls(formats):
         raise ConfigError(
             "formats",
             "must be ('jsonl',) for an fsspec URL logdir (event files are written to "

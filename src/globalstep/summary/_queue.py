@@ -20,6 +20,7 @@ from typing import Any
 
 from globalstep._errors import ConfigError, NonFiniteError, SummaryWriteError
 from globalstep.summary._base import KIND, PAYLOAD, SCALARS, Backend, Item
+from globalstep.summary._formats import backend_for
 from globalstep.summary._tracker import Tracker
 from globalstep.summary._values import TensorReader
 
@@ -30,8 +31,6 @@ BATCH_ITEMS = 20_000
 
 MAX_QUEUED = 50 * BATCH_ITEMS
 """The queue's length past which the training thread writes it itself."""
-
-_COUNTER = iter(range(2**62))  # tells apart the event files of writers opened in one second
 
 
 def open_backends(
@@ -50,18 +49,7 @@ def open_backends(
     backends: list[Backend] = []
     try:
         for name in formats:
-            if isinstance(name, Tracker):
-                from globalstep.summary._tracker import TrackerBackend
-
-                backends.append(TrackerBackend(logdir, name))
-            elif name == "tensorboard":
-                from globalstep.summary._tensorboard import TensorBoardBackend
-
-                backends.append(TensorBoardBackend(logdir, next(_COUNTER)))
-            else:
-                from globalstep.summary._jsonl import JsonlBackend
-
-                backends.append(JsonlBackend(logdir, storage_options))
+            backends.append(backend_for(name, logdir, storage_options))
         wall_time = time.time()
         for backend in backends:
             if purge_step is not None:

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,8 +71,9 @@ from globalstep._closing import close_in_order
 from globalstep._errors import ConfigError, NonFiniteError, StepOrderWarning, SummaryWriteError
 from globalstep._guards import DEFAULT_STALE_THRESHOLD
 from globalstep.summary._base import HISTOGRAM, SCALAR, SCALARS, TEXT, Item
-from globalstep.summary._checks import FORMATS, check_step, check_tag, checked_options
+from globalstep.summary._checks import check_step, check_tag, checked_options
 from globalstep.summary._finite import NonFiniteHandler, check_finite
+from globalstep.summary._formats import FORMATS, available, format_of
 from globalstep.summary._queue import BATCH_ITEMS as _BATCH_ITEMS
 from globalstep.summary._queue import BackgroundQueue, open_backends, reported
 from globalstep.summary._restart import StepTracker, existing_max_step
@@ -106,10 +106,7 @@ def available_formats() -> tuple[str, ...]:
         >>> "jsonl" in available_formats()
         True
     """
-    needed = ("tensorboard", "google_crc32c")
-    if all(importlib.util.find_spec(name) is not None for name in needed):
-        return FORMATS
-    return ("jsonl",)
+    return available()
 
 
 def _close_open_writers() -> None:
@@ -191,7 +188,7 @@ class SummaryWriter(StepTracker):
         self._on_nonfinite = on_nonfinite
         self._known_tags: set[str] = set()
         self._closed = False
-        self._float32 = "tensorboard" in options.formats
+        self._float32 = any(f is not None and f.float32 for f in map(format_of, options.formats))
         # The largest magnitude a float value may have without further checks.
         self._limit = float_limit(self._float32)
         # Tags that enqueue_scalars() lets through on one check, with the type of value: a
