@@ -38,6 +38,64 @@ class Writer(ABC):
         """Closes without the guarantee, after a failure."""
 
 
+class Log(ABC):
+    """An append-only file, written by one writer (``metrics.jsonl``, an event file).
+
+    Attributes:
+        last: the file's last byte when it was opened (``b""`` for a new or empty file):
+            a crashed writer's half line shows as anything but ``b"\\n"``.
+    """
+
+    last: bytes = b""
+
+    @abstractmethod
+    def write(self, data: bytes) -> None:
+        """Appends ``data`` (buffered)."""
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Hands what was written to the store, for readers to see."""
+
+    @abstractmethod
+    def sync(self) -> None:
+        """Makes what was written durable (survives a crash of the machine)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flushes, then closes."""
+
+
+class WholeFileLog(Log):
+    """A log on a store with no append (an object store): kept in memory and written whole
+    at each flush that has new bytes; durable once the write returns. A store that only
+    implements :meth:`Storage.read_bytes` and :meth:`Storage.write_bytes` gets this one."""
+
+    def __init__(self, storage: Storage, path: str) -> None:
+        self._storage, self._path = storage, path
+        try:
+            existing = storage.read_bytes(path)
+        except FileNotFoundError:
+            existing = b""
+        self._data = bytearray(existing)
+        self.last = existing[-1:]
+        self._dirty = False
+
+    def write(self, data: bytes) -> None:
+        self._data += data
+        self._dirty = True
+
+    def flush(self) -> None:
+        if self._dirty:
+            self._storage.write_bytes(self._path, bytes(self._data))
+            self._dirty = False
+
+    def sync(self) -> None:
+        self.flush()
+
+    def close(self) -> None:
+        self.flush()
+
+
 class Storage(ABC):
     """The file operations of the commit protocol, rooted at one directory.
 
@@ -155,6 +213,12 @@ class Storage(ABC):
         content or a damaged file that reads as corrupt, never a missing one.
         """
         self.write_bytes(path, data)
+
+    def open_log(self, path: str) -> Log:
+        """Opens ``path`` to append to it (created if missing); see :class:`Log`. This
+        default keeps the file in memory and writes it whole at each flush
+        (:class:`WholeFileLog`); a store that can append overrides it."""
+        return WholeFileLog(self, path)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Writes a new file durably."""

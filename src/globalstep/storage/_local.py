@@ -9,7 +9,7 @@ import os
 import shutil
 from typing import IO, Any
 
-from globalstep.storage._base import Storage, Writer
+from globalstep.storage._base import Log, Storage, Writer
 
 
 class _FdWriter(Writer):
@@ -90,11 +90,37 @@ def _renameat2() -> Any:
         return None
 
 
+class _FileLog(Log):
+    """A local append-only file: buffered writes, ``flush`` to the OS, ``fsync`` to disk."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a+b")  # noqa: SIM115 - closed in close()
+        if self._file.tell() > 0:
+            self._file.seek(-1, os.SEEK_END)
+            self.last = self._file.read(1)
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def sync(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
 class LocalStorage(Storage):
     """A local directory; rename is atomic, files and directories are fsynced."""
 
     atomic_rename = True
     local = True
+
+    def open_log(self, path: str) -> Log:
+        return _FileLog(path)
 
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

@@ -21,7 +21,6 @@ raise ``flush_seconds``.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,56 +43,19 @@ def _nonfinite(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-class _ObjectLog:
-    """``metrics.jsonl`` on an object store: kept in memory, uploaded whole at a flush."""
-
-    def __init__(self, directory: str, storage_options: Mapping[str, Any] | None) -> None:
-        from globalstep.storage import FsspecStorage
-
-        self._storage = FsspecStorage(directory, storage_options)
-        self.path = self._storage.join(JSONL_NAME)
-        try:
-            existing = self._storage.read_bytes(self.path)
-        except FileNotFoundError:
-            existing = b""
-        self._data = bytearray(existing)
-        self._dirty = False
-        if existing and not existing.endswith(b"\n"):
-            self.write(b"\n")  # a crashed writer's half line: start ours on a fresh one
-
-    def write(self, data: bytes) -> None:
-        self._data += data
-        self._dirty = True
-
-    def flush(self) -> None:
-        if self._dirty:
-            self._storage.write_bytes(self.path, bytes(self._data))
-            self._dirty = False
-
-    def close(self) -> None:
-        self.flush()
-
-
 class JsonlBackend:
-    """Appends items to ``<directory>/metrics.jsonl``, a local path or an fsspec URL."""
+    """Appends items to ``<directory>/metrics.jsonl``, a local path or an fsspec URL, through
+    the directory's storage (:meth:`globalstep.storage.Storage.open_log`)."""
 
     def __init__(self, directory: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        from globalstep.storage import is_remote
+        from globalstep.storage import open_storage
 
         self._tags: dict[str, str] = {}
-        if is_remote(directory):
-            self._remote: _ObjectLog | None = _ObjectLog(directory, storage_options)
-            self.path = self._remote.path
-            self._file: Any = self._remote
-            return
-        self._remote = None
-        self.path = os.path.join(directory, JSONL_NAME)
-        self._file = open(self.path, "a+b")  # noqa: SIM115 - closed in close()
-        # A crashed writer may have left half a line: start ours on a fresh one.
-        if self._file.tell() > 0:
-            self._file.seek(-1, os.SEEK_END)
-            if self._file.read(1) != b"\n":
-                self._file.write(b"\n")
+        storage = open_storage(directory, storage_options)
+        self.path = storage.join(JSONL_NAME)
+        self._file = storage.open_log(self.path)
+        if self._file.last not in (b"", b"\n"):
+            self._file.write(b"\n")  # a crashed writer's half line: start ours on a fresh one
 
     def mark_restart(self, purge_step: int, wall_time: float) -> None:
         self._file.write(f'{{"restart": {purge_step}, "wall_time": {wall_time!r}}}\n'.encode())
@@ -139,9 +101,7 @@ class JsonlBackend:
         self._file.flush()
 
     def sync(self) -> None:
-        self._file.flush()
-        if self._remote is None:  # an uploaded object is durable once the upload returns
-            os.fsync(self._file.fileno())
+        self._file.sync()
 
     def close(self) -> None:
         self._file.close()

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from globalstep._optional import require
+from globalstep.storage import open_storage
 from globalstep.summary._base import (
     HISTOGRAM,
     KIND,
@@ -157,8 +158,9 @@ class TensorBoardBackend:
         self._tensor_pb2 = tensor_pb2
         self._shape_pb2 = tensor_shape_pb2
         self._dt_string = types_pb2.DT_STRING
-        self.path = os.path.join(directory, event_file_name(directory, counter))
-        self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+        storage = open_storage(directory)  # a local directory (the registry's rule)
+        self.path = storage.join(event_file_name(directory, counter))
+        self._file = storage.open_log(self.path)
         # Per length of a scalar's head (step and wall time), per tag: _template().
         self._templates: dict[int, dict[str, tuple[bytes, bytes]]] = {}
         first = event_pb2.Event(wall_time=time.time(), file_version=_FILE_VERSION)
@@ -300,8 +302,7 @@ class TensorBoardBackend:
         self._file.flush()
 
     def sync(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.sync()
 
     def close(self) -> None:
         self._file.close()
