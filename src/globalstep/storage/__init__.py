@@ -17,7 +17,8 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from globalstep._errors import ConfigError
@@ -49,8 +50,37 @@ __all__ = [
     "is_remote",
     "is_transient",
     "open_storage",
+    "register_storage",
     "wrap_os_errors",
 ]
+
+
+_OPENERS: dict[str, Callable[[str, Mapping[str, Any] | None], Storage]] = {}
+
+
+def register_storage(
+    scheme: str, opener: Callable[[str, Mapping[str, Any] | None], Storage]
+) -> None:
+    """Makes every ``<scheme>://...`` directory open as ``opener(url, storage_options)``: a
+    store of your own (a :class:`Storage` subclass) for checkpoints and JSONL logs alike.
+
+    Raises:
+        ConfigError: ``scheme`` is not a URL scheme, is a local one (``file``, ``local``)
+            or is registered already; ``opener`` is not callable.
+    """
+    if not isinstance(scheme, str) or not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):
+        raise ConfigError("scheme", "must be a URL scheme such as 'myblob'", scheme)
+    if scheme in ("file", "local"):
+        raise ConfigError("scheme", "must not be a local directory's scheme", scheme)
+    if scheme in _OPENERS:
+        raise ConfigError(
+            "scheme",
+            f"must be registered once; {_OPENERS[scheme]!r} opens it already",
+            scheme,
+        )
+    if not callable(opener):
+        raise ConfigError("opener", "must be callable as opener(url, storage_options)", opener)
+    _OPENERS[scheme] = opener
 
 
 def open_storage(
@@ -87,6 +117,9 @@ def open_storage(
             # fsspec's local file system is this one: the local storage's flock and
             # atomic rename serve it better than fsspec's copy of the file operations.
             return LocalStorage(os.path.abspath(text[len(scheme) :]))
+    opener = _OPENERS.get(text.partition("://")[0]) if remote else None
+    if opener is not None:
+        return opener(text, storage_options)
     if remote:
         return FsspecStorage(text, storage_options)
     return LocalStorage(os.path.abspath(text))

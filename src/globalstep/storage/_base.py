@@ -214,6 +214,15 @@ class Storage(ABC):
         """
         self.write_bytes(path, data)
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Creates ``path`` holding ``data`` unless it exists; returns False where it did
+        (the lock of a store without ``flock``). This default checks, then writes: a store
+        with an atomic exclusive create overrides it."""
+        if self.exists(path):
+            return False
+        self.write_bytes(path, data)
+        return True
+
     def open_log(self, path: str) -> Log:
         """Opens ``path`` to append to it (created if missing); see :class:`Log`. This
         default keeps the file in memory and writes it whole at each flush

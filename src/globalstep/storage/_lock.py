@@ -15,8 +15,6 @@ from typing import Any
 
 from globalstep._errors import CheckpointError, LockError
 from globalstep.storage._base import LOCK_FILE, Storage
-from globalstep.storage._local import LocalStorage
-from globalstep.storage._remote import FsspecStorage
 
 
 def _pid_alive(pid: int) -> bool:
@@ -100,7 +98,7 @@ class DirectoryLock:
         root = self._storage.root
         try:
             self._storage.makedirs(root)
-            if isinstance(self._storage, LocalStorage):
+            if self._storage.local:
                 self._acquire_local()
             else:
                 self._acquire_remote()
@@ -133,7 +131,6 @@ class DirectoryLock:
 
     def _acquire_remote(self) -> None:
         storage = self._storage
-        assert isinstance(storage, FsspecStorage)
         me = self._me()
         for _ in range(3):
             if storage.create_exclusive(self._path, me):

@@ -147,9 +147,9 @@ def _read_jsonl_lines(lines: Iterable[bytes], run: RunLog) -> None:
 
 def _remote_jsonl(url: str, storage_options: Mapping[str, Any] | None) -> bytes | None:
     """Returns the bytes of ``<url>/metrics.jsonl``, or None where there is none."""
-    from globalstep.storage import FsspecStorage
+    from globalstep.storage import open_storage
 
-    storage = FsspecStorage(url, storage_options)
+    storage = open_storage(url, storage_options)
     try:
         return storage.read_bytes(storage.join(JSONL_NAME))
     except FileNotFoundError:
