@@ -450,6 +450,12 @@ class PeerSchedule(ABC):
     _fields: tuple[str, ...] = ()
     _any_step: ClassVar[bool] = False
 
+    def _keep(self, *values: Any) -> None:
+        """Keeps the constructor's arguments under the peer's names: one value for each of
+        ``_fields``, in order (what :meth:`get_config` returns)."""
+        for name, value in zip(self._fields, values, strict=True):
+            setattr(self, name, value)
+
     def _init(self, initial: Any) -> None:
         dtype = np.float64 if isinstance(initial, np.float64) else np.float32
         self._ops = F32Ops(dtype, via_float32=True)

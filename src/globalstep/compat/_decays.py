@@ -60,6 +60,11 @@ class Exponential(Decay):
     """``initial_learning_rate * decay_rate ** (step / decay_steps)``, floored if staircase."""
 
     _fields = ("initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name")
+    initial_learning_rate: float
+    decay_steps: float
+    decay_rate: float
+    staircase: bool
+    name: str | None
 
     def __init__(
         self,
@@ -73,11 +78,7 @@ class Exponential(Decay):
         check_positive_steps("decay_steps", decay_steps)
         check_number("decay_rate", decay_rate)
         self._staircase = self._flag("staircase", staircase)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = self._named(name)
+        self._keep(initial_learning_rate, decay_steps, decay_rate, staircase, self._named(name))
         self._init(initial_learning_rate)
 
     def _p(self, steps: Steps) -> Values:
@@ -111,6 +112,12 @@ class Polynomial(Decay):
         "cycle",
         "name",
     )
+    initial_learning_rate: float
+    decay_steps: float
+    end_learning_rate: float
+    power: float
+    cycle: bool
+    name: str | None
 
     def __init__(
         self,
@@ -126,12 +133,7 @@ class Polynomial(Decay):
         check_number("end_learning_rate", end_learning_rate)
         check_number("power", power)
         self._cycle = self._flag("cycle", cycle)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.end_learning_rate = end_learning_rate
-        self.power = power
-        self.cycle = cycle
-        self.name = name
+        self._keep(initial_learning_rate, decay_steps, end_learning_rate, power, cycle, name)
         self._init(initial_learning_rate)
 
     def _formula(self, steps: Steps) -> Values:
@@ -154,6 +156,12 @@ class CosineRestarts(Decay):
     """SGDR: cosine decays restarting, each period ``t_mul`` times longer, ``m_mul`` lower."""
 
     _fields = ("initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha", "name")
+    initial_learning_rate: float
+    first_decay_steps: float
+    t_mul: float
+    m_mul: float
+    alpha: float
+    name: str | None
 
     def __init__(
         self,
@@ -169,12 +177,7 @@ class CosineRestarts(Decay):
         check_positive_steps("t_mul", t_mul)
         check_number("m_mul", m_mul)
         check_number("alpha", alpha)
-        self.initial_learning_rate = initial_learning_rate
-        self.first_decay_steps = first_decay_steps
-        self.t_mul = t_mul
-        self.m_mul = m_mul
-        self.alpha = alpha
-        self.name = name
+        self._keep(initial_learning_rate, first_decay_steps, t_mul, m_mul, alpha, name)
         self._init(initial_learning_rate)
 
     def _formula(self, steps: Steps) -> Values:

@@ -72,6 +72,12 @@ __all__ = [
     "vectorised_pow",
 ]
 
+
+def _hexes(*values: str) -> tuple[float, ...]:
+    """glibc's tables, written as its sources write them: C99 hex floats."""
+    return tuple(float.fromhex(v) for v in values)
+
+
 # glibc's __sincosf_table[0] (the coefficients are published constants of its algorithm).
 _HPI_INV_2_24 = float.fromhex("0x1.45F306DC9C883p+23")  # 2/pi * 2**24
 _HPI = float.fromhex("0x1.921FB54442D18p0")  # pi/2 rounded to float64
@@ -231,25 +237,28 @@ def _by_quadrant(r: Any, n: Any, signed: Any) -> Any:
     return np.where((n & 1).astype(bool), sine, cosine)
 
 
-# glibc's __logf_data: (1/c, log c) for 16 subintervals of [0.7, 1.4), ln 2, the polynomial.
-_LOGF_INVC = np.array(
-    [float.fromhex(v) for v in (
-        "0x1.661ec79f8f3bep+0", "0x1.571ed4aaf883dp+0", "0x1.49539f0f010bp+0",
-        "0x1.3c995b0b80385p+0", "0x1.30d190c8864a5p+0", "0x1.25e227b0b8eap+0",
-        "0x1.1bb4a4a1a343fp+0", "0x1.12358f08ae5bap+0", "0x1.0953f419900a7p+0", "0x1p+0",
-        "0x1.e608cfd9a47acp-1", "0x1.ca4b31f026aap-1", "0x1.b2036576afce6p-1",
-        "0x1.9c2d163a1aa2dp-1", "0x1.886e6037841edp-1", "0x1.767dcf5534862p-1",
-    )]
-)  # fmt: skip
-_LOGF_LOGC = np.array(
-    [float.fromhex(v) for v in (
-        "-0x1.57bf7808caadep-2", "-0x1.2bef0a7c06ddbp-2", "-0x1.01eae7f513a67p-2",
-        "-0x1.b31d8a68224e9p-3", "-0x1.6574f0ac07758p-3", "-0x1.1aa2bc79c81p-3",
-        "-0x1.a4e76ce8c0e5ep-4", "-0x1.1973c5a611cccp-4", "-0x1.252f438e10c1ep-5", "0x0p+0",
-        "0x1.aa5aa5df25984p-5", "0x1.c5e53aa362eb4p-4", "0x1.526e57720db08p-3",
-        "0x1.bc2860d22477p-3", "0x1.1058bc8a07ee1p-2", "0x1.4043057b6ee09p-2",
-    )]
-)  # fmt: skip
+# glibc's __logf_data: (1/c, log c) for 16 subintervals of [0.7, 1.4), a row each as glibc
+# writes its table; ln 2, the polynomial.
+_LOGF_TABLE = np.array(_hexes(
+    "0x1.661ec79f8f3bep+0", "-0x1.57bf7808caadep-2",
+    "0x1.571ed4aaf883dp+0", "-0x1.2bef0a7c06ddbp-2",
+    "0x1.49539f0f010bp+0", "-0x1.01eae7f513a67p-2",
+    "0x1.3c995b0b80385p+0", "-0x1.b31d8a68224e9p-3",
+    "0x1.30d190c8864a5p+0", "-0x1.6574f0ac07758p-3",
+    "0x1.25e227b0b8eap+0", "-0x1.1aa2bc79c81p-3",
+    "0x1.1bb4a4a1a343fp+0", "-0x1.a4e76ce8c0e5ep-4",
+    "0x1.12358f08ae5bap+0", "-0x1.1973c5a611cccp-4",
+    "0x1.0953f419900a7p+0", "-0x1.252f438e10c1ep-5",
+    "0x1p+0", "0x0p+0",
+    "0x1.e608cfd9a47acp-1", "0x1.aa5aa5df25984p-5",
+    "0x1.ca4b31f026aap-1", "0x1.c5e53aa362eb4p-4",
+    "0x1.b2036576afce6p-1", "0x1.526e57720db08p-3",
+    "0x1.9c2d163a1aa2dp-1", "0x1.bc2860d22477p-3",
+    "0x1.886e6037841edp-1", "0x1.1058bc8a07ee1p-2",
+    "0x1.767dcf5534862p-1", "0x1.4043057b6ee09p-2",
+)).reshape(16, 2)  # fmt: skip
+_LOGF_INVC = np.ascontiguousarray(_LOGF_TABLE[:, 0])
+_LOGF_LOGC = np.ascontiguousarray(_LOGF_TABLE[:, 1])
 _LN2 = float.fromhex("0x1.62e42fefa39efp-1")
 _A0 = float.fromhex("-0x1.00ea348b88334p-2")
 _A1 = float.fromhex("0x1.5575b0be00b6ap-2")
@@ -306,20 +315,14 @@ KERNELS: dict[str, tuple[Any, float, float]] = {
 # (the intervals and 1/c of logf's above) and a degree-5 polynomial, times y, then 2**that
 # from a 32-entry table and a degree-3 polynomial. The tables are what their definitions
 # give (see _powf_tables); the polynomials are published constants of the algorithm.
-_POW_A = tuple(
-    float.fromhex(v)
-    for v in (
-        "0x1.27616c9496e0bp-2",
-        "-0x1.71969a075c67ap-2",
-        "0x1.ec70a6ca7baddp-2",
-        "-0x1.7154748bef6c8p-1",
-        "0x1.71547652ab82bp0",
-    )
+_POW_A = _hexes(
+    "0x1.27616c9496e0bp-2",
+    "-0x1.71969a075c67ap-2",
+    "0x1.ec70a6ca7baddp-2",
+    "-0x1.7154748bef6c8p-1",
+    "0x1.71547652ab82bp0",
 )
-_EXP2_C = tuple(
-    float.fromhex(v)
-    for v in ("0x1.c6af84b912394p-5", "0x1.ebfce50fac4f3p-3", "0x1.62e42ff0c52d6p-1")
-)
+_EXP2_C = _hexes("0x1.c6af84b912394p-5", "0x1.ebfce50fac4f3p-3", "0x1.62e42ff0c52d6p-1")
 _EXP2_SHIFT = float.fromhex("0x1.8p+52") / 32  # x + this rounds x to a multiple of 1/32
 _POW_OVERFLOW = float.fromhex("0x1.fffffffd1d571p+6")  # above: |x**y| rounds past float32's max
 _POW_UNDERFLOW = -150.0  # at or below: x**y rounds to zero

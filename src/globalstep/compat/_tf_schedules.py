@@ -153,6 +153,10 @@ class CosineDecay(_TFSchedule):
     """
 
     _fields = ("initial_learning_rate", "decay_steps", "alpha", "name")
+    initial_learning_rate: float
+    decay_steps: float
+    alpha: float
+    name: str | None
 
     def __init__(
         self,
@@ -164,10 +168,7 @@ class CosineDecay(_TFSchedule):
         check_rate(initial_learning_rate, "initial_learning_rate", float64=False)
         check_positive_steps("decay_steps", decay_steps)
         check_number("alpha", alpha)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.alpha = alpha
-        self.name = name
+        self._keep(initial_learning_rate, decay_steps, alpha, name)
         self._init(initial_learning_rate)
 
     def _formula(self, steps: Steps) -> Values:
@@ -204,6 +205,12 @@ class LinearCosineDecay(_TFSchedule):
         "beta",
         "name",
     )
+    initial_learning_rate: float
+    decay_steps: float
+    num_periods: float
+    alpha: float
+    beta: float
+    name: str | None
 
     def __init__(
         self,
@@ -230,12 +237,7 @@ class LinearCosineDecay(_TFSchedule):
         check_number("initial_variance", initial_variance, optional=True)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ConfigError("seed", "must be an int >= 0", seed)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.num_periods = num_periods
-        self.alpha = alpha
-        self.beta = beta
-        self.name = name
+        self._keep(initial_learning_rate, decay_steps, num_periods, alpha, beta, name)
         self.initial_variance = initial_variance
         self.variance_decay = variance_decay
         self.seed = seed

@@ -28,6 +28,18 @@ from globalstep.schedules import PlateauRule, Values, check_steps
 __all__ = ["ReduceLROnPlateau"]
 
 _STATE = ("lr", "best", "num_bad_epochs", "cooldown_counter", "last_epoch")
+# The constructor's arguments, in order: kept under these names, and to_config()'s keys.
+_CONFIG = (
+    "base_lr",
+    "mode",
+    "factor",
+    "patience",
+    "threshold",
+    "threshold_mode",
+    "cooldown",
+    "min_lr",
+    "eps",
+)
 
 
 def _state(name: str, doc: str) -> Any:
@@ -63,6 +75,8 @@ class ReduceLROnPlateau(PlateauRule):
         (0.010000000000000002, None)
     """
 
+    base_lr: float
+
     def __init__(
         self,
         base_lr: float,
@@ -87,15 +101,9 @@ class ReduceLROnPlateau(PlateauRule):
                 raise ConfigError(name, "must be an int", value)
         check_real("threshold", threshold)
         check_real("eps", eps)
-        self.base_lr = base_lr
-        self.mode = mode
-        self.factor = factor
-        self.patience = patience
-        self.threshold = threshold
-        self.threshold_mode = threshold_mode
-        self.cooldown = cooldown
-        self.min_lr = min_lr
-        self.eps = eps
+        values = (base_lr, mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps)
+        for name, argument in zip(_CONFIG, values, strict=True):
+            setattr(self, name, argument)
         self._start(base_lr)
 
     # torch compares a non-finite metric as it is (see PlateauRule).
@@ -172,18 +180,7 @@ class ReduceLROnPlateau(PlateauRule):
 
     def to_config(self) -> dict[str, Any]:
         """Returns the constructor's arguments (not the state) as a JSON-ready config."""
-        names = (
-            "base_lr",
-            "mode",
-            "factor",
-            "patience",
-            "threshold",
-            "threshold_mode",
-            "cooldown",
-            "min_lr",
-            "eps",
-        )
-        return {"class": "ReduceLROnPlateau", "config": {n: getattr(self, n) for n in names}}
+        return {"class": "ReduceLROnPlateau", "config": {n: getattr(self, n) for n in _CONFIG}}
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -410,6 +410,12 @@ class CosineDecay(_KerasSchedule):
         "warmup_target",
         "warmup_steps",
     )
+    initial_learning_rate: float
+    decay_steps: int
+    alpha: float
+    name: str
+    warmup_target: float | None
+    warmup_steps: int
 
     def __init__(
         self,
@@ -427,12 +433,7 @@ class CosineDecay(_KerasSchedule):
         check_number("warmup_steps", warmup_steps)
         if warmup_steps < 0:
             raise ConfigError("warmup_steps", "must be >= 0", warmup_steps)
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.alpha = alpha
-        self.name = name
-        self.warmup_target = warmup_target
-        self.warmup_steps = warmup_steps
+        self._keep(initial_learning_rate, decay_steps, alpha, name, warmup_target, warmup_steps)
         self._init(initial_learning_rate)
 
     def _formula(self, steps: Steps) -> Values:

@@ -6,7 +6,6 @@ Part of :mod:`globalstep.integrations.keras` (which exports :func:`follow` and
 
 from __future__ import annotations
 
-import gc
 import weakref
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from globalstep._clock import Clock, release_claim
 from globalstep._errors import ConfigError, StepError
+from globalstep.integrations._held import refuse_held
 
 __all__ = ["Follower", "follow"]
 
@@ -311,15 +311,13 @@ def _check_free(optimizer: Any, clock: Clock) -> None:
         raise ConfigError("optimizer", "must be a Keras optimizer", type(optimizer).__name__)
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep Clock", clock)
-    if Follower.of(clock) is not None:
-        gc.collect()  # a follower nothing reaches may still wait for the cycle collector
-    first = Follower.of(clock)
-    if first is not None:
-        raise ConfigError(
-            "clock",
-            f"is followed already, by {first!r}",
-            clock,
-            hint="One follower per clock: keep calling the first, or detach it first "
-            "(globalstep.integrations.keras.Follower.of(clock).detach()) and follow again; "
-            "a second optimizer takes a Clock of its own.",
-        )
+    refuse_held(
+        Follower.of,
+        clock,
+        "clock",
+        clock,
+        "is followed already",
+        "One follower per clock: keep calling the first, or detach it first "
+        "(globalstep.integrations.keras.Follower.of(clock).detach()) and follow again; "
+        "a second optimizer takes a Clock of its own.",
+    )

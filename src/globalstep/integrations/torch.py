@@ -44,7 +44,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -56,6 +55,7 @@ import torch
 from globalstep._clock import Clock, check_step, release_claim
 from globalstep._errors import ConfigError
 from globalstep._memo import MEMO_BITS, MEMO_MASK, memo_of
+from globalstep.integrations._held import refuse_held
 from globalstep.integrations._torch_data import ResumableSampler, skip_ahead
 from globalstep.integrations._torch_state import RNGState
 from globalstep.schedules import Schedule
@@ -488,31 +488,26 @@ def _check_free(optimizer: Any, clock: Clock) -> None:
         raise ConfigError("optimizer", "must be a torch.optim.Optimizer", optimizer)
     if not isinstance(clock, Clock):
         raise ConfigError("clock", "must be a globalstep.Clock", clock)
-    if Attachment.of(optimizer) is not None or Attachment.of(clock) is not None:
-        # An optimizer nothing reaches any more may still wait for the cycle collector
-        # (it holds its hooks, which hold its attachment): it must not block a new one.
-        gc.collect()
-    first = Attachment.of(optimizer)
-    if first is not None:
-        raise ConfigError(
-            "optimizer",
-            f"is already attached, by {first!r}",
-            _named(optimizer),
-            hint="One attach() per optimizer: keep using the first attachment (it lasts "
-            "as long as the optimizer), or detach it first "
-            "(globalstep.integrations.torch.Attachment.of(optimizer).detach()) and "
-            "attach again.",
-        )
-    first = Attachment.of(clock)
-    if first is not None:
-        raise ConfigError(
-            "clock",
-            f"is already advanced by another optimizer, by {first!r}",
-            clock,
-            hint="Give each optimizer its own Clock (e.g. Clock('generator'), "
-            "Clock('critic')), or detach the first "
-            "(globalstep.integrations.torch.Attachment.of(clock).detach()) and attach again.",
-        )
+    refuse_held(
+        Attachment.of,
+        optimizer,
+        "optimizer",
+        _named(optimizer),
+        "is already attached",
+        "One attach() per optimizer: keep using the first attachment (it lasts as long as "
+        "the optimizer), or detach it first "
+        "(globalstep.integrations.torch.Attachment.of(optimizer).detach()) and attach again.",
+    )
+    refuse_held(
+        Attachment.of,
+        clock,
+        "clock",
+        clock,
+        "is already advanced by another optimizer",
+        "Give each optimizer its own Clock (e.g. Clock('generator'), Clock('critic')), or "
+        "detach the first (globalstep.integrations.torch.Attachment.of(clock).detach()) and "
+        "attach again.",
+    )
 
 
 def _named(optimizer: Any) -> str:

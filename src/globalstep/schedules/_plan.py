@@ -25,7 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from globalstep._errors import ConfigError, ConversionError
@@ -420,15 +420,8 @@ def _warmup(schedule: Schedule) -> tuple[int, int] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    plan = Plan(
-        dataset_size=args.dataset_size,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        grad_accum=args.grad_accum,
-        world_size=args.world_size,
-        drop_last=args.drop_last,
-        tokens_per_sample=args.tokens_per_sample,
-    )
+    # The command's options are Plan's fields, by the same names (add_parser).
+    plan = Plan(**{f.name: getattr(args, f.name) for f in fields(Plan)})
     schedule = schedule_from_args(args, plan.total_steps)
     # Everything is computed before anything is printed: a bad --every is one error line.
     triggers = {period: period for period in args.every or []}

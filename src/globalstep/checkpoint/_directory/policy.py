@@ -18,7 +18,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from globalstep._errors import ConfigError
 
@@ -78,43 +78,45 @@ class KeepPolicy(ABC):
 
 
 @dataclass(frozen=True)
-class KeepLatest(KeepPolicy):
-    """Keeps the ``n`` newest checkpoints."""
+class _CountPolicy(KeepPolicy):
+    """A policy of the steps alone and one count ``n``, an int >= 1 (the keep option
+    ``_option`` of CheckpointManager), described as ``{"policy": _kind, "n": n}``."""
 
     n: int
+    _kind: ClassVar[str]
+    _option: ClassVar[str]
 
     def __post_init__(self) -> None:
-        _positive_int("max_to_keep", self.n)
+        _positive_int(self._option, self.n)
+
+    @property
+    def needs_metadata(self) -> bool:
+        return False
+
+    def to_config(self) -> dict[str, Any]:
+        return {"policy": self._kind, "n": self.n}
+
+
+@dataclass(frozen=True)
+class KeepLatest(_CountPolicy):
+    """Keeps the ``n`` newest checkpoints."""
+
+    _kind = "latest"
+    _option = "max_to_keep"
 
     def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
         return {i.step: f"latest {self.n}" for i in infos[-self.n :]}
 
-    @property
-    def needs_metadata(self) -> bool:
-        return False
-
-    def to_config(self) -> dict[str, Any]:
-        return {"policy": "latest", "n": self.n}
-
 
 @dataclass(frozen=True)
-class KeepEveryNSteps(KeepPolicy):
+class KeepEveryNSteps(_CountPolicy):
     """Keeps every checkpoint whose step is a multiple of ``n``."""
 
-    n: int
-
-    def __post_init__(self) -> None:
-        _positive_int("keep_every_n_steps", self.n)
+    _kind = "every_n_steps"
+    _option = "keep_every_n_steps"
 
     def keep(self, infos: Sequence[CheckpointInfo]) -> dict[int, str]:
         return {i.step: f"every {self.n} steps" for i in infos if i.step % self.n == 0}
-
-    @property
-    def needs_metadata(self) -> bool:
-        return False
-
-    def to_config(self) -> dict[str, Any]:
-        return {"policy": "every_n_steps", "n": self.n}
 
 
 @dataclass(frozen=True)
