@@ -49,6 +49,7 @@ from types import FrameType
 from typing import Any
 
 from globalstep._closing import Closing
+from globalstep._group import ProcessGroup, active, initialised
 from globalstep.errors import ConfigError
 
 __all__ = [
@@ -120,33 +121,21 @@ def check_signals(signals: Any, name: str = "signals") -> tuple[int, ...]:
     return tuple(found)
 
 
-_OPENED: dict[str, int] = {}
-"""How many agreements this process made per Store prefix (every rank makes them in the
-same order, so the how-many-th names the same key on every rank)."""
-
-
 def _agreement_store(group: Any) -> tuple[Any, str] | None:
-    """The Store the agreement writes its key into and the key, or None on one process
+    """The store the agreement writes its key into and the key, or None on one process
     (a group of one needs no agreement)."""
-    from globalstep import distributed
-
-    if not distributed.initialised():
-        if group is not None:
-            raise ConfigError(
-                "group",
-                "needs an initialised default process group",
-                group,
-                hint="Call torch.distributed.init_process_group first, or pass group=None.",
-            )
+    if group is not None and not isinstance(group, ProcessGroup) and not initialised():
+        raise ConfigError(
+            "group",
+            "needs an initialised default process group",
+            group,
+            hint="Call torch.distributed.init_process_group first, or pass group=None.",
+        )
+    ranks = active(group)
+    if not ranks.connected or ranks.world_size == 1:
         return None
-    if distributed.world_size(group) == 1:
-        return None
-    from globalstep.checkpoint.distributed import store_and_attempt
-
-    store, attempt = store_and_attempt()
-    where = f"globalstep/preempt{attempt}"
-    _OPENED[where] = opened = _OPENED.get(where, 0) + 1
-    return store, f"{where}/{opened}"
+    # Every rank makes its agreements in the same order: the how-many-th names the key.
+    return ranks.store(), ranks.scope("globalstep/preempt")
 
 
 class Preemption(Closing):

@@ -45,17 +45,16 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from globalstep._group import ProcessGroup, active, check_writer_rank, initialised
 from globalstep.checkpoint._rank_leaves import write_rank_leaves
 from globalstep.checkpoint.shards import (
     SHARDED_DIR,
     Chunk,
     load_sharded,
-    torch_dist,
     verify_sharded,
     write_chunks,
 )
@@ -74,8 +73,6 @@ __all__ = [
 ]
 
 _KEY_ROOT = "globalstep/ckpt"
-_OPENED: dict[str, int] = {}
-"""How many distributed managers this process opened per directory."""
 _MAX_PAUSE = 0.01
 """The longest pause, in seconds, between two looks at the Store for the other ranks."""
 _RELEASE_SECONDS = 10.0
@@ -101,12 +98,7 @@ class DistributedOptions:
     store: Any = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.writer_rank, bool)
-            or not isinstance(self.writer_rank, int)
-            or self.writer_rank < 0
-        ):
-            raise ConfigError("writer_rank", "must be an int >= 0", self.writer_rank)
+        check_writer_rank(self.writer_rank)
         if (
             isinstance(self.timeout_seconds, bool)
             or not isinstance(self.timeout_seconds, int | float)
@@ -129,51 +121,11 @@ def options_from(value: Any) -> DistributedOptions | None:
     raise ConfigError("distributed", "must be a bool or a DistributedOptions", value)
 
 
-# ------------------------------------------------------------------ rank helpers (private)
-
-
-def _default_store(dist: Any) -> Any:
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError, ValueError) as err:  # pragma: no cover - torch drift
-        raise ConfigError(
-            "distributed",
-            "needs the torch.distributed Store, which this torch does not expose",
-            None,
-            hint="Pass DistributedOptions(store=...) with the store the group was made with.",
-        ) from err
-
-
-def _attempt() -> str:
-    """The key prefix's part that tells a torchrun restart of the workers from the last.
-
-    torchrun (torch >= 2.5, c10d rendezvous) hands its workers the agent's own TCPStore
-    (``TORCHELASTIC_USE_AGENT_STORE=True``), which outlives them: after a restart the
-    Store still holds the previous workers' save keys, under the same names a fresh
-    process counts to, and a rank would take the old writer's directory and "committed"
-    for this save's (its per-rank file written into the old directory, the checkpoint
-    committed without it). The restart count, the same on every worker an agent starts,
-    keeps each restart's keys apart. Empty where the Store is the group's own.
-    """
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return ""
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return f"/{run}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-
-
-def store_and_attempt() -> tuple[Any, str]:
-    """The default group's Store and the key prefix part of this torchrun attempt (see
-    :func:`_attempt`): what another agreement between the ranks (the pre-emption's) keys
-    its entries by, as the saves do."""
-    return _default_store(torch_dist()), _attempt()
-
-
 class Coordinator:
     """One manager's side of the save protocol, on one rank."""
 
     def __init__(self, options: DistributedOptions, storage: Storage) -> None:
-        dist = torch_dist()
-        if not (dist.is_available() and dist.is_initialized()):
+        if not (initialised() or isinstance(options.group, ProcessGroup)):
             raise ConfigError(
                 "distributed",
                 "needs torch.distributed to be initialised on every rank",
@@ -181,28 +133,22 @@ class Coordinator:
                 hint="Call torch.distributed.init_process_group(...) before opening the manager.",
             )
         self.options = options
-        self.rank = int(dist.get_rank(options.group))
-        self.world = int(dist.get_world_size(options.group))
-        if options.writer_rank >= self.world:
-            raise ConfigError(
-                "writer_rank",
-                f"must be a rank of the group (0..{self.world - 1})",
-                options.writer_rank,
-            )
-        self.store = options.store if options.store is not None else _default_store(dist)
+        group = active(options.group)
+        self.rank, self.world = group.rank, group.world_size
+        self.writer = check_writer_rank(options.writer_rank, self.world)
+        self.store = options.store if options.store is not None else group.store()
         where = str(getattr(storage, "url", None) or storage.root)
         # Every rank opens its managers of a directory in the same order: the how-many-th
         # tells this manager's keys from an earlier one's (whose keys the Store still holds).
-        _OPENED[where] = opened = _OPENED.get(where, 0) + 1
         digest = hashlib.sha1(where.encode()).hexdigest()[:16]
-        self.prefix = f"{_KEY_ROOT}/{digest}{_attempt()}/{opened}"
+        self.prefix = group.scope(f"{_KEY_ROOT}/{digest}")
         self.storage = storage
         self._seq = 0
 
     @property
     def is_writer(self) -> bool:
         """True on the rank that writes replicated state and commits."""
-        return self.rank == self.options.writer_rank
+        return self.rank == self.writer
 
     def begin(self, step: int) -> SaveRound:
         """Starts the next save (every rank calls ``save`` in the same order)."""
@@ -493,7 +439,7 @@ class SaveRound:
         Raises:
             DistributedCheckpointError: the writer failed or did not answer in time.
         """
-        writer = self.c.options.writer_rank
+        writer = self.c.writer
         told = self._from_writer("dir", "did not start the save within timeout_seconds={}")
         if "error" in told:
             self._release_store()
@@ -517,7 +463,7 @@ class SaveRound:
     def _from_writer(self, name: str, late: str) -> Any:
         """Waits for the writer's key ``name`` and returns its value; raises where it did not
         come within the timeout (``late``: the message's end, ``{}`` the timeout)."""
-        writer = self.c.options.writer_rank
+        writer = self.c.writer
         if self._wait_for([name], time.monotonic()) and not self._store("check", [self._key(name)]):
             raise self._fail(
                 f"the writer (rank {writer}) " + late.format(f"{self._timeout():g}"), [writer]
