@@ -18,8 +18,11 @@ updates; each takes the next step index from a :class:`SharedStepCounter` on the
 torch.distributed store, so that each index is handed to exactly one worker.
 
 Everything here works, as a no-op where that is the meaning, without a process group (one
-process: rank 0 of 1). torch is imported only by the calls that need it, and only when a
-process group is initialised; ``import globalstep`` never imports it.
+process: rank 0 of 1). The group itself (who this rank is, the collectives, the store) is
+:mod:`globalstep._group`'s: every ``group`` argument here is a torch.distributed group
+(None: the default one) or a ``globalstep._group.ProcessGroup``. torch is imported only by
+the calls that need it, and only when a process group is initialised; ``import globalstep``
+never imports it.
 
 Example:
     One process in a gloo group of one (a run under ``torchrun`` has several):

@@ -6,10 +6,11 @@ A scheduler pre-empts a job with a signal: SLURM sends SIGTERM (or, with
 gets to every worker, a cloud sends SIGTERM to one VM only. On several ranks each process
 must then save the same step, once, and exit; a rank that stops alone leaves the others
 waiting in their next collective. :class:`Preemption` catches the signals and agrees
-through the process group's Store (torch.distributed's key-value store, the one the
-group was made with), with no collective: the rank that receives a signal writes one key,
-``{signal}:{poll}``, naming the poll at which every rank stops; it is written once
-(``compare_set``: the first request wins, a later one on another rank adopts it). Every
+through the process group's key-value store (:mod:`globalstep._group`'s: under
+torch.distributed, the Store the group was made with), with no collective: the rank that
+receives a signal writes one key, ``{signal}:{poll}``, naming the poll at which every
+rank stops; it is written once (``compare_set``: the first request wins, a later one on
+another rank adopts it). Every
 ``every`` polls each rank looks whether the key exists (one ``check`` of the Store, a
 round trip on the loopback or the network, no other rank involved); a rank that finds it
 stops at the poll it names. When no signal came nothing waits for another rank: the
@@ -157,8 +158,9 @@ class Preemption(Closing):
         delay: looks between the request and the stop, >= 1: more leaves ranks that lag
             further behind time to see the request, and stops later.
         group: the process group whose ranks agree (its size decides whether there is
-            anything to agree on); None is the default group. The request goes through
-            the default group's Store either way.
+            anything to agree on); None is the default group, or a
+            ``globalstep._group.ProcessGroup``. Under torch.distributed the request goes
+            through the default group's Store either way.
         agree: False stops this process alone, at once, even on several ranks.
         on_signal: called with the signal's number when the first one arrives (in the
             handler: it should only note or print).

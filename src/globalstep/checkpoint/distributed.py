@@ -17,11 +17,13 @@ A :class:`~globalstep.checkpoint.manager.CheckpointManager` opened with
   ``per_rank/rank-NNNNN.safetensors`` inside the same temporary directory, checksummed,
   and recorded by the writer in ``state.json``; on a restore with the same world size each
   rank gets its own back (see :mod:`globalstep.checkpoint._rank_leaves`).
-- Each rank reports to the writer through the torch.distributed Store; the writer writes
-  ``state.json`` (which then describes every chunk) and the commit marker only after every
-  rank reported success. A rank that fails or dies makes the save fail on every surviving
-  rank within ``timeout_seconds`` with a :class:`DistributedCheckpointError` naming it;
-  nothing is committed and the previous checkpoint stays the newest.
+- Each rank reports to the writer through the process group's key-value store (see
+  :mod:`globalstep._group`: torch.distributed's Store, under this manager's own keys);
+  the writer writes ``state.json`` (which then describes every chunk) and the commit
+  marker only after every rank reported success. A rank that fails or dies makes the
+  save fail on every surviving rank within ``timeout_seconds`` with a
+  :class:`DistributedCheckpointError` naming it; nothing is committed and the previous
+  checkpoint stays the newest.
 
 Restoring needs no coordination: each rank reads the replicated state, and each sharded
 tensor of the template is filled through torch.distributed.checkpoint's ``load`` (its
@@ -87,9 +89,10 @@ class DistributedOptions:
         writer_rank: the rank that writes replicated state, takes the lock and commits.
         timeout_seconds: how long a rank waits for another's part of a save before the
             save fails naming the ranks that did not answer.
-        group: the torch.distributed process group; None is the default group.
-        store: the torch.distributed Store the ranks report through; None takes the
-            default group's store.
+        group: the torch.distributed process group; None is the default group, or a
+            ``globalstep._group.ProcessGroup``.
+        store: the key-value store the ranks report through (a torch.distributed
+            Store); None takes the group's.
     """
 
     writer_rank: int = 0
