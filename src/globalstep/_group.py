@@ -322,12 +322,16 @@ class TorchGroup(ProcessGroup):
     def __init__(self, handle: Any = None) -> None:
         super().__init__(_TORCH_SCOPES)
         self.handle = handle
+        self._module: Any = sys.modules.get("torch.distributed")
 
-    @staticmethod
-    def _dist() -> Any:
-        require("torch", "torch", "globalstep's process group")
-        import torch.distributed as dist
+    def _dist(self) -> Any:
+        """torch.distributed (imported by whoever made the group: looked up, not imported)."""
+        dist = self._module
+        if dist is None:
+            require("torch", "torch", "globalstep's process group")
+            import torch.distributed as dist
 
+            self._module = dist
         return dist
 
     @property
@@ -406,6 +410,12 @@ class TorchGroup(ProcessGroup):
         return f"/{run}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
+_TORCH_DEFAULT = TorchGroup()
+_SINGLE_PROCESS = SingleProcess()
+"""The groups :func:`active` returns without a ``group`` (they hold no state of a run:
+the handle, torch.distributed's module once looked up)."""
+
+
 def _torch_initialised() -> bool:
     """Whether torch.distributed has a default process group. Without torch imported none
     can exist, so torch is not imported to ask."""
@@ -425,5 +435,5 @@ def active(group: Any = None) -> ProcessGroup:
     if isinstance(group, ProcessGroup):
         return group
     if _torch_initialised():
-        return TorchGroup(group)
-    return SingleProcess()
+        return _TORCH_DEFAULT if group is None else TorchGroup(group)
+    return _SINGLE_PROCESS
