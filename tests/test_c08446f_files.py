@@ -52,16 +52,36 @@ def files(root: pathlib.Path) -> dict[str, bytes]:
     }
 
 
+def _covered(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The entries the ``sent`` marks cover, as merged spans: the same points sent in one
+    batch or two (the sender thread's timing) read the same."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def normalised(name: str, data: bytes) -> Any:
     """The two files compared after one normalisation each: the catalogue's index holds
     each file's identity (inode, size, mtime: ``ids``), which no two runs share; a tracker
-    record's ``sent`` marks land among its points as its sender thread runs (its lines are
-    compared as a multiset)."""
+    record's ``sent`` marks land among its points, one batch or several, as its sender
+    thread runs (its other lines are compared in order, and the points the marks cover)."""
     if name.endswith(".summaries.jsonl"):
         rows = [json.loads(line) for line in data.splitlines()]
         return [{key: value for key, value in row.items() if key != "ids"} for row in rows]
     if name.endswith(".tracker.jsonl"):
-        return sorted(data.splitlines())
+        lines = data.splitlines()
+        sent = sorted(
+            tuple(span)
+            for line in lines
+            if line.startswith(b'{"sent"')
+            for span in json.loads(line)["sent"]
+        )
+        kept = [line for line in lines if not line.startswith(b'{"sent"')]
+        return kept, _covered(sent)
     return data
 
 

@@ -12,7 +12,8 @@ wall clock, the clocks' elapsed time, the host name, the process id, random ids)
 pinned here, the same way on both sides, so that the comparison is strict. Two files are
 compared after one normalisation each (``tests/test_c08446f_files.py`` says which): the
 catalogue's index ``.summaries.jsonl`` holds each file's identity (inode, size, mtime),
-and a tracker record's ``sent`` marks land among its points as its sender thread runs.
+and a tracker record's ``sent`` marks land among its points, in one batch or several,
+as its sender thread runs.
 
 It writes:
 

@@ -54,7 +54,7 @@ def test_a_zero_world_size_variable_is_an_error(monkeypatch):
 
 def test_a_writer_rank_outside_the_world_is_an_error(group_of_one):
     """is_writer(1) in a group of one raises, naming the world size."""
-    with pytest.raises(ConfigError, match=r"`writer_rank` must be an int in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"`writer_rank` must be a rank below the world size, 1"):
         is_writer(1)
 
 

@@ -18,8 +18,11 @@ updates; each takes the next step index from a :class:`SharedStepCounter` on the
 torch.distributed store, so that each index is handed to exactly one worker.
 
 Everything here works, as a no-op where that is the meaning, without a process group (one
-process: rank 0 of 1). torch is imported only by the calls that need it, and only when a
-process group is initialised; ``import globalstep`` never imports it.
+process: rank 0 of 1). The group itself (who this rank is, the collectives, the store) is
+:mod:`globalstep._group`'s: every ``group`` argument here is a torch.distributed group
+(None: the default one) or a ``globalstep._group.ProcessGroup``. torch is imported only by
+the calls that need it, and only when a process group is initialised; ``import globalstep``
+never imports it.
 
 Example:
     One process in a gloo group of one (a run under ``torchrun`` has several):
@@ -41,15 +44,13 @@ Example:
 from __future__ import annotations
 
 import collections
-import os
-import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from globalstep import _group
 from globalstep._clock import MAX_STEP, Clock
 from globalstep._errors import ConfigError, StepMismatchError
-from globalstep._optional import require
 from globalstep.distributed._preemption import Preemption
 
 __all__ = [
@@ -70,17 +71,6 @@ REDUCE_OPS = ("max", "mean", "min", "sum")
 """The operations :func:`reduce_metrics` knows."""
 
 
-def _initialised() -> Any:
-    """torch.distributed when a default process group exists, else None.
-
-    Without torch imported no process group can exist, so torch is not imported to ask.
-    """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    return dist
-
-
 def initialised() -> bool:
     """Returns whether a default torch.distributed process group exists in this process.
 
@@ -89,24 +79,7 @@ def initialised() -> bool:
     choose between every rank saving (a group exists) and the writer rank alone saving
     (ranks known only from torchrun's environment variables).
     """
-    return _initialised() is not None
-
-
-def _from_environment(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigError(
-            name,
-            "must be an int >= 0 (the environment variable torchrun sets)",
-            text,
-        )
-    return value
+    return _group.initialised()
 
 
 def rank(group: Any = None) -> int:
@@ -120,10 +93,7 @@ def rank(group: Any = None) -> int:
         >>> rank()
         0
     """
-    dist = _initialised()
-    if dist is not None:
-        return int(dist.get_rank(group))
-    return _from_environment("RANK", 0)
+    return _group.active(group).rank
 
 
 def world_size(group: Any = None) -> int:
@@ -137,13 +107,7 @@ def world_size(group: Any = None) -> int:
         >>> world_size()
         1
     """
-    dist = _initialised()
-    if dist is not None:
-        return int(dist.get_world_size(group))
-    size = _from_environment("WORLD_SIZE", 1)
-    if size < 1:
-        raise ConfigError("WORLD_SIZE", "must be an int >= 1", size)
-    return size
+    return _group.active(group).world_size
 
 
 def is_writer(writer_rank: int = 0, group: Any = None) -> bool:
@@ -160,23 +124,7 @@ def is_writer(writer_rank: int = 0, group: Any = None) -> bool:
         >>> is_writer(), is_writer(0)
         (True, True)
     """
-    size = world_size(group)
-    if isinstance(writer_rank, bool) or not isinstance(writer_rank, int):
-        raise ConfigError("writer_rank", f"must be an int in [0, {size})", writer_rank)
-    if not 0 <= writer_rank < size:
-        raise ConfigError(
-            "writer_rank",
-            f"must be an int in [0, {size}) (the world size is {size})",
-            writer_rank,
-        )
-    return rank(group) == writer_rank
-
-
-def _device(dist: Any, torch: Any, group: Any) -> Any:
-    """The device a collective's tensors must live on: the GPU for NCCL, else the CPU."""
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return _group.active(group).is_writer(writer_rank)
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -215,15 +163,10 @@ def assert_steps_agree(clock: Clock | int, group: Any = None) -> int:
         step = clock
     else:
         raise ConfigError("clock", "must be a globalstep Clock or an int step >= 0", clock)
-    dist = _initialised()
-    if dist is None:
+    ranks = _group.active(group)
+    if not ranks.connected:
         return step
-    torch = require("torch", "torch", "globalstep.distributed")
-    device = _device(dist, torch, group)
-    mine = torch.tensor([step], dtype=torch.int64, device=device)
-    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, mine, group=group)
-    steps = [int(t.item()) for t in gathered]
+    steps = [row[0] for row in ranks.all_gather_ints([step])]
     counts = collections.Counter(steps)
     common = counts.most_common(1)[0][0]  # ties: the step seen first, i.e. at the lowest rank
     if len(counts) == 1:
@@ -330,10 +273,9 @@ def reduce_metrics(
     if not isinstance(metrics, Mapping):
         raise ConfigError("metrics", "must be a mapping of tags to numbers", metrics)
     values = {tag: _number(tag, value) for tag, value in metrics.items()}
-    dist = _initialised()
-    if dist is None:
+    ranks = _group.active(group)
+    if not ranks.connected:
         return values
-    torch = require("torch", "torch", "globalstep.distributed")
     tags = sorted(values)
     # Two extra entries find ranks with other tags in the same collective: a 20-bit hash h
     # of the tags, and h**2 (or -h for max and min). Summed over n ranks, sum(h) == n*h and
@@ -341,21 +283,17 @@ def reduce_metrics(
     # max(h) == h and max(-h) == -h likewise. The sums stay exact in float64.
     signature = float(zlib.crc32("\x00".join(tags).encode()) & 0xFFFFF)
     check = -signature if op in ("max", "min") else signature * signature
-    device = _device(dist, torch, group)
-    buffer = torch.tensor(
-        [values[tag] for tag in tags] + [signature, check], dtype=torch.float64, device=device
+    reduced = ranks.all_reduce_floats(
+        [values[tag] for tag in tags] + [signature, check], "sum" if op == "mean" else op
     )
-    reduce_op = {"mean": "SUM", "sum": "SUM", "max": "MAX", "min": "MIN"}[op]
-    dist.all_reduce(buffer, op=getattr(dist.ReduceOp, reduce_op), group=group)
-    reduced = buffer.tolist()
-    size = dist.get_world_size(group)
+    size = ranks.world_size
     scale = size if op in ("mean", "sum") else 1
     if reduced[-2] != scale * signature or reduced[-1] != scale * check:
         raise ConfigError(
             "metrics",
             "must have the same tags on every rank",
             tags,
-            hint=f"Rank {dist.get_rank(group)} has these; another rank has others. Reduce "
+            hint=f"Rank {ranks.rank} has these; another rank has others. Reduce "
             "the same tags everywhere (log rank-specific values without reducing them).",
         )
     out = dict(zip(tags, reduced, strict=False))
@@ -395,14 +333,10 @@ def gather_floats(values: Sequence[float], group: Any = None) -> list[list[float
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             raise ConfigError(f"values[{i}]", "must be a number (int or float)", value)
         mine.append(float(raw))
-    dist = _initialised()
-    if dist is None:
+    ranks = _group.active(group)
+    if not ranks.connected:
         return [mine]
-    torch = require("torch", "torch", "globalstep.distributed")
-    tensor = torch.tensor(mine, dtype=torch.float64, device=_device(dist, torch, group))
-    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, tensor, group=group)
-    return [[float(x) for x in t.tolist()] for t in gathered]
+    return ranks.all_gather_floats(mine)
 
 
 def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
@@ -429,13 +363,10 @@ def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
     size = world_size()
     if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < size:
         raise ConfigError("src", f"must be a rank, an int in [0, {size})", src)
-    dist = _initialised()
-    if dist is None:
+    ranks = _group.active(group)
+    if not ranks.connected:
         return value
-    torch = require("torch", "torch", "globalstep.distributed")
-    tensor = torch.tensor([value], dtype=torch.int64, device=_device(dist, torch, group))
-    dist.broadcast(tensor, src=src, group=group)
-    return int(tensor.item())
+    return ranks.broadcast_int(value, src)
 
 
 class SharedStepCounter:

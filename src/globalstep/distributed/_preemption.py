@@ -6,10 +6,11 @@ A scheduler pre-empts a job with a signal: SLURM sends SIGTERM (or, with
 gets to every worker, a cloud sends SIGTERM to one VM only. On several ranks each process
 must then save the same step, once, and exit; a rank that stops alone leaves the others
 waiting in their next collective. :class:`Preemption` catches the signals and agrees
-through the process group's Store (torch.distributed's key-value store, the one the
-group was made with), with no collective: the rank that receives a signal writes one key,
-``{signal}:{poll}``, naming the poll at which every rank stops; it is written once
-(``compare_set``: the first request wins, a later one on another rank adopts it). Every
+through the process group's key-value store (:mod:`globalstep._group`'s: under
+torch.distributed, the Store the group was made with), with no collective: the rank that
+receives a signal writes one key, ``{signal}:{poll}``, naming the poll at which every
+rank stops; it is written once (``compare_set``: the first request wins, a later one on
+another rank adopts it). Every
 ``every`` polls each rank looks whether the key exists (one ``check`` of the Store, a
 round trip on the loopback or the network, no other rank involved); a rank that finds it
 stops at the poll it names. When no signal came nothing waits for another rank: the
@@ -50,6 +51,7 @@ from typing import Any
 
 from globalstep._closing import Closing
 from globalstep._errors import ConfigError
+from globalstep._group import ProcessGroup, active, initialised
 
 __all__ = [
     "DEFAULT_STOP_SIGNALS",
@@ -120,33 +122,21 @@ def check_signals(signals: Any, name: str = "signals") -> tuple[int, ...]:
     return tuple(found)
 
 
-_OPENED: dict[str, int] = {}
-"""How many agreements this process made per Store prefix (every rank makes them in the
-same order, so the how-many-th names the same key on every rank)."""
-
-
 def _agreement_store(group: Any) -> tuple[Any, str] | None:
-    """The Store the agreement writes its key into and the key, or None on one process
+    """The store the agreement writes its key into and the key, or None on one process
     (a group of one needs no agreement)."""
-    from globalstep.distributed import _agreement as distributed
-
-    if not distributed.initialised():
-        if group is not None:
-            raise ConfigError(
-                "group",
-                "needs an initialised default process group",
-                group,
-                hint="Call torch.distributed.init_process_group first, or pass group=None.",
-            )
+    if group is not None and not isinstance(group, ProcessGroup) and not initialised():
+        raise ConfigError(
+            "group",
+            "needs an initialised default process group",
+            group,
+            hint="Call torch.distributed.init_process_group first, or pass group=None.",
+        )
+    ranks = active(group)
+    if not ranks.connected or ranks.world_size == 1:
         return None
-    if distributed.world_size(group) == 1:
-        return None
-    from globalstep.checkpoint._ranks.coordinated import store_and_attempt
-
-    store, attempt = store_and_attempt()
-    where = f"globalstep/preempt{attempt}"
-    _OPENED[where] = opened = _OPENED.get(where, 0) + 1
-    return store, f"{where}/{opened}"
+    # Every rank makes its agreements in the same order: the how-many-th names the key.
+    return ranks.store(), ranks.scope("globalstep/preempt")
 
 
 class Preemption(Closing):
@@ -168,8 +158,9 @@ class Preemption(Closing):
         delay: looks between the request and the stop, >= 1: more leaves ranks that lag
             further behind time to see the request, and stops later.
         group: the process group whose ranks agree (its size decides whether there is
-            anything to agree on); None is the default group. The request goes through
-            the default group's Store either way.
+            anything to agree on); None is the default group, or a
+            ``globalstep._group.ProcessGroup``. Under torch.distributed the request goes
+            through the default group's Store either way.
         agree: False stops this process alone, at once, even on several ranks.
         on_signal: called with the signal's number when the first one arrives (in the
             handler: it should only note or print).

@@ -14,6 +14,7 @@ from typing import Any
 from globalstep import distributed
 from globalstep._clock import Clock
 from globalstep._errors import ConfigError
+from globalstep._group import active, check_writer_rank
 from globalstep.distributed import Preemption
 
 __all__ = ["RankPlan", "Ranks"]
@@ -67,8 +68,7 @@ class Ranks:
     stop_every: int = 10
 
     def __post_init__(self) -> None:
-        if isinstance(self.writer, bool) or not isinstance(self.writer, int) or self.writer < 0:
-            raise ConfigError("writer", "must be an int >= 0 (a rank)", self.writer)
+        check_writer_rank(self.writer, name="writer")
         if self.reduce is not None and self.reduce not in distributed.REDUCE_OPS:
             raise ConfigError(
                 "reduce",
@@ -117,20 +117,17 @@ class RankPlan:
         """
         if ranks is not None and not isinstance(ranks, Ranks):
             raise ConfigError("ranks", "must be a globalstep.run.Ranks or None", ranks)
-        size = distributed.world_size()
+        group = active()
+        size = group.world_size
         if ranks is None and size > 1:
             ranks = Ranks()
-        if ranks is not None and ranks.writer >= size:
-            raise ConfigError(
-                "ranks.writer", f"must be a rank below the world size, {size}", ranks.writer
-            )
-        is_writer = ranks is None or distributed.is_writer(ranks.writer)
+        is_writer = ranks is None or group.is_writer(ranks.writer, name="ranks.writer")
         check = (
             distributed.StepAgreement(ranks.check_every)
             if ranks is not None and ranks.check_every is not None and size > 1
             else None
         )
-        grouped = size > 1 and distributed.initialised()
+        grouped = size > 1 and group.connected
         if rollback is not None and size > 1 and not grouped:
             raise ConfigError(
                 "rollback",

@@ -17,11 +17,13 @@ A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
   ``per_rank/rank-NNNNN.safetensors`` inside the same temporary directory, checksummed,
   and recorded by the writer in ``state.json``; on a restore with the same world size each
   rank gets its own back (see :mod:`globalstep.checkpoint._ranks.leaves`).
-- Each rank reports to the writer through the torch.distributed Store; the writer writes
-  ``state.json`` (which then describes every chunk) and the commit marker only after every
-  rank reported success. A rank that fails or dies makes the save fail on every surviving
-  rank within ``timeout_seconds`` with a :class:`DistributedCheckpointError` naming it;
-  nothing is committed and the previous checkpoint stays the newest.
+- Each rank reports to the writer through the process group's key-value store (see
+  :mod:`globalstep._group`: torch.distributed's Store, under this manager's own keys);
+  the writer writes ``state.json`` (which then describes every chunk) and the commit
+  marker only after every rank reported success. A rank that fails or dies makes the
+  save fail on every surviving rank within ``timeout_seconds`` with a
+  :class:`DistributedCheckpointError` naming it; nothing is committed and the previous
+  checkpoint stays the newest.
 
 Restoring needs no coordination: each rank reads the replicated state, and each sharded
 tensor of the template is filled through torch.distributed.checkpoint's ``load`` (its
@@ -45,19 +47,18 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from globalstep._errors import ConfigError, DistributedCheckpointError
+from globalstep._group import ProcessGroup, active, check_writer_rank, initialised
 from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._ranks.leaves import write_rank_leaves
 from globalstep.checkpoint._ranks.shards import (
     SHARDED_DIR,
     Chunk,
     load_sharded,
-    torch_dist,
     verify_sharded,
     write_chunks,
 )
@@ -72,8 +73,6 @@ __all__ = [
 ]
 
 _KEY_ROOT = "globalstep/ckpt"
-_OPENED: dict[str, int] = {}
-"""How many distributed managers this process opened per directory."""
 _MAX_PAUSE = 0.01
 """The longest pause, in seconds, between two looks at the Store for the other ranks."""
 _RELEASE_SECONDS = 10.0
@@ -88,9 +87,10 @@ class DistributedOptions:
         writer_rank: the rank that writes replicated state, takes the lock and commits.
         timeout_seconds: how long a rank waits for another's part of a save before the
             save fails naming the ranks that did not answer.
-        group: the torch.distributed process group; None is the default group.
-        store: the torch.distributed Store the ranks report through; None takes the
-            default group's store.
+        group: the torch.distributed process group; None is the default group, or a
+            ``globalstep._group.ProcessGroup``.
+        store: the key-value store the ranks report through (a torch.distributed
+            Store); None takes the group's.
     """
 
     writer_rank: int = 0
@@ -99,12 +99,7 @@ class DistributedOptions:
     store: Any = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.writer_rank, bool)
-            or not isinstance(self.writer_rank, int)
-            or self.writer_rank < 0
-        ):
-            raise ConfigError("writer_rank", "must be an int >= 0", self.writer_rank)
+        check_writer_rank(self.writer_rank)
         if (
             isinstance(self.timeout_seconds, bool)
             or not isinstance(self.timeout_seconds, int | float)
@@ -127,51 +122,11 @@ def options_from(value: Any) -> DistributedOptions | None:
     raise ConfigError("distributed", "must be a bool or a DistributedOptions", value)
 
 
-# ------------------------------------------------------------------ rank helpers (private)
-
-
-def _default_store(dist: Any) -> Any:
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError, ValueError) as err:  # pragma: no cover - torch drift
-        raise ConfigError(
-            "distributed",
-            "needs the torch.distributed Store, which this torch does not expose",
-            None,
-            hint="Pass DistributedOptions(store=...) with the store the group was made with.",
-        ) from err
-
-
-def _attempt() -> str:
-    """The key prefix's part that tells a torchrun restart of the workers from the last.
-
-    torchrun (torch >= 2.5, c10d rendezvous) hands its workers the agent's own TCPStore
-    (``TORCHELASTIC_USE_AGENT_STORE=True``), which outlives them: after a restart the
-    Store still holds the previous workers' save keys, under the same names a fresh
-    process counts to, and a rank would take the old writer's directory and "committed"
-    for this save's (its per-rank file written into the old directory, the checkpoint
-    committed without it). The restart count, the same on every worker an agent starts,
-    keeps each restart's keys apart. Empty where the Store is the group's own.
-    """
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return ""
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return f"/{run}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-
-
-def store_and_attempt() -> tuple[Any, str]:
-    """The default group's Store and the key prefix part of this torchrun attempt (see
-    :func:`_attempt`): what another agreement between the ranks (the pre-emption's) keys
-    its entries by, as the saves do."""
-    return _default_store(torch_dist()), _attempt()
-
-
 class Coordinator:
     """One manager's side of the save protocol, on one rank."""
 
     def __init__(self, options: DistributedOptions, storage: Storage) -> None:
-        dist = torch_dist()
-        if not (dist.is_available() and dist.is_initialized()):
+        if not (initialised() or isinstance(options.group, ProcessGroup)):
             raise ConfigError(
                 "distributed",
                 "needs torch.distributed to be initialised on every rank",
@@ -179,28 +134,22 @@ class Coordinator:
                 hint="Call torch.distributed.init_process_group(...) before opening the manager.",
             )
         self.options = options
-        self.rank = int(dist.get_rank(options.group))
-        self.world = int(dist.get_world_size(options.group))
-        if options.writer_rank >= self.world:
-            raise ConfigError(
-                "writer_rank",
-                f"must be a rank of the group (0..{self.world - 1})",
-                options.writer_rank,
-            )
-        self.store = options.store if options.store is not None else _default_store(dist)
+        group = active(options.group)
+        self.rank, self.world = group.rank, group.world_size
+        self.writer = check_writer_rank(options.writer_rank, self.world)
+        self.store = options.store if options.store is not None else group.store()
         where = str(getattr(storage, "url", None) or storage.root)
         # Every rank opens its managers of a directory in the same order: the how-many-th
         # tells this manager's keys from an earlier one's (whose keys the Store still holds).
-        _OPENED[where] = opened = _OPENED.get(where, 0) + 1
         digest = hashlib.sha1(where.encode()).hexdigest()[:16]
-        self.prefix = f"{_KEY_ROOT}/{digest}{_attempt()}/{opened}"
+        self.prefix = group.scope(f"{_KEY_ROOT}/{digest}")
         self.storage = storage
         self._seq = 0
 
     @property
     def is_writer(self) -> bool:
         """True on the rank that writes replicated state and commits."""
-        return self.rank == self.options.writer_rank
+        return self.rank == self.writer
 
     def begin(self, step: int) -> SaveRound:
         """Starts the next save (every rank calls ``save`` in the same order)."""
@@ -491,7 +440,7 @@ class SaveRound:
         Raises:
             DistributedCheckpointError: the writer failed or did not answer in time.
         """
-        writer = self.c.options.writer_rank
+        writer = self.c.writer
         told = self._from_writer("dir", "did not start the save within timeout_seconds={}")
         if "error" in told:
             self._release_store()
@@ -515,7 +464,7 @@ class SaveRound:
     def _from_writer(self, name: str, late: str) -> Any:
         """Waits for the writer's key ``name`` and returns its value; raises where it did not
         come within the timeout (``late``: the message's end, ``{}`` the timeout)."""
-        writer = self.c.options.writer_rank
+        writer = self.c.writer
         if self._wait_for([name], time.monotonic()) and not self._store("check", [self._key(name)]):
             raise self._fail(
                 f"the writer (rank {writer}) " + late.format(f"{self._timeout():g}"), [writer]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from globalstep._errors import ConfigError
+from globalstep._group import active
 from globalstep.checkpoint._files.commit import CommitHooks
 from globalstep.checkpoint._tree.flatten import Flattened, flatten
 from globalstep.storage import Storage
@@ -128,12 +129,9 @@ class Rounds:
         if self._coordinator is not None:
             return self._coordinator.rank, self._coordinator.world
         if self._options is not None:
-            from globalstep.checkpoint._ranks.shards import torch_dist
-
-            dist = torch_dist()
-            if dist.is_available() and dist.is_initialized():
-                group = self._options.group
-                return int(dist.get_rank(group)), int(dist.get_world_size(group))
+            group = active(self._options.group)
+            if group.connected:
+                return group.rank, group.world_size
         return 0, 1
 
     def begin(self, step: int) -> Round:

@@ -23,6 +23,7 @@ from typing import Any
 import xxhash
 
 from globalstep._errors import CorruptCheckpointError
+from globalstep._group import TorchGroup, active
 from globalstep.checkpoint._files.document import Document
 from globalstep.storage import Storage, wrap_os_errors
 
@@ -31,7 +32,6 @@ __all__ = [
     "SHARDED_DIR",
     "Chunk",
     "load_sharded",
-    "torch_dist",
     "verify_sharded",
     "write_chunks",
 ]
@@ -41,15 +41,6 @@ SHARDED_DIR = "sharded"
 
 
 CHUNK_FILE = re.compile(r"rank-\d{5,}\.bin")
-
-
-def torch_dist() -> Any:
-    from globalstep._optional import require
-
-    require("torch", "torch", "distributed checkpoints")
-    import torch.distributed as dist
-
-    return dist
 
 
 @dataclass
@@ -188,9 +179,9 @@ def _placements(saved: Any) -> list[Any] | None:
 def _rebuilt(entry: dict[str, Any], dtype: Any, shape: list[int], meshes: list[Any]) -> Any:
     """An empty DTensor laid out as the saved one was, on a mesh of the running group (that
     of a template DTensor of the same rank count, else the whole group), or None."""
-    dist = torch_dist()
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
+    group = active()
+    if not isinstance(group, TorchGroup):
+        return None  # a DTensor's mesh is torch.distributed's
     placements = _placements(entry.get("placements"))
     if placements is None:
         return None
@@ -203,7 +194,7 @@ def _rebuilt(entry: dict[str, Any], dtype: Any, shape: list[int], meshes: list[A
         device_type = entry.get("device_type")
         if device_type not in ("cpu", "cuda", "xpu", "hpu", "mps", "npu"):
             return None
-        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+        mesh = init_device_mesh(device_type, (group.world_size,))
         meshes.append(mesh)
     import torch.distributed.tensor as dtensor
 

@@ -1,0 +1,258 @@
+"""The process group as one interface (issue 34, point 3): ``globalstep._group``.
+
+The same contract (group_workers.contract: rank, world size, the writer rank, the
+collectives, the key-value store and its scopes) holds for the single process, for
+torch.distributed on 2 gloo processes, and for a third implementation written here: a test
+double whose ranks are threads and whose collectives go through a dict store alone (as a
+coordination service's key-value calls would). That double then drives the step
+agreement, the pre-emption agreement and a distributed checkpoint save with per-rank
+leaves, with no torch in sight: the interface is the seam the next engines plug into.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import pathlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from group_workers import contract
+
+from globalstep import ConfigError, StepMismatchError, _group
+from globalstep.checkpoint import CheckpointManager, DistributedOptions, PerRank
+from globalstep.distributed import Preemption, assert_steps_agree, gather_floats, reduce_metrics
+
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "globalstep"
+
+
+class ThreadGroup(_group.ProcessGroup):
+    """A third implementation: rank ``rank`` of ``world`` threads sharing ``store``.
+
+    Every collective is a round of keys in the store: each rank sets its own value, then
+    reads every rank's once all exist.
+    """
+
+    def __init__(self, rank: int, world: int, store: _group.DictStore) -> None:
+        super().__init__()
+        self._rank, self._world, self._store = rank, world, store
+        self._round = 0
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    def _exchange(self, value: Any) -> list[Any]:
+        self._round += 1
+        keys = [f"collective/{self._round}/{r}" for r in range(self._world)]
+        self._store.set(keys[self._rank], json.dumps(value))
+        while not self._store.check(keys):
+            time.sleep(0.001)
+        return [json.loads(self._store.get(key)) for key in keys]
+
+    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
+        return [[int(v) for v in row] for row in self._exchange([int(v) for v in values])]
+
+    def all_gather_floats(self, values: Sequence[float]) -> list[list[float]]:
+        rows = self._exchange([repr(float(v)) for v in values])
+        return [[float(v) for v in row] for row in rows]
+
+    def all_reduce_floats(self, values: Sequence[float], op: str) -> list[float]:
+        reduce = {"sum": math.fsum, "max": max, "min": min}[op]
+        columns = zip(*self.all_gather_floats(values), strict=True)
+        return [float(reduce(column)) for column in columns]
+
+    def broadcast_int(self, value: int, src: int) -> int:
+        return int(self._exchange(int(value))[src])
+
+    def barrier(self) -> None:
+        self._exchange(None)
+
+    def store(self) -> _group.KeyValueStore:
+        return self._store
+
+
+def on_threads(world: int, body: Callable[[ThreadGroup], Any]) -> list[Any]:
+    """Runs ``body`` on ``world`` ThreadGroup ranks sharing one store; their results."""
+    store = _group.DictStore()
+    results: list[Any] = [None] * world
+
+    def rank(r: int) -> None:
+        try:
+            results[r] = body(ThreadGroup(r, world, store))
+        except BaseException as err:  # handed to the test's thread
+            results[r] = err
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def check_contract(seen: list[dict[str, Any]], *, connected: bool) -> None:
+    """What every implementation answers, rank by rank, for the same calls."""
+    world = len(seen)
+    assert [s["rank"] for s in seen] == list(range(world))
+    for rank, s in enumerate(seen):
+        assert s["world"] == world
+        assert s["connected"] is connected
+        assert s["ints"] == [[r, 10 * r + 1, -(2**62)] for r in range(world)]
+        assert s["floats"] == [[repr(r + 0.25), "nan", "-inf"] for r in range(world)]
+        assert s["reduced"] == {
+            "sum": [sum(r + 1.0 for r in range(world)), sum(-r * 0.5 for r in range(world))],
+            "max": [float(world), 0.0],
+            "min": [1.0, -(world - 1) * 0.5],
+        }
+        assert s["broadcast"] == 100 + world - 1
+        assert s["writer"] == [r == rank for r in range(world)]
+        assert s["writer_error"] == (
+            f"`writer_rank` must be a rank below the world size, {world}; got "
+            f"writer_rank={world}. The writer must be a rank of the group (0..{world - 1})."
+        )
+        assert s["restart_tag"] == ""
+        assert s["scopes"] == seen[0]["scopes"]
+        assert s["scopes"][0] != s["scopes"][1]
+        assert s["scopes"][0].startswith("contract/")
+        store = s["store"]
+        assert store["set"] == "from rank 0"
+        assert store["first"] == seen[0]["store"]["first"] == store["won"]
+        assert store["first"] in {f"rank {r}" for r in range(world)}
+        assert store["count"] == sum(r + 1 for r in range(world))
+        assert store["check"] == [True, False]
+    assert seen[0]["store"]["deleted"] == [True, False]
+
+
+def test_the_single_process_keeps_the_contract(monkeypatch):
+    """No process group: rank 0 of 1, its own values back, a store in this process."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    group = _group.active()
+    assert isinstance(group, _group.SingleProcess)
+    check_contract([contract(group)], connected=False)
+
+
+def test_the_thread_double_keeps_the_contract():
+    """The test double, 3 ranks on threads, answers as torch's group does."""
+    seen = on_threads(3, contract)
+    check_contract(seen, connected=True)
+
+
+@pytest.mark.slow
+def test_torch_distributed_keeps_the_contract(tmp_path):
+    """torch.distributed, 2 gloo processes, found by active() once initialised."""
+    pytest.importorskip("torch")
+    from spawn import spawn
+
+    seen = spawn("contract", 2, tmp_path, module="group_workers")
+    assert [s["found"] for s in seen] == ["TorchGroup", "TorchGroup"]
+    check_contract(seen, connected=True)
+
+
+def test_the_writer_rank_is_checked_in_one_place_for_every_spelling():
+    """DistributedOptions(writer_rank=), Ranks(writer=) and is_writer all say the same rule."""
+    from globalstep.run import Ranks
+
+    with pytest.raises(ConfigError, match=r"`writer_rank` must be an int >= 0; got writer_rank=-1"):
+        DistributedOptions(writer_rank=-1)
+    with pytest.raises(ConfigError, match=r"`writer` must be an int >= 0; got writer=True"):
+        Ranks(writer=True)
+    with pytest.raises(ConfigError, match=r"`writer_rank` must be a rank below the world size, 2"):
+        ThreadGroup(0, 2, _group.DictStore()).is_writer(2)
+
+
+def test_the_double_drives_the_step_agreement_and_the_reductions():
+    """distributed's collectives take a ProcessGroup as their group."""
+
+    def body(group: ThreadGroup) -> Any:
+        agreed = assert_steps_agree(7, group)
+        reduced = reduce_metrics({"loss": group.rank + 1.0}, op="mean", group=group)
+        gathered = gather_floats([group.rank * 2.0], group=group)
+        try:
+            assert_steps_agree(7 + (group.rank == 1), group)
+        except StepMismatchError as err:
+            return agreed, reduced, gathered, err.ranks, err.steps
+        return agreed, reduced, gathered, None, None
+
+    results = on_threads(3, body)
+    assert results == [(7, {"loss": 2.0}, [[0.0], [2.0], [4.0]], [1], [7, 8, 7])] * 3
+
+
+def test_the_double_drives_the_preemption_agreement():
+    """A stop requested on rank 1 of 2 stops both ranks at the same poll, through the
+    double's store and one scope each (the same key on both ranks)."""
+    store = _group.DictStore()
+    ranks = [ThreadGroup(r, 2, store) for r in range(2)]
+    stops = [Preemption((), every=2, group=group) for group in ranks]
+    assert all(stop.distributed for stop in stops)
+    polls: list[list[int]] = [[], []]
+    for update in range(1, 9):
+        if update == 3:
+            stops[1].request(signal.SIGUSR1)
+        for r, stop in enumerate(stops):
+            polls[r].append(stop.poll())
+    assert polls[0] == polls[1] == [0, 0, 0, 0, 0, signal.SIGUSR1, signal.SIGUSR1, signal.SIGUSR1]
+    assert store.check(["globalstep/preempt/1"])
+    assert store.get("globalstep/preempt/1") == b"10:6"
+
+
+def test_the_double_drives_a_distributed_save_with_per_rank_leaves(tmp_path):
+    """Two managers on the double's ranks save together (the writer commits once the other
+    rank wrote its per-rank file) and each restores its own per-rank leaf."""
+
+    def body(group: ThreadGroup) -> Any:
+        options = DistributedOptions(group=group, timeout_seconds=30)
+        with CheckpointManager(tmp_path, distributed=options) as manager:
+            state = {"w": np.arange(3.0), "mine": PerRank(np.full(2, group.rank + 1.0))}
+            manager.save(5, state)
+            group.barrier()
+            template = {"w": np.zeros(3), "mine": PerRank(np.zeros(2))}
+            restored = manager.restore(template)
+        return restored["w"].tolist(), restored["mine"].value.tolist(), manager.steps()
+
+    results = on_threads(2, body)
+    assert results == [([0.0, 1.0, 2.0], [1.0, 1.0], [5]), ([0.0, 1.0, 2.0], [2.0, 2.0], [5])]
+    step = tmp_path / "step-000000000005"
+    assert sorted(p.name for p in (step / "per_rank").iterdir()) == [
+        "rank-00000.safetensors",
+        "rank-00001.safetensors",
+    ]
+    assert json.loads((step / "state.json").read_text())["per_rank"]["world_size"] == 2
+
+
+GROUP_CALLS = {
+    "get_rank",
+    "get_world_size",
+    "is_initialized",
+    "all_gather",
+    "all_reduce",
+    "broadcast",
+    "barrier",
+    "_get_default_store",
+}
+"""torch.distributed's calls about the process group, which only _group.py makes."""
+
+
+def test_only_the_group_module_asks_torch_distributed_about_the_group():
+    """Outside _group.py (and the framework rooms), no module calls torch.distributed's
+    rank, size, collectives or store: a new engine is one implementation, nowhere else."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if relative == "_group.py" or relative.startswith("integrations/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in GROUP_CALLS:
+                found.append(f"{relative}:{node.lineno} {node.attr}")
+    assert found == []
