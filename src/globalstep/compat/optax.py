@@ -96,10 +96,3 @@ __all__ = [
     "warmup_cosine_decay_schedule",
     "warmup_exponential_decay_schedule",
 ]
-
-# This module is the schedules' public home, and their __module__ says so: the Keras
-# integration records a compat schedule's module in the model's config, and imports it back.
-for _name in __all__:
-    if _name != "OptaxScheduleWarning":  # errors.py's, as before
-        globals()[_name].__module__ = __name__
-del _name
