@@ -326,13 +326,12 @@ class TorchGroup(ProcessGroup):
 
     def _dist(self) -> Any:
         """torch.distributed (imported by whoever made the group: looked up, not imported)."""
-        dist = self._module
-        if dist is None:
+        if self._module is None:
             require("torch", "torch", "globalstep's process group")
-            import torch.distributed as dist
+            import torch.distributed
 
-            self._module = dist
-        return dist
+            self._module = torch.distributed
+        return self._module
 
     @property
     def rank(self) -> int:
