@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final, Protocol
 
 from globalstep._closing import Closing
+from globalstep.storage import Log
 
 __all__ = [
     "HISTOGRAM",
@@ -117,3 +118,19 @@ def histogram_buckets(values: Any, bins: int = 30) -> dict[str, Any]:
         "bucket_limit": [float(e) for e in edges[1:]],
         "bucket": [float(c) for c in counts],
     }
+
+
+class LogBackend:
+    """A backend whose files are one storage log (:meth:`globalstep.storage.Storage.open_log`):
+    its flush, sync and close are the log's."""
+
+    _file: Log
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def sync(self) -> None:
+        self._file.sync()
+
+    def close(self) -> None:
+        self._file.close()

@@ -24,7 +24,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from globalstep.summary._base import HISTOGRAM, RESTART, SCALAR, SCALARS, Item, histogram_buckets
+from globalstep.summary._base import (
+    HISTOGRAM,
+    RESTART,
+    SCALAR,
+    SCALARS,
+    Item,
+    LogBackend,
+    histogram_buckets,
+)
 
 __all__ = ["JSONL_NAME", "JsonlBackend"]
 
@@ -43,7 +51,7 @@ def _nonfinite(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-class JsonlBackend:
+class JsonlBackend(LogBackend):
     """Appends items to ``<directory>/metrics.jsonl``, a local path or an fsspec URL, through
     the directory's storage (:meth:`globalstep.storage.Storage.open_log`)."""
 
@@ -96,12 +104,3 @@ class JsonlBackend:
                 )
                 append(head + json.dumps(body, ensure_ascii=False)[1:] + "\n")
         self._file.write("".join(lines).encode("utf-8"))
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def sync(self) -> None:
-        self._file.sync()
-
-    def close(self) -> None:
-        self._file.close()

@@ -35,6 +35,7 @@ from globalstep.summary._base import (
     SCALAR,
     SCALARS,
     Item,
+    LogBackend,
     histogram_buckets,
 )
 from globalstep.summary._event_batch import MIN_GROUPS, encode_groups
@@ -134,7 +135,7 @@ def scalar_event(tag: str, step: int, wall_time: float, value: float) -> bytes:
     return _head(step, wall_time) + _tag_part(tag) + _float32(value)
 
 
-class TensorBoardBackend:
+class TensorBoardBackend(LogBackend):
     """Writes items as TensorBoard events into a new event file in ``directory``."""
 
     def __init__(self, directory: str, counter: int) -> None:
@@ -297,12 +298,3 @@ class TensorBoardBackend:
         )
         data: bytes = event.SerializeToString()
         return data
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def sync(self) -> None:
-        self._file.sync()
-
-    def close(self) -> None:
-        self._file.close()
