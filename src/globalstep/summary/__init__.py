@@ -1,6 +1,6 @@
 """Step-keyed metrics: TensorBoard event files and JSONL, restart-safe, off the training thread.
 
-:class:`SummaryWriter` writes; :mod:`globalstep.summary._reader` reads both formats back
+:class:`SummaryWriter` writes; :func:`read_run` and :func:`read_logs` read both formats back
 with restarts applied; ``globalstep logs DIR`` summarises and plots them. MLflow and W&B
 are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options), and
 so is any other tracker, through a :class:`TrackerClient` of your own

@@ -15,13 +15,11 @@ from typing import Any, NamedTuple
 from globalstep import _clock
 from globalstep._clock import Clock
 from globalstep._errors import ConfigError
-from globalstep.summary._formats import FORMATS, check_formats, reach_urls
+from globalstep.summary._formats import check_formats, reach_urls
 from globalstep.summary._tracker import Tracker
 
 __all__ = [
-    "FORMATS",
     "WriterOptions",
-    "check_formats",
     "check_step",
     "check_tag",
     "checked_options",
