@@ -51,7 +51,7 @@ from typing import Any
 
 from globalstep._closing import Closing
 from globalstep._errors import ConfigError
-from globalstep._group import ProcessGroup, active, initialised
+from globalstep._group import ProcessGroup, active, how_to_initialise, initialised
 
 __all__ = [
     "DEFAULT_STOP_SIGNALS",
@@ -125,12 +125,12 @@ def check_signals(signals: Any, name: str = "signals") -> tuple[int, ...]:
 def _agreement_store(group: Any) -> tuple[Any, str] | None:
     """The store the agreement writes its key into and the key, or None on one process
     (a group of one needs no agreement)."""
-    if group is not None and not isinstance(group, ProcessGroup) and not initialised():
+    if group is not None and not isinstance(group, ProcessGroup | str) and not initialised():
         raise ConfigError(
             "group",
             "needs an initialised default process group",
             group,
-            hint="Call torch.distributed.init_process_group first, or pass group=None.",
+            hint=f"Call one of {how_to_initialise()} first, or pass group=None.",
         )
     ranks = active(group)
     if not ranks.connected or ranks.world_size == 1:

@@ -52,7 +52,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from globalstep._errors import ConfigError, DistributedCheckpointError
-from globalstep._group import ProcessGroup, active, check_writer_rank, initialised
+from globalstep._group import (
+    ProcessGroup,
+    active,
+    check_writer_rank,
+    how_to_initialise,
+    initialised,
+)
 from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._ranks.leaves import write_rank_leaves
 from globalstep.checkpoint._ranks.shards import (
@@ -75,6 +81,8 @@ __all__ = [
 _KEY_ROOT = "globalstep/ckpt"
 _MAX_PAUSE = 0.01
 """The longest pause, in seconds, between two looks at the Store for the other ranks."""
+_LIVENESS_SECONDS = 0.5
+"""How often, in seconds, a rank waiting for another's key asks the group whether it died."""
 _RELEASE_SECONDS = 10.0
 """The longest rank 0 waits, in seconds, for the other ranks to be done with a save's keys."""
 
@@ -126,15 +134,15 @@ class Coordinator:
     """One manager's side of the save protocol, on one rank."""
 
     def __init__(self, options: DistributedOptions, storage: Storage) -> None:
-        if not (initialised() or isinstance(options.group, ProcessGroup)):
+        if not (initialised() or isinstance(options.group, ProcessGroup | str)):
             raise ConfigError(
                 "distributed",
-                "needs torch.distributed to be initialised on every rank",
+                "needs a process group initialised on every rank",
                 True,
-                hint="Call torch.distributed.init_process_group(...) before opening the manager.",
+                hint=f"Call one of {how_to_initialise()} before opening the manager.",
             )
         self.options = options
-        group = active(options.group)
+        self.group = group = active(options.group)
         self.rank, self.world = group.rank, group.world_size
         self.writer = check_writer_rank(options.writer_rank, self.world)
         self.store = options.store if options.store is not None else group.store()
@@ -283,17 +291,35 @@ class SaveRound:
         """
         missing = list(names)
         pause = 0.001
+        looked = time.monotonic()
         while missing:
             for name in list(missing):
                 if self._store("check", [self._key(name)]):
                     if "error" in self._get(name):
                         return [name]
                     missing.remove(name)
-            if not missing or time.monotonic() - since >= self._timeout():
+            now = time.monotonic()
+            if not missing or now - since >= self._timeout():
                 return missing
+            if now - looked >= _LIVENESS_SECONDS:
+                looked = now
+                self._raise_if_lost([self._rank_of(name) for name in missing])
             time.sleep(pause)
             pause = min(pause * 1.5, _MAX_PAUSE)
         return []
+
+    def _rank_of(self, name: str) -> int:
+        """The rank that writes the key ``name`` (``rank3``: 3; the writer's others)."""
+        return int(name[4:]) if name.startswith("rank") else self.c.writer
+
+    def _raise_if_lost(self, ranks: list[int]) -> None:
+        """Fails the save where the engine knows one of ``ranks`` died."""
+        lost = self.c.group.lost(sorted(set(ranks)))
+        if lost:
+            self._absent = lost
+            raise self._fail(
+                f"rank(s) {lost} died during the save (the process group lost them)", lost
+            )
 
     # ------------------------------------------------------------ the writer (CommitHooks)
 

@@ -38,21 +38,26 @@ import os
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from globalstep._errors import ConfigError
 from globalstep._optional import require
 
 __all__ = [
+    "ENGINES",
     "REDUCE_OPS",
     "DictStore",
+    "Engine",
     "KeyValueStore",
     "ProcessGroup",
     "SingleProcess",
     "TorchGroup",
     "active",
     "check_writer_rank",
+    "engine_names",
+    "how_to_initialise",
     "initialised",
 ]
 
@@ -214,6 +219,15 @@ class ProcessGroup(ABC):
     @abstractmethod
     def store(self) -> KeyValueStore:
         """The key-value store every rank of the group reaches."""
+
+    def lost(self, ranks: Sequence[int]) -> list[int]:
+        """The ranks of ``ranks`` known to have died (their process is gone, or gave no
+        sign of life for the engine's liveness interval), without waiting: what a rank
+        waiting for another's key asks, so that a dead peer is noticed in seconds, not
+        at the wait's timeout. Empty where the engine cannot tell (then the timeout
+        alone ends the wait)."""
+        del ranks
+        return []
 
     @property
     def restart_tag(self) -> str:
@@ -422,17 +436,93 @@ def _torch_initialised() -> bool:
     return dist is not None and bool(dist.is_available()) and bool(dist.is_initialized())
 
 
+def _torch_group(handle: Any) -> ProcessGroup:
+    return _TORCH_DEFAULT if handle is None else TorchGroup(handle)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One framework's process group, as :func:`active` finds it.
+
+    Attributes:
+        name: what a ``group`` argument names it by (``"torch"``, ``"jax"``,
+            ``"tensorflow"``).
+        initialised: whether the user initialised it in this process (cheap: it imports
+            nothing, it looks in ``sys.modules``).
+        group: the :class:`ProcessGroup` on it, given the ``group`` argument (a framework's
+            own handle, or None).
+        how: what the user calls to initialise it (for the error where none is).
+    """
+
+    name: str
+    initialised: Callable[[], bool]
+    group: Callable[[Any], ProcessGroup]
+    how: str
+
+
+ENGINES: list[Engine] = [
+    Engine(
+        "torch",
+        _torch_initialised,
+        _torch_group,
+        "torch.distributed.init_process_group(...)",
+    ),
+]
+"""The engines :func:`active` looks for, in this order; one module per engine adds its own."""
+
+
+def engine_names() -> tuple[str, ...]:
+    """The names a ``group`` argument may give."""
+    return tuple(engine.name for engine in ENGINES)
+
+
 def initialised() -> bool:
     """Returns whether a process group exists in this process (cheap: imports nothing)."""
-    return _torch_initialised()
+    return any(engine.initialised() for engine in ENGINES)
+
+
+def how_to_initialise() -> str:
+    """The calls that make a process group, one per engine (for the errors that need one)."""
+    return ", ".join(engine.how for engine in ENGINES)
 
 
 def active(group: Any = None) -> ProcessGroup:
-    """Returns the process group in force: ``group`` itself where it is a
-    :class:`ProcessGroup`; torch.distributed's (``group``: a subgroup handle, None the
-    default) once it is initialised; else :class:`SingleProcess` (``group`` ignored)."""
+    """Returns the process group in force.
+
+    ``group`` itself where it is a :class:`ProcessGroup`; the engine it names where it is
+    a string (``"torch"``, ``"jax"``, ``"tensorflow"``: the one to use where several are
+    initialised); else the one engine the user initialised (``group``: that engine's own
+    handle, a torch subgroup; None its default group); else :class:`SingleProcess`
+    (``group`` ignored).
+
+    Raises:
+        ConfigError: ``group`` names no engine, or one not initialised; or several engines
+            are initialised and ``group`` does not say which.
+    """
     if isinstance(group, ProcessGroup):
         return group
-    if _torch_initialised():
-        return _TORCH_DEFAULT if group is None else TorchGroup(group)
-    return _SINGLE_PROCESS
+    if isinstance(group, str):
+        for engine in ENGINES:
+            if engine.name == group:
+                if not engine.initialised():
+                    raise ConfigError(
+                        "group",
+                        "names an engine that is not initialised in this process",
+                        group,
+                        hint=f"Call {engine.how} first, or pass group=None.",
+                    )
+                return engine.group(None)
+        raise ConfigError("group", f"must be a process group or one of {engine_names()}", group)
+    found = [engine for engine in ENGINES if engine.initialised()]
+    if not found:
+        return _SINGLE_PROCESS
+    if len(found) > 1:
+        names = [engine.name for engine in found]
+        raise ConfigError(
+            "group",
+            f"must name the engine to use where several are initialised ({', '.join(names)})",
+            group,
+            hint=f"Pass group={names[0]!r} (or another of {names}) where the Run or the "
+            "CheckpointManager takes one.",
+        )
+    return found[0].group(group)
