@@ -256,3 +256,81 @@ def test_only_the_group_module_asks_torch_distributed_about_the_group():
             if isinstance(node, ast.Attribute) and node.attr in GROUP_CALLS:
                 found.append(f"{relative}:{node.lineno} {node.attr}")
     assert found == []
+
+
+def test_a_run_takes_its_group_from_ranks(tmp_path):
+    """``Ranks(group=...)`` hands a Run its process group: the reduction, the step check,
+    the stop agreement and the distributed save of both Runs go through the double."""
+    from globalstep.run import Ranks, Run
+
+    def body(group: ThreadGroup) -> Any:
+        ranks = Ranks(reduce="mean", check_every=1, stop_every=1, group=group)
+        with Run(
+            tmp_path / "run",
+            ranks=ranks,
+            progress=False,
+            handle_signals=False,
+            save_every=2,
+            writer_options={"formats": ("jsonl",)},
+        ) as run:
+            run.restore({"w": np.full(2, 1.0), "mine": PerRank(np.full(1, group.rank + 1.0))})
+            for _ in range(4):
+                run.update(loss=group.rank + 1.0)
+            every_rank_saves = run.checkpoints._rounds.distributed
+            checks = run.ranks_check.calls if run.ranks_check is not None else None
+        return run.step, every_rank_saves, checks, group._round
+
+    results = on_threads(2, body)
+    assert [r[:3] for r in results] == [(4, True, 4)] * 2, results
+    assert results[0][3] == results[1][3] > 4  # the double's collectives ran on both ranks
+    with CheckpointManager(tmp_path / "run" / "checkpoints", read_only=True) as manager:
+        assert manager.steps() == [2, 4]
+        restored, _ = manager.restore({"state": {"w": np.zeros(2)}}, partial=True)
+    assert restored["state"]["w"].tolist() == [1.0, 1.0]
+    per_rank = tmp_path / "run" / "checkpoints" / "step-000000000004" / "per_rank"
+    assert sorted(p.name for p in per_rank.iterdir()) == [
+        "rank-00000.safetensors",
+        "rank-00001.safetensors",
+    ]
+    rows = [
+        json.loads(line)
+        for path in sorted((tmp_path / "run").rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert [row["value"] for row in rows if row.get("tag") == "loss"] == [1.5] * 4, rows
+
+
+def _engine(name: str) -> _group.Engine:
+    """An initialised engine for active()'s choice, whose group is a SingleProcess."""
+    return _group.Engine(name, lambda: True, lambda handle: _group.SingleProcess(), f"{name}()")
+
+
+def test_a_group_name_picks_the_engine_and_several_need_one(monkeypatch):
+    """``group="name"`` picks an initialised engine; an unknown name, a name whose engine
+    is not initialised, and several engines with no name are refused, saying what to do."""
+    with pytest.raises(ConfigError, match=r"`group` names an engine that is not initialised"):
+        _group.active("torch")
+    with pytest.raises(ConfigError, match=r"`group` must be a process group or one of"):
+        _group.active("mpi")
+    monkeypatch.setattr(_group, "ENGINES", [_engine("alpha"), _engine("beta")])
+    assert _group.initialised()
+    assert isinstance(_group.active("beta"), _group.SingleProcess)
+    with pytest.raises(
+        ConfigError,
+        match=r"`group` must name the engine to use where several are initialised "
+        r"\(alpha, beta\).*Pass group='alpha'",
+    ):
+        _group.active()
+
+
+def test_a_manager_without_any_group_names_every_engine(tmp_path, monkeypatch):
+    """distributed=True with no process group says which calls make one."""
+    monkeypatch.setattr(
+        _group, "ENGINES", [_group.Engine("alpha", lambda: False, _group.active, "alpha.init()")]
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"`distributed` needs a process group initialised on every rank.*"
+        r"Call one of alpha.init\(\) before opening the manager",
+    ):
+        CheckpointManager(tmp_path, distributed=True)

@@ -126,7 +126,7 @@ class CheckpointOptions:
             from globalstep.checkpoint import DistributedOptions
 
             assert plan.ranks is not None
-            chosen = DistributedOptions(writer_rank=plan.ranks.writer)
+            chosen = DistributedOptions(writer_rank=plan.ranks.writer, group=plan.group)
         elif all_ranks and not chosen:
             all_ranks = False
         read_only = not all_ranks and not plan.is_writer

@@ -1,4 +1,5 @@
-"""Ranks: how a :class:`~globalstep.run.Run` behaves on several ranks of torch.distributed.
+"""Ranks: how a :class:`~globalstep.run.Run` behaves on several ranks of a process group
+(torch.distributed, jax.distributed or a TensorFlow multi-worker strategy).
 
 :class:`Ranks` is the user's choice (the writer rank, the reduction of the scalars, the
 step checks); :class:`RankPlan` is what this process does with it, decided once when the
@@ -14,7 +15,7 @@ from typing import Any
 from globalstep import distributed
 from globalstep._clock import Clock
 from globalstep._errors import ConfigError
-from globalstep._group import active, check_writer_rank
+from globalstep._group import ProcessGroup, active, check_writer_rank, how_to_initialise
 from globalstep.distributed import Preemption
 
 __all__ = ["RankPlan", "Ranks"]
@@ -53,6 +54,11 @@ class Ranks:
         stop_every: updates between two looks at the Store for a stop request, >= 1
             (fewer: a sooner stop, one more Store round trip per update; 10 by default:
             a stop within 20 updates).
+        group: the process group of the run: None finds the one engine initialised in
+            this process (torch.distributed, jax.distributed, TensorFlow's multi-worker
+            strategy); ``"torch"``, ``"jax"`` or ``"tensorflow"`` names it where several
+            are; a torch subgroup handle. Every collective, the stop agreement and the
+            checkpoints of the Run use it.
 
     Raises:
         ConfigError: a field breaks its rule.
@@ -66,6 +72,7 @@ class Ranks:
     reduce: str | None = None
     check_every: int | None = 100
     stop_every: int = 10
+    group: Any = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_writer_rank(self.writer, name="writer")
@@ -97,6 +104,7 @@ class RankPlan:
         grouped: several ranks in an initialised process group (every rank can save).
         per_update: whether :meth:`update` has anything to do on this rank.
         stop: the stop agreement :meth:`update` polls (see :meth:`polling`), or None.
+        group: the process group, found once (every collective of the Run uses it).
     """
 
     ranks: Ranks | None
@@ -106,6 +114,7 @@ class RankPlan:
     grouped: bool
     per_update: bool
     stop: Preemption | None = None
+    group: ProcessGroup = dataclasses.field(default_factory=active, repr=False)
 
     @classmethod
     def build(cls, ranks: Ranks | None, rollback: Any) -> RankPlan:
@@ -117,13 +126,13 @@ class RankPlan:
         """
         if ranks is not None and not isinstance(ranks, Ranks):
             raise ConfigError("ranks", "must be a globalstep.run.Ranks or None", ranks)
-        group = active()
+        group = active(ranks.group if ranks is not None else None)
         size = group.world_size
         if ranks is None and size > 1:
             ranks = Ranks()
         is_writer = ranks is None or group.is_writer(ranks.writer, name="ranks.writer")
         check = (
-            distributed.StepAgreement(ranks.check_every)
+            distributed.StepAgreement(ranks.check_every, group=group)
             if ranks is not None and ranks.check_every is not None and size > 1
             else None
         )
@@ -135,12 +144,12 @@ class RankPlan:
                 "every rank's loss together)",
                 rollback,
                 hint=f"This run has {size} ranks from WORLD_SIZE but no process group: call "
-                "torch.distributed.init_process_group before making the Run.",
+                f"one of {how_to_initialise()} before making the Run.",
             )
         per_update = ranks is not None and (
             check is not None or ranks.reduce is not None or not is_writer
         )
-        return cls(ranks, size, is_writer, check, grouped, per_update)
+        return cls(ranks, size, is_writer, check, grouped, per_update, group=group)
 
     def polling(self, stop: Preemption) -> RankPlan:
         """Returns this plan polling ``stop`` at each update, where it agrees over ranks."""
@@ -160,5 +169,5 @@ class RankPlan:
         ranks = self.ranks
         assert ranks is not None
         if ranks.reduce is not None:
-            scalars = distributed.reduce_metrics(scalars, op=ranks.reduce)
+            scalars = distributed.reduce_metrics(scalars, op=ranks.reduce, group=self.group)
         return scalars if self.is_writer else {}

@@ -169,7 +169,7 @@ class Watch:
                 status, value = _GIVEN, _number(tag, scalars[tag])
             except ConfigError as err:
                 status, error = _INVALID, err
-        rows = distributed.gather_floats([status, value])
+        rows = distributed.gather_floats([status, value], group=plan.group)
         if error is not None:
             raise error
         statuses = [int(row[0]) for row in rows]
@@ -241,7 +241,7 @@ class Watch:
         plan = self._plan
         if plan is not None and plan.ranks is not None:
             # The writer's view of the committed steps decides for every rank.
-            chosen = distributed.broadcast_int(chosen, src=plan.ranks.writer)
+            chosen = distributed.broadcast_int(chosen, src=plan.ranks.writer, group=plan.group)
         if chosen < 0:
             raise DivergenceError(
                 f"`{self.policy.tag}` was {bad.value!r} at step {bad.step} ({bad.reason}) and "

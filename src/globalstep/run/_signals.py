@@ -48,4 +48,6 @@ def stop_for(
     def told(signum: int) -> None:
         messages.got_signal(signum, within)
 
-    return Preemption(signals, every=every, agree=agree, on_signal=told, on_stop=on_stop)
+    return Preemption(
+        signals, every=every, agree=agree, group=plan.group, on_signal=told, on_stop=on_stop
+    )
