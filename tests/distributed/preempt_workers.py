@@ -26,15 +26,17 @@ UPDATES = 3000  # far more than a test waits for: a run that reaches it was neve
 
 
 def _recording(run: Any, received: list[list[int]]) -> None:
-    """Notes each stop signal with the step at which it arrived, then lets the handler in
-    place take it (the Run's; where there is none, the default action)."""
+    """Notes each stop signal with the step at which it arrived and the Run's poll count
+    then, and lets the handler in place take it (the Run's; where there is none, the
+    default action)."""
     import os
 
     for signum in (signal.SIGTERM, signal.SIGUSR1):
         handler = signal.getsignal(signum)
 
         def record(number: int, frame: Any, handler: Any = handler) -> None:
-            received.append([number, run.step])
+            stop = run._plan.stop  # the Run's agreement: its polls name the stop it asks for
+            received.append([number, run.step, stop.polls if stop is not None else None])
             if callable(handler):
                 handler(number, frame)
             else:
