@@ -21,6 +21,12 @@ clock's step before that update. Log what an update gives (its loss, and the rat
 ``optax.inject_hyperparams``) after ``clock.tick()``, at the step after the update, the
 convention of every logged value (see :mod:`globalstep._clock`).
 
+Data: :class:`ResumableOrder` is the epoch's order of sample indices, a function of
+``(seed, epoch)``, whose position is checkpoint state: a loop that indexes its own arrays
+draws ``order.batches_of(batch_size)`` and resumes mid-epoch at the batch it reached; on
+several processes (``jax.distributed``) each process draws its own share, and a restore on
+another process count splits the rest of the epoch over the new processes.
+
 Example:
     >>> import jax.numpy as jnp
     >>> from globalstep import Clock
@@ -44,12 +50,19 @@ from globalstep._clock import Clock
 from globalstep._errors import ConfigError, StepError
 from globalstep._optional import require
 from globalstep.checkpoint import Adapter, add_adapter
+from globalstep.integrations._order import ResumableOrder
 from globalstep.schedules import Schedule
 
 jax = require("jax", "jax", "globalstep.integrations.jax")
 jnp = require("jax.numpy", "jax", "globalstep.integrations.jax")
 
-__all__ = ["JaxArrayAdapter", "PytreeAdapter", "check_optax_count", "traceable"]
+__all__ = [
+    "JaxArrayAdapter",
+    "PytreeAdapter",
+    "ResumableOrder",
+    "check_optax_count",
+    "traceable",
+]
 
 _ROOTS = ("jax", "jaxlib", "optax", "flax")
 

@@ -21,7 +21,10 @@ Loading never executes code: the values are arrays in a safetensors file, the ke
 For custom training loops: :func:`follow` keeps a clock at ``optimizer.iterations`` (the
 step advanced by ``apply_gradients`` itself), and :class:`ResumableTFDataset` is a shuffled
 ``tf.data`` pipeline whose position is checkpoint state, so a resumed loop continues at
-the batch it reached, mid-epoch.
+the batch it reached, mid-epoch. On several workers (``MultiWorkerMirroredStrategy``)
+:class:`ResumableOrder` splits each epoch's order of row indices over the workers, each
+drawing its own share (``tf.gather`` the rows), and a restore on another number of workers
+splits the rest of the epoch over the new ones: every row drawn once per epoch.
 
 Example:
     >>> import tensorflow as tf, tempfile
@@ -46,9 +49,16 @@ import tensorflow as tf
 
 from globalstep._errors import ConfigError
 from globalstep.checkpoint import Adapter, add_adapter
+from globalstep.integrations._order import ResumableOrder
 from globalstep.integrations._tf_data import ResumableTFDataset
 
-__all__ = ["ResumableTFDataset", "follow", "module_variables", "variable_array"]
+__all__ = [
+    "ResumableOrder",
+    "ResumableTFDataset",
+    "follow",
+    "module_variables",
+    "variable_array",
+]
 
 
 def follow(optimizer: Any, clock: Any) -> Any:
