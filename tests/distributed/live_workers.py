@@ -16,6 +16,9 @@ generators and a ``PerRank`` sum, 40 updates saved every 10), with
 - ``release``: one save of ``OUT/release`` in which rank 1 SIGKILLs itself once it read the
   commit, before it tells rank 0 (the Store's last user) it is done with the save's keys;
   rank 0 reports how long its save took and what ``lost`` told it meanwhile.
+- ``slow``: one save of ``OUT/slow`` that rank 1 reaches ``SLOW_SECONDS`` after rank 0
+  (a long update: the interpreter busy all along), while rank 0 waits for it inside the
+  save; each rank reports the committed steps and what ``lost`` told it.
 
 A rank whose run fails (the peer of the killed one) writes ``{"error": ..., "ranks": ...}``
 as its result and exits with status 3 (``sys.exit``: the whole exit is timed).
@@ -36,6 +39,8 @@ TIMEOUT_SECONDS = 60.0
 """The save's ``timeout_seconds``: what a dead peer costs without the liveness signal."""
 HOLD_SECONDS = 120.0
 """How long the victim stays inside the save (the test kills it long before)."""
+SLOW_SECONDS = 8.0
+"""How long the slow rank computes before its save: longer than a dead rank's silence."""
 
 
 def mark_saves(rank: int, marker: Any) -> None:
@@ -54,16 +59,9 @@ def mark_saves(rank: int, marker: Any) -> None:
     coordinated.SaveRound._write = write  # type: ignore[method-assign]
 
 
-def release(rank: int, directory: Path) -> dict[str, Any]:
-    """The ``release`` scenario on this rank."""
-    import os
-    import signal
-
-    import numpy as np
-
+def spy_on_lost() -> list[list[int]]:
+    """Records every rank ``TorchGroup.lost`` reports, in the list returned."""
     from globalstep._group import TorchGroup
-    from globalstep.checkpoint import CheckpointManager, DistributedOptions, PerRank
-    from globalstep.checkpoint._ranks import coordinated
 
     told: list[list[int]] = []
     lost = TorchGroup.lost
@@ -75,6 +73,39 @@ def release(rank: int, directory: Path) -> dict[str, Any]:
         return found
 
     TorchGroup.lost = spy  # type: ignore[method-assign]
+    return told
+
+
+def slow(rank: int, directory: Path) -> dict[str, Any]:
+    """The ``slow`` scenario on this rank."""
+    import numpy as np
+
+    from globalstep.checkpoint import CheckpointManager, DistributedOptions, PerRank
+
+    told = spy_on_lost()
+    options = DistributedOptions(timeout_seconds=TIMEOUT_SECONDS)
+    with CheckpointManager(directory, distributed=options) as manager:
+        if rank == 1:
+            end, spins = time.monotonic() + SLOW_SECONDS, 0
+            while time.monotonic() < end:
+                spins += 1
+        started = time.monotonic()
+        manager.save(1, {"w": np.ones(2), "mine": PerRank(np.full(1, rank))})
+        seconds = time.monotonic() - started
+        return {"steps": manager.steps(), "seconds": seconds, "lost": told}
+
+
+def release(rank: int, directory: Path) -> dict[str, Any]:
+    """The ``release`` scenario on this rank."""
+    import os
+    import signal
+
+    import numpy as np
+
+    from globalstep.checkpoint import CheckpointManager, DistributedOptions, PerRank
+    from globalstep.checkpoint._ranks import coordinated
+
+    told = spy_on_lost()
     if rank == 1:
 
         def die(self: Any) -> None:
@@ -97,11 +128,11 @@ def main(scenario: str, rank: int, size: int, port: int, out: Path) -> None:
 
     connect(rank, size, port, group=True)
     options = DistributedOptions(timeout_seconds=TIMEOUT_SECONDS)
-    if scenario in ("full", "release"):
+    if scenario in ("full", "release", "slow"):
         if scenario == "full":
             result = train(rank, out / "full", resume=False, kill_at=None, distributed=options)
         else:
-            result = release(rank, out / "release")
+            result = {"release": release, "slow": slow}[scenario](rank, out / scenario)
         (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
         dist.destroy_process_group()
         return

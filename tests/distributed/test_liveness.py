@@ -27,7 +27,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from live_workers import TIMEOUT_SECONDS
+from live_workers import SLOW_SECONDS, TIMEOUT_SECONDS
 from spawn import spawn
 
 from globalstep.checkpoint import CheckpointManager
@@ -183,3 +183,15 @@ def test_store_host_stops_waiting_for_a_rank_that_died_after_the_commit(tmp_path
     print(f"release: rank 0's save took {results[0]['seconds']:.1f} s")
     assert results[0]["steps"] == [1]
     assert results[0]["lost"] == [[1]]
+
+
+def test_a_rank_busy_for_longer_than_a_dead_ones_silence_is_not_lost(tmp_path):
+    """Rank 0 waits inside the save for rank 1, which computes for SLOW_SECONDS (8 s, its
+    interpreter busy all along) before it calls save: its heartbeat goes on, the group
+    loses nobody, and the save commits on both."""
+    results = spawn("slow", 2, tmp_path, module="live_workers")
+    print(f"slow: rank 0's save took {results[0]['seconds']:.1f} s")
+    assert results[0]["seconds"] >= SLOW_SECONDS - 1  # rank 0 did wait for rank 1
+    for result in results:
+        assert result["steps"] == [1]
+        assert result["lost"] == []

@@ -13,7 +13,9 @@ rank lost when its counter did not move for :data:`SILENT_SECONDS` of the peer's
 monotonic clock (never comparing two hosts' clocks): a process that exited, was killed,
 or stopped (SIGSTOP). A rank that is merely slow (a long update, a long write of its
 part) beats on: the thread needs the interpreter for microseconds every half second,
-and globalstep's own long calls (hashing a large chunk) let it in.
+and globalstep's own long calls (hashing a large chunk) let it in. Only one call into a
+C extension that holds the interpreter for over ``SILENT_SECONDS`` without releasing it
+would silence a live rank (torch's operations release it).
 
 A counter never written (0) is a rank that has not started its heartbeat yet: never lost.
 
