@@ -369,12 +369,13 @@ def test_every_ranks_writer_is_durable_before_the_commit(tmp_path, zygote):
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])
 def test_rank_killed_during_sharded_save_commits_nothing(tmp_path, zygote, victim):
-    """A rank SIGKILLed inside a sharded save: the survivor is told (naming it) within the
-    timeout, nothing is committed, and the previous checkpoint restores."""
+    """A rank SIGKILLed inside a sharded save: the survivor is told (naming it) within
+    seconds, long before the timeout (60 s), nothing is committed, and the previous
+    checkpoint restores."""
     from safetensors.torch import load_file
 
     directory = tmp_path / "ckpt"
-    env = {"KILL_RANK": str(victim), "GS_TIMEOUT": "4"}
+    env = {"KILL_RANK": str(victim), "GS_TIMEOUT": "60"}
     results = zygote.finish(zygote.launch("kill-save", 2, directory, env=env))
     survivor = 1 - victim
     assert results[victim][0] == -signal.SIGKILL, results
@@ -382,12 +383,12 @@ def test_rank_killed_during_sharded_save_commits_nothing(tmp_path, zygote, victi
     assert code == 3, results
     assert f"ranks=[{victim}]" in text, text
     assert "nothing was committed" in text, text
-    if victim == 1:  # the writer waited for rank 1's report
-        assert "rank(s) [1] did not report within timeout_seconds=4" in text, text
+    if victim == 1:  # the writer waited for rank 1's report: its heartbeat stopped
+        assert "rank(s) [1] died during the save" in text, text
     else:  # rank 0 also hosted the Store: its death is seen at once
         assert "Store stopped answering" in text, text
     seconds = float(text.split("ERROR after ")[1].split("s ")[0])
-    assert seconds < 4 + 3, text
+    assert seconds < 30, text
     reader = CheckpointManager(directory, read_only=True)
     assert reader.steps() == [1]
     plain = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))

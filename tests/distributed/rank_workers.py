@@ -96,8 +96,17 @@ def observed(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> dict[str, Any]:
-    """Runs the loop to UPDATES (restoring first with ``resume``)."""
+def train(
+    rank: int,
+    directory: Path,
+    *,
+    resume: bool,
+    kill_at: int | None,
+    distributed: Any = True,
+    after_update: Any = None,
+) -> dict[str, Any]:
+    """Runs the loop to UPDATES (restoring first with ``resume``); ``distributed`` is the
+    manager's option, ``after_update`` (where given) is called after each update."""
     import torch
 
     from globalstep.checkpoint import CheckpointManager
@@ -105,7 +114,7 @@ def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> d
     state = make_state(rank)
     clock, model, opt = state["clock"], state["model"], state["opt"]
     restored = None
-    with CheckpointManager(directory, save_every=SAVE_EVERY, distributed=True) as manager:
+    with CheckpointManager(directory, save_every=SAVE_EVERY, distributed=distributed) as manager:
         if resume:
             manager.restore(state)
             restored = clock.step
@@ -123,6 +132,8 @@ def train(rank: int, directory: Path, *, resume: bool, kill_at: int | None) -> d
             manager.maybe_save(clock, state)
             if clock.step == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if after_update is not None:
+                after_update()
     return {**observed(state), "restored": restored}
 
 

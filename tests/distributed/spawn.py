@@ -43,6 +43,7 @@ def spawn(
     statuses: Mapping[int, int] | None = None,
     during: Callable[[list[Any]], None] | None = None,
     store: Any = None,
+    timeout: float = CHILD_TIMEOUT_SECONDS,
 ) -> list[dict[str, Any]]:
     """Runs ``scenario`` on ``size`` forked processes; returns each rank's result.
 
@@ -55,7 +56,8 @@ def spawn(
     agent's does its workers), else a new one is made for the call.
 
     The store lives in this process on a free port of 127.0.0.1, so no port is guessed.
-    Ranks that do not finish within the timeout are killed and the call fails.
+    Ranks that do not finish within ``timeout`` seconds (all together) are killed and the
+    call fails.
     """
     import torch.distributed as dist
 
@@ -65,7 +67,7 @@ def spawn(
             0,
             is_master=True,
             wait_for_workers=False,
-            timeout=datetime.timedelta(seconds=CHILD_TIMEOUT_SECONDS),
+            timeout=datetime.timedelta(seconds=timeout),
         )
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["torch.distributed", "torch._dynamo", "workers", module])
@@ -75,7 +77,7 @@ def spawn(
     ]
     for child in children:
         child.start()
-    deadline = time.monotonic() + CHILD_TIMEOUT_SECONDS
+    deadline = time.monotonic() + timeout
     try:
         if during is not None:
             during(children)

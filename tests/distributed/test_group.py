@@ -231,6 +231,37 @@ def test_the_double_drives_a_distributed_save_with_per_rank_leaves(tmp_path):
     assert json.loads((step / "state.json").read_text())["per_rank"]["world_size"] == 2
 
 
+class LosingGroup(ThreadGroup):
+    """The double whose ranks ``dead`` are lost (as a heartbeat that stopped tells)."""
+
+    def __init__(self, rank: int, world: int, store: _group.DictStore, dead: set[int]) -> None:
+        super().__init__(rank, world, store)
+        self.dead = dead
+
+    def lost(self, ranks: Sequence[int]) -> list[int]:
+        return [r for r in ranks if r in self.dead]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_save_fails_at_once_naming_a_rank_the_group_lost(tmp_path, rank):
+    """The other rank died (the group lost it): the writer waiting for its report, or a
+    rank waiting for the writer's directory, fails the save within a liveness look (0.5 s),
+    not at timeout_seconds, naming it; nothing is committed."""
+    from globalstep._errors import DistributedCheckpointError
+
+    group = LosingGroup(rank, 2, _group.DictStore(), dead={1 - rank})
+    options = DistributedOptions(group=group, timeout_seconds=600)
+    with CheckpointManager(tmp_path, distributed=options) as manager:
+        with pytest.raises(DistributedCheckpointError) as caught:
+            manager.save(5, {"w": np.arange(3.0), "mine": PerRank(np.ones(1))})
+        assert caught.value.ranks == [1 - rank]
+        assert (
+            f"the distributed save of step 5 failed: rank(s) [{1 - rank}] died during the save "
+            "(the process group lost them); nothing was committed"
+        ) in str(caught.value)
+    assert CheckpointManager(tmp_path, read_only=True).steps() == []
+
+
 GROUP_CALLS = {
     "get_rank",
     "get_world_size",

@@ -10,7 +10,10 @@ Owns (nothing else in globalstep asks a framework these questions):
   key-value store every rank reaches (:class:`KeyValueStore`: ``set``, ``get``,
   ``compare_set``, ``check``, ``add``, ``delete_key``), and the key namespace of each
   agreement on it (:meth:`ProcessGroup.scope`: a torchrun restart's keys kept apart from
-  the last's, ``TORCHELASTIC_RUN_ID.TORCHELASTIC_RESTART_COUNT``).
+  the last's, ``TORCHELASTIC_RUN_ID.TORCHELASTIC_RESTART_COUNT``); which ranks died
+  (:meth:`ProcessGroup.lost`, read from the sign of life each rank keeps:
+  :meth:`ProcessGroup.keep_alive`, on torch.distributed a heartbeat on the store, see
+  :mod:`globalstep._group._heartbeat`).
 - its implementations: :class:`TorchGroup` (torch.distributed, imported only inside its
   calls) and :class:`SingleProcess` (no process group: the launcher's ``RANK`` and
   ``WORLD_SIZE``, collectives of this process alone, a store in this process). JAX's and
@@ -37,12 +40,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from globalstep._errors import ConfigError
+from globalstep._group._heartbeat import HEARTBEAT, WATCH
 from globalstep._optional import require
 
 __all__ = [
@@ -228,6 +233,12 @@ class ProcessGroup(ABC):
         alone ends the wait)."""
         del ranks
         return []
+
+    def keep_alive(self) -> None:
+        """Starts this process's sign of life, where the engine's :meth:`lost` reads one
+        (idempotent; nothing by default): a distributed CheckpointManager calls it when it
+        opens, so that its peers can tell this rank died inside a save."""
+        return None
 
     @property
     def restart_tag(self) -> str:
@@ -421,6 +432,70 @@ class TorchGroup(ProcessGroup):
             return ""
         run = os.environ.get("TORCHELASTIC_RUN_ID", "")
         return f"/{run}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+    def _alive_key(self, global_rank: int) -> str:
+        """The heartbeat counter of ``global_rank`` (a rank of the default group), this
+        start's own (the restart tag)."""
+        return f"{_ALIVE_ROOT}{self.restart_tag}/{global_rank}"
+
+    def keep_alive(self) -> None:
+        """Starts this rank's heartbeat (see :mod:`globalstep._group._heartbeat`): a daemon
+        thread adding 1 to its counter on the default group's store every half second, on
+        a connection of its own (``Store.clone()``), until the process exits or the group
+        is destroyed. Nothing where the group has one rank."""
+        if not _torch_initialised():
+            return
+        dist = self._dist()
+        if dist.get_world_size() < 2:
+            return
+        try:
+            store = self.store()
+        except ConfigError:  # pragma: no cover - drift: no heartbeat, the timeout ends waits
+            return
+        HEARTBEAT.start(
+            self._alive_key(dist.get_rank()), lambda: _connection(store), _torch_initialised
+        )
+
+    def lost(self, ranks: Sequence[int]) -> list[int]:
+        """The ranks of ``ranks`` whose heartbeat stood still for ``SILENT_SECONDS`` (5 s)
+        of this process's clock since it first read it: their process exited, was killed
+        or stopped. A rank that never started its heartbeat is not lost, nor is any where
+        the store does not answer (the caller's own look at the store says so)."""
+        wanted = [int(r) for r in ranks]
+        if not wanted or not _torch_initialised():
+            return []
+        self.keep_alive()
+        dist = self._dist()
+        try:
+            store = self.store()
+        except ConfigError:  # pragma: no cover - drift
+            return []
+        now = time.monotonic()
+        found = []
+        for r in wanted:
+            key = self._alive_key(
+                r if self.handle is None else dist.get_global_rank(self.handle, r)
+            )
+            try:
+                value = int(store.add(key, 0))  # 0 where the rank never beat
+            except Exception:
+                return []
+            if WATCH.silent(key, value, now):
+                found.append(r)
+        return found
+
+
+_ALIVE_ROOT = "globalstep/alive"
+"""The store keys of the ranks' heartbeats: ``globalstep/alive<restart tag>/<rank>``."""
+
+
+def _connection(store: Any) -> Any:
+    """A connection of its own to ``store`` (``Store.clone()``), where the store makes
+    one; else ``store`` itself."""
+    try:
+        return store.clone()
+    except (AttributeError, NotImplementedError):
+        return store
 
 
 _TORCH_DEFAULT = TorchGroup()

@@ -20,8 +20,10 @@ A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
 - Each rank reports to the writer through the process group's key-value store (see
   :mod:`globalstep._group`: torch.distributed's Store, under this manager's own keys);
   the writer writes ``state.json`` (which then describes every chunk) and the commit
-  marker only after every rank reported success. A rank that fails or dies makes the
-  save fail on every surviving rank within ``timeout_seconds`` with a
+  marker only after every rank reported success. A rank that fails makes the save fail
+  on every surviving rank at once, one that dies within seconds (the group's
+  :meth:`~globalstep._group.ProcessGroup.lost`: on torch.distributed each rank's heartbeat
+  on the Store, 5 s without one), one that hangs within ``timeout_seconds``, with a
   :class:`DistributedCheckpointError` naming it; nothing is committed and the previous
   checkpoint stays the newest.
 
@@ -94,7 +96,12 @@ class DistributedOptions:
     Attributes:
         writer_rank: the rank that writes replicated state, takes the lock and commits.
         timeout_seconds: how long a rank waits for another's part of a save before the
-            save fails naming the ranks that did not answer.
+            save fails naming the ranks that did not answer (a hung rank). A rank whose
+            process died (killed, out of memory, a crash) is noticed sooner: on
+            torch.distributed each rank of a distributed manager keeps a heartbeat on the
+            Store (a daemon thread, every 0.5 s), and a rank waiting inside a save fails
+            it within about 6 s of the other's last beat, naming it. A rank that is
+            merely slow (a long update before it calls ``save``) beats on.
         group: the torch.distributed process group; None is the default group, or a
             ``globalstep._group.ProcessGroup``.
         store: the key-value store the ranks report through (a torch.distributed
@@ -152,6 +159,7 @@ class Coordinator:
         digest = hashlib.sha1(where.encode()).hexdigest()[:16]
         self.prefix = group.scope(f"{_KEY_ROOT}/{digest}")
         self.storage = storage
+        group.keep_alive()  # the peers waiting for this rank inside a save read it
         self._seq = 0
 
     @property
@@ -165,7 +173,12 @@ class Coordinator:
         if self.is_writer and self._seq > 2:
             # Every rank reported for the previous save, so all are past the one before it.
             old = f"{self.prefix}/{self._seq - 2}"
-            for key in ["dir", "outcome", *[f"rank{r}" for r in range(self.world)]]:
+            ranks = range(self.world)
+            for key in [
+                "dir",
+                "outcome",
+                *[f"{n}{r}" for n in ("rank", "released") for r in ranks],
+            ]:
                 try:
                     self.store.delete_key(f"{old}/{key}")
                 except Exception:
@@ -425,20 +438,28 @@ class SaveRound:
         Rank 0 hosts the Store under tcp:// and env:// initialisation, and a process that
         exits takes the Store with it: a rank still polling for the outcome would then
         fail a save that was committed. So every other rank's last Store call is this
-        acknowledgement, and rank 0 returns only once all of them have made it (or
-        ``_RELEASE_SECONDS`` passed: a rank that died does not hold the save up, and
-        live ranks poll every 10 ms at most). Ranks that never reported are not waited for.
+        acknowledgement (its own key), and rank 0 returns only once all of them have made
+        it, or the group lost the others (a rank that died does not hold the save up), or
+        ``_RELEASE_SECONDS`` passed (live ranks poll every 10 ms at most). Ranks that
+        never reported are not waited for.
         """
-        key = self._key("released")
         try:
             if self.c.rank != 0:
-                self._store("add", key, 1)
+                self._store("set", self._key(f"released{self.c.rank}"), "1")
                 return
-            others = len({r for r in range(1, self.c.world) if r not in self._absent})
-            since, pause = time.monotonic(), 0.001
-            while self._store("add", key, 0) < others:
-                if time.monotonic() - since >= min(self._timeout(), _RELEASE_SECONDS):
+            waiting = [r for r in range(1, self.c.world) if r not in self._absent]
+            since = looked = time.monotonic()
+            pause = 0.001
+            while waiting and not self._store(
+                "check", [self._key(f"released{r}") for r in waiting]
+            ):
+                now = time.monotonic()
+                if now - since >= min(self._timeout(), _RELEASE_SECONDS):
                     return
+                if now - looked >= _LIVENESS_SECONDS:
+                    looked = now
+                    gone = set(self.c.group.lost(waiting))
+                    waiting = [r for r in waiting if r not in gone]
                 time.sleep(pause)
                 pause = min(pause * 1.5, _MAX_PAUSE)
         except DistributedCheckpointError:

@@ -80,7 +80,7 @@ def write_chunks(storage: Storage, staging: str, rank: int, chunks: list[Chunk])
                         "file": name,
                         "offset": offset,
                         "length": len(view),
-                        "xxh3_64": xxhash.xxh3_64_hexdigest(view),
+                        "xxh3_64": _digest(view),
                     }
                 )
                 offset += len(view)
@@ -89,6 +89,23 @@ def write_chunks(storage: Storage, staging: str, rank: int, chunks: list[Chunk])
             raise
         writer.close()
     return {"ok": True, "chunks": entries}
+
+
+_PIECE = 1 << 28
+"""The bytes of a chunk hashed in one call (256 MiB): see :func:`_digest`."""
+
+
+def _digest(view: memoryview) -> str:
+    """The XXH3-64 of ``view``, hashed a piece at a time: xxhash holds the interpreter for
+    the whole of one call, and this rank's heartbeat thread (see
+    :mod:`globalstep._group._heartbeat`) must get in between (a chunk of several GB hashes
+    for seconds, while the writer waits for this rank). The same digest as one call."""
+    if len(view) <= _PIECE:
+        return str(xxhash.xxh3_64_hexdigest(view))
+    running = xxhash.xxh3_64()
+    for start in range(0, len(view), _PIECE):
+        running.update(view[start : start + _PIECE])
+    return str(running.hexdigest())
 
 
 def _tensors(state: Document, where: str) -> dict[str, Any]:
