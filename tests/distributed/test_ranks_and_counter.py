@@ -150,7 +150,9 @@ def test_a_bad_counter_parameter_is_an_error(kwargs, match):
 
 def test_a_counter_needs_a_store():
     """A dict in place of a Store raises."""
-    with pytest.raises(ConfigError, match=r"`store` must be a torch.distributed Store"):
+    with pytest.raises(
+        ConfigError, match=r"`store` must be a key-value store \(a torch.distributed Store"
+    ):
         SharedStepCounter({}, "steps")
 
 

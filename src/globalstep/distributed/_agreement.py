@@ -46,7 +46,7 @@ from __future__ import annotations
 import collections
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from globalstep import _group
 from globalstep._clock import MAX_STEP, Clock
@@ -369,15 +369,65 @@ def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
     return ranks.broadcast_int(value, src)
 
 
-class SharedStepCounter:
-    """Unique step indices for asynchronous workers, from a torch.distributed Store.
+class _VariableStore:
+    """A counter variable on a parameter server (a ``tf.Variable`` made in
+    ``ParameterServerStrategy.scope()``) as the three calls :class:`SharedStepCounter`
+    makes: ``assign_add`` is atomic on the variable's device, so each index goes to one
+    caller, whichever worker's function takes it. Duck-typed: TensorFlow is not imported."""
 
-    Each :meth:`next` is one atomic ``store.add``: across every process connected to the
-    store (a ``TCPStore``, or the store of the default process group), each index is
-    handed to exactly one caller, in increasing order: TensorFlow's parameter-server
-    semantics, where each step index happens on exactly one worker. A worker that dies
-    loses only the indices it took and had not finished; the others never see them again
-    and go on with the rest.
+    def __init__(self, variable: Any) -> None:
+        self.variable = variable
+
+    def add(self, key: str, amount: int) -> Any:
+        del key
+        if amount == 0:
+            return self.variable.read_value()
+        return self.variable.assign_add(amount, read_value=True)
+
+    def set(self, key: str, value: str) -> None:
+        del key
+        self.variable.assign(int(value))
+
+    def compare_set(self, key: str, expected: str, desired: str) -> None:
+        del key, expected, desired  # the variable was made with its first value
+
+
+def _counter_store(store: Any) -> Any:
+    """The store a :class:`SharedStepCounter` adds to, for each form ``store`` takes."""
+    if isinstance(store, _group.ProcessGroup | str):
+        return _group.active(store).store()
+    if callable(getattr(store, "assign_add", None)) and callable(getattr(store, "assign", None)):
+        dtype = str(getattr(getattr(store, "dtype", None), "name", ""))
+        if dtype not in {"int64", "int32"}:
+            raise ConfigError(
+                "store",
+                "must be an integer variable (tf.int64) where it is a tf.Variable",
+                dtype or store,
+                hint="Make it with tf.Variable(0, dtype=tf.int64, trainable=False) in "
+                "strategy.scope().",
+            )
+        return _VariableStore(store)
+    for method in ("add", "set", "compare_set"):
+        if not callable(getattr(store, method, None)):
+            raise ConfigError(
+                "store",
+                "must be a key-value store (a torch.distributed Store: TCPStore, FileStore, "
+                'HashStore, ...), a process group or its engine\'s name ("jax", '
+                '"tensorflow", "torch"), or a tf.Variable on a parameter server',
+                store,
+            )
+    return store
+
+
+class SharedStepCounter:
+    """Unique step indices for asynchronous workers, from a key-value store every worker
+    reaches, or a variable on a parameter server.
+
+    Each :meth:`next` is one atomic ``add`` on the store: across every process connected
+    to it, each index is handed to exactly one caller, in increasing order: TensorFlow's
+    parameter-server semantics, where each step index happens on exactly one worker. A
+    worker that dies loses only the indices it took and had not finished; the others never
+    see them again and go on with the rest.
 
     The counter is state: put it in a checkpoint tree (its state is one int in
     state.json, the next index to hand out). Restoring sets the store's value, so restore
@@ -388,13 +438,21 @@ class SharedStepCounter:
     then are lost, never repeated.
 
     Args:
-        store: a ``torch.distributed.Store`` (``TCPStore``, ``FileStore``, ``HashStore``,
-            ``PrefixStore``); every worker connects to the same one.
-        key: the store key that holds the count; one per counter.
-        start: the first index, used only by the worker that creates the key.
+        store: where the count lives, one of: a ``torch.distributed.Store``
+            (``TCPStore``, ``FileStore``, ``HashStore``, ``PrefixStore``) every worker
+            connects to; a process group, or its engine's name (``"jax"``,
+            ``"tensorflow"``, ``"torch"``), whose key-value store every process reaches
+            (jax.distributed's and TensorFlow's coordination services: no torch); or an
+            integer ``tf.Variable`` made in a ``ParameterServerStrategy``'s scope (it lives
+            on a parameter server; inside a function the coordinator schedules on a
+            worker, :meth:`next` is then a scalar tensor, the index that function took).
+        key: the store key that holds the count; one per counter (unused for a variable).
+        start: the first index, used only by the worker that creates the key (a
+            variable starts at its own value).
 
     Raises:
-        ConfigError: ``key`` is empty or ``start`` is not an int >= 0.
+        ConfigError: ``key`` is empty, ``start`` is not an int >= 0, or ``store`` is none
+            of the above.
 
     Example:
         >>> import torch.distributed as dist
@@ -410,13 +468,7 @@ class SharedStepCounter:
             raise ConfigError("key", "must be a non-empty string", key)
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < MAX_STEP:
             raise ConfigError("start", "must be an int >= 0", start)
-        for method in ("add", "set", "compare_set"):
-            if not callable(getattr(store, method, None)):
-                raise ConfigError(
-                    "store",
-                    "must be a torch.distributed Store (TCPStore, FileStore, HashStore, ...)",
-                    store,
-                )
+        store = _counter_store(store)
         self.store = store
         self.key = key
         self.start = start
@@ -424,8 +476,13 @@ class SharedStepCounter:
         store.compare_set(key, "", str(start))
 
     def next(self) -> int:
-        """Takes the next step index: no other worker ever gets the same one."""
-        return int(self.store.add(self.key, 1)) - 1
+        """Takes the next step index: no other worker ever gets the same one (inside a
+        ``tf.function`` on a variable: the index as a scalar tensor)."""
+        taken = self.store.add(self.key, 1)
+        try:
+            return int(taken) - 1
+        except TypeError:  # a symbolic tensor: the function's own index, when it runs
+            return cast(int, taken - 1)
 
     @property
     def value(self) -> int:
