@@ -14,7 +14,8 @@ Owns (nothing else in globalstep asks a framework these questions):
 - its implementations: :class:`TorchGroup` (torch.distributed, imported only inside its
   calls) and :class:`SingleProcess` (no process group: the launcher's ``RANK`` and
   ``WORLD_SIZE``, collectives of this process alone, a store in this process). JAX's and
-  TensorFlow's coordination services are two more implementations of the same interface.
+  TensorFlow's coordination services are two more implementations of the same interface
+  (JAX's: ``_group/_jax.py``, imported once ``jax.distributed`` is initialised).
 - :func:`active`: the group in force (torch.distributed's once initialised, else the
   single process), and :func:`initialised`, the cheap "is there a process group?".
 
@@ -460,6 +461,19 @@ class Engine:
     how: str
 
 
+def _jax_initialised() -> bool:
+    """Whether ``jax.distributed.initialize`` ran in this process (its client exists).
+    Without JAX's distributed module imported it cannot have, so nothing is imported."""
+    module = sys.modules.get("jax._src.distributed")
+    return getattr(getattr(module, "global_state", None), "client", None) is not None
+
+
+def _jax_group(handle: Any) -> ProcessGroup:
+    from globalstep._group._jax import jax_group
+
+    return jax_group(handle)
+
+
 ENGINES: list[Engine] = [
     Engine(
         "torch",
@@ -467,6 +481,7 @@ ENGINES: list[Engine] = [
         _torch_group,
         "torch.distributed.init_process_group(...)",
     ),
+    Engine("jax", _jax_initialised, _jax_group, "jax.distributed.initialize(...)"),
 ]
 """The engines :func:`active` looks for, in this order; one module per engine adds its own."""
 

@@ -2,7 +2,8 @@
 
 A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
 ``distributed=True`` (or a :class:`DistributedOptions`) on every rank of an initialised
-``torch.distributed`` group saves collectively: every rank calls ``save`` with the same step.
+process group (``torch.distributed``, or ``jax.distributed``'s processes) saves
+collectively: every rank calls ``save`` with the same step.
 
 - Replicated state (plain arrays, tensors, modules under DDP, clocks, ...) is written by one
   rank, the *writer* (``writer_rank``, default 0), which alone holds the directory's lock.
@@ -95,10 +96,11 @@ class DistributedOptions:
         writer_rank: the rank that writes replicated state, takes the lock and commits.
         timeout_seconds: how long a rank waits for another's part of a save before the
             save fails naming the ranks that did not answer.
-        group: the torch.distributed process group; None is the default group, or a
-            ``globalstep._group.ProcessGroup``.
+        group: the torch.distributed process group; None is the default group (the
+            engine the user initialised: torch.distributed or jax.distributed), or an
+            engine's name (``"torch"``, ``"jax"``), or a ``globalstep._group.ProcessGroup``.
         store: the key-value store the ranks report through (a torch.distributed
-            Store); None takes the group's.
+            Store); None takes the group's (under JAX, its coordination service's).
     """
 
     writer_rank: int = 0
@@ -254,9 +256,10 @@ class SaveRound:
             return getattr(self.c.store, method)(*args)
         except Exception as err:  # the Store's errors are RuntimeError or DistStoreError
             raise self._fail(
-                f"the torch.distributed Store stopped answering ({type(err).__name__}: "
-                f"{err}); the rank that hosts it (rank 0 for tcp:// and env:// "
-                "initialisation) has probably died",
+                f"the process group's Store stopped answering ({type(err).__name__}: "
+                f"{err}); the rank that hosts it (rank 0 for torch.distributed's tcp:// and "
+                "env:// initialisation, and for jax.distributed's coordination service) has "
+                "probably died",
                 [0],
             ) from err
 

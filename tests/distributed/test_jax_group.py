@@ -1,0 +1,129 @@
+"""JAX's multi-process runtime as globalstep's process group (issue 37, JAX).
+
+Two processes on 127.0.0.1 call ``jax.distributed.initialize`` once for the module and run
+every scenario of jax_workers.py in turn: the process group's contract (the same
+group_workers.contract torch's group and the single process pass), and a distributed
+CheckpointManager whose per-rank leaves (NumPy and Python generators, a JAX PRNG key, a
+``PerRank`` array) go back to the process that saved them. On main 84cf7b6 both fail:
+``active()`` finds no JAX engine (the contract runs on the single process) and the
+manager raises ``ConfigError: distributed needs a process group initialised``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("jax")
+
+from jax_spawn import finish, start
+
+from globalstep import _group
+
+SIZE = 2
+SCENARIOS = ["contract", "checkpoint"]
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every scenario's results, indexed by rank: one start of the 2 processes."""
+    out = tmp_path_factory.mktemp("jax")
+    statuses = finish(start("jax_workers.py", SIZE, [str(out), *SCENARIOS], out / "log"))
+    errors = [p.read_text() for p in sorted(out.glob("*.error"))]
+    logs = [p.read_text()[-3000:] for p in sorted(out.glob("log-*.log"))]
+    assert statuses == [0] * SIZE, (statuses, errors, logs)
+    assert not errors, errors
+    return {
+        s: [json.loads((out / f"{s}-{r}.json").read_text()) for r in range(SIZE)] for s in SCENARIOS
+    }
+
+
+@pytest.mark.slow
+def test_the_contract_holds_on_jax_distributed(seen: dict[str, Any]) -> None:
+    for rank, got in enumerate(seen["contract"]):
+        assert got["found"] == got["named"] == "JaxGroup"
+        assert got["jax"] == [rank, SIZE] == [got["rank"], got["world"]]
+        assert got["connected"] is True
+        assert got["ints"] == [[r, 10 * r + 1, -(2**62)] for r in range(SIZE)]
+        assert got["floats"] == [[repr(r + 0.25), "nan", "-inf"] for r in range(SIZE)]
+        assert got["reduced"] == {"sum": [3.0, -0.5], "max": [2.0, 0.0], "min": [1.0, -0.5]}
+        assert got["broadcast"] == 100 + SIZE - 1
+        assert got["writer"] == [r == rank for r in range(SIZE)]
+        assert "must be a rank below the world size, 2" in got["writer_error"]
+        assert got["restart_tag"] == ""
+        assert got["scopes"] == ["contract/1", "contract/2"]
+        store = got["store"]
+        assert store["set"] == "from rank 0"
+        assert store["count"] == 3
+        assert store["first"] in ("rank 0", "rank 1")
+        assert store["check"] == [True, False]
+        assert "must be '' on JAX's coordination service" in got["compare_error"]
+        assert len(got["round_keys_left"]) <= 2 * SIZE, got["round_keys_left"]
+    assert len({got["store"]["first"] for got in seen["contract"]}) == 1
+    assert seen["contract"][0]["store"]["deleted"] == [True, False]
+    won = [got["store"]["won"] for got in seen["contract"]]
+    assert won == [seen["contract"][0]["store"]["first"]] * SIZE
+
+
+@pytest.mark.slow
+def test_each_process_gets_its_own_per_rank_leaves_back(seen: dict[str, Any]) -> None:
+    keys = []
+    for rank, got in enumerate(seen["checkpoint"]):
+        assert got["steps"] == [5]
+        restored, expected = got["restored"], got["expected"]
+        assert restored["rng"] == expected["rng"]
+        assert restored["py"] == expected["py"]
+        assert restored["key"] == expected["key"]
+        assert restored["mine"] == [rank] * 3
+        assert restored["w"] == [0.0, 1.0, 2.0, 3.0]
+        assert restored["clock"] == 5
+        keys.append(restored["key"])
+    assert keys[0] != keys[1]
+
+
+def test_the_engine_is_found_without_importing_jax() -> None:
+    engine = next(e for e in _group.ENGINES if e.name == "jax")
+    assert engine.how == "jax.distributed.initialize(...)"
+    if "jax._src.distributed" not in sys.modules:  # nothing imported to ask
+        assert engine.initialised() is False
+        assert "jax._src.distributed" not in sys.modules
+    assert engine.initialised() is False  # imported, but not initialised here
+
+
+def test_the_private_coordination_api_globalstep_relies_on_is_there() -> None:
+    """Pins jax._src.distributed.global_state.client's class and the methods called on it:
+    a JAX that moves them fails here, not in a user's save."""
+    import inspect
+
+    import jax._src.distributed as distributed
+    from jax._src.lib import _jax
+
+    from globalstep._group._jax import CLIENT_METHODS
+
+    assert hasattr(distributed.global_state, "client")
+    assert {"process_id", "num_processes"} <= set(dir(distributed.global_state))
+    for name in CLIENT_METHODS:
+        assert callable(getattr(_jax.DistributedRuntimeClient, name)), name
+    doc = _jax.DistributedRuntimeClient.key_value_set_bytes.__doc__ or ""
+    assert "allow_overwrite" in doc, doc
+    assert "increment" in (_jax.DistributedRuntimeClient.key_value_increment.__doc__ or "")
+    assert "heartbeat_timeout_seconds" in inspect.signature(distributed.initialize).parameters
+
+
+def test_a_missing_or_drifted_client_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jax._src.distributed as distributed
+
+    from globalstep import ConfigError
+    from globalstep._group._jax import JaxGroup
+
+    with pytest.raises(ConfigError, match=r"needs jax.distributed.initialize\(...\) to have run"):
+        _ = JaxGroup().rank
+    with pytest.raises(ConfigError, match="names an engine that is not initialised"):
+        _group.active("jax")
+    monkeypatch.setattr(distributed.global_state, "client", object())
+    assert isinstance(_group.active(), JaxGroup)  # found: the client exists
+    with pytest.raises(ConfigError, match="blocking_key_value_get_bytes, key_value_set_bytes"):
+        _group.active().store()
