@@ -1,0 +1,140 @@
+"""Two JAX processes SIGKILLed and restarted: every process ends as an unbroken run's.
+
+tests/distributed/jax_loop.py (a Run, replicated parameters under optax's Adam, each
+process's own data generator and PRNG key) runs on 2 processes of ``jax.distributed`` on
+127.0.0.1. Beside an uninterrupted run, a chain of attempts on one directory is
+interrupted three times: the pair SIGKILLed together at a random update (twice: once just
+before a save's update, the kill landing anywhere in it, once at any update), then one
+process SIGKILLed alone inside a save, whose peer JAX terminates (its coordination service
+declares the dead process after ``heartbeat_timeout_seconds=5``, or at once where process
+0, which hosts it, died): the time the peer takes to exit is measured. Each restarted pair
+resumes from the newest committed checkpoint; at the end each process's parameters,
+optimizer state, PRNG key and generator state equal the uninterrupted run's byte for byte,
+and the logged loss holds each step once with the uninterrupted run's values. On main
+84cf7b6 the loop fails at once: ``ConfigError: distributed needs a process group``
+(no JAX engine).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("optax")
+
+from jax_spawn import finish, start
+
+from globalstep.checkpoint import CheckpointManager
+from globalstep.summary import read_run
+
+SIZE, TOTAL, SAVE_EVERY = 2, 30, 4
+PAUSE_SECONDS = 0.05  # slept after each update by the killed chain, so that kills land
+TIMEOUT_SECONDS = 120  # for one attempt: a hang fails the test, not CI
+
+
+def _lines(directory: Path, name: str, rank: int) -> list[list[str]]:
+    path = directory / f"{name}-{rank}"
+    text = path.read_text() if path.exists() else ""
+    return [line.split() for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def _log(directory: Path) -> str:
+    logs = sorted(directory.parent.glob(f"{directory.name}.log-*.log"))
+    return "\n".join(f"{p.name}:\n{p.read_text(errors='replace')[-4000:]}" for p in logs)
+
+
+def _attempt(directory: Path, attempt: int, *, pause: float = 0.0) -> list[subprocess.Popen]:
+    args = [str(directory), str(TOTAL), str(SAVE_EVERY)]
+    env = {"GS_SLEEP": str(pause), "GS_ATTEMPT": str(attempt)}
+    return start("jax_loop.py", SIZE, args, directory.parent / f"{directory.name}.log", **env)
+
+
+def _wait_for(directory: Path, rank: int, attempt: int, step: int, children: list) -> int:
+    """Waits until ``rank`` of ``attempt`` reports an update >= ``step``; its pid."""
+    deadline = time.monotonic() + TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        for seen, pid, reached in _lines(directory, "progress", rank):
+            if int(seen) == attempt and int(reached) >= step:
+                assert int(reached) < TOTAL, f"attempt {attempt} ended before its kill"
+                return int(pid)
+        assert all(c.poll() is None for c in children), _log(directory)
+        time.sleep(0.005)
+    raise AssertionError(f"rank {rank} never reached update {step} in attempt {attempt}")
+
+
+def _committed(directory: Path) -> list[int]:
+    return CheckpointManager(directory / "checkpoints", read_only=True).steps()
+
+
+def _final(directory: Path, rank: int) -> dict[str, bytes]:
+    with np.load(directory / f"final-{rank}.npz") as arrays:
+        return {key: arrays[key].tobytes() for key in arrays.files}
+
+
+def _loss(directory: Path) -> list[tuple[int, float]]:
+    return [(p.step, p.value) for p in read_run(directory / "logs").scalars["loss"]]
+
+
+@pytest.mark.slow
+def test_jax_processes_killed_together_and_alone_resume_exactly(tmp_path: Path) -> None:
+    rng = random.Random(37)
+    reference_dir, crashed = tmp_path / "reference", tmp_path / "crashed"
+    reference = _attempt(reference_dir, 0)
+    # Before a save's update (the kill lands in it, anywhere), then at any update.
+    together = [rng.randrange(1, 4) * SAVE_EVERY - 1, rng.randrange(2 * SAVE_EVERY, 17)]
+    alone, victim = rng.randrange(5, 7) * SAVE_EVERY - 1, rng.randrange(SIZE)
+    resumed_from, exits = [], {}
+    for attempt, step in enumerate([*together, alone, None]):
+        resumed_from.append(max(_committed(crashed), default=0) if attempt else 0)
+        children = _attempt(crashed, attempt, pause=PAUSE_SECONDS)
+        if step is None:
+            assert finish(children) == [0] * SIZE, _log(crashed)
+            break
+        pids = [_wait_for(crashed, r, attempt, step, children) for r in range(SIZE)]
+        time.sleep(rng.uniform(0.0, 2 * PAUSE_SECONDS))
+        if step in together:
+            for child in children:
+                child.send_signal(signal.SIGKILL)
+            assert finish(children) == [-signal.SIGKILL] * SIZE
+            continue
+        assert pids[victim] == children[victim].pid
+        children[victim].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        survivor = children[1 - victim]
+        status = survivor.wait(TIMEOUT_SECONDS)
+        exits = {"seconds": time.monotonic() - killed, "status": status}
+        assert finish(children)[victim] == -signal.SIGKILL
+    assert finish(reference) == [0] * SIZE, _log(reference_dir)
+    print(f"killed together at {together}; rank {victim} alone at {alone}: {exits}")
+
+    # The survivor was terminated by JAX (SIGABRT), with JAX's message, in seconds: not
+    # after the save's timeout_seconds (600).
+    assert exits["status"] == -signal.SIGABRT, _log(crashed)
+    survivor_log = (tmp_path / f"crashed.log-{1 - victim}.log").read_text(errors="replace")
+    assert "JAX distributed service detected fatal errors" in survivor_log
+    assert exits["seconds"] < 60, exits
+
+    for rank in range(SIZE):
+        resumed = _lines(crashed, "resumed", rank)
+        assert [int(a) for a, _ in resumed] == list(range(len(together) + 2))
+        assert [int(s) for _, s in resumed] == resumed_from
+        assert resumed_from[1:] != [0] * 3, "no restart resumed"
+        want, got = _final(reference_dir, rank), _final(crashed, rank)
+        assert sorted(got) == sorted(want)
+        different = [key for key in want if got[key] != want[key]]
+        assert not different, f"rank {rank} differs from the uninterrupted run in {different}"
+    first, second = _final(reference_dir, 0), _final(reference_dir, 1)
+    assert first["key"] != second["key"]
+    assert first["data"] != second["data"]
+    assert first["['params']['w1']"] == second["['params']['w1']"]  # replicated
+
+    expected = _loss(reference_dir)
+    assert [step for step, _ in expected] == list(range(1, TOTAL + 1))
+    assert _loss(crashed) == expected
