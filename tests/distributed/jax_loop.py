@@ -62,6 +62,7 @@ _grad = jax.jit(jax.value_and_grad(_loss))
 def main(port, rank, size, directory, total, save_every):
     pause = float(os.environ.get("GS_SLEEP", "0"))  # test
     attempt = os.environ.get("GS_ATTEMPT", "0")  # test
+    os.makedirs(directory, exist_ok=True)  # test: its records may come before the Run's
     jax.distributed.initialize(
         f"127.0.0.1:{port}",
         num_processes=size,

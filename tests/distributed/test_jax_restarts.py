@@ -11,8 +11,11 @@ declares the dead process after ``heartbeat_timeout_seconds=5``, or at once wher
 resumes from the newest committed checkpoint; at the end each process's parameters,
 optimizer state, PRNG key and generator state equal the uninterrupted run's byte for byte,
 and the logged loss holds each step once with the uninterrupted run's values. On main
-84cf7b6 the loop fails at once: ``ConfigError: distributed needs a process group``
-(no JAX engine).
+84cf7b6 both tests fail: no JAX engine, so each process is a run of its own, and the
+second to open the directory fails with ``LockError`` (locked by another writer).
+
+SIGTERM to one of the 2 processes: both stop at one step agreed through the coordination
+service's keys, one checkpoint there, both exit 143.
 """
 
 from __future__ import annotations
@@ -50,19 +53,23 @@ def _log(directory: Path) -> str:
     return "\n".join(f"{p.name}:\n{p.read_text(errors='replace')[-4000:]}" for p in logs)
 
 
-def _attempt(directory: Path, attempt: int, *, pause: float = 0.0) -> list[subprocess.Popen]:
-    args = [str(directory), str(TOTAL), str(SAVE_EVERY)]
+def _attempt(
+    directory: Path, attempt: int, *, pause: float = 0.0, total: int = TOTAL
+) -> list[subprocess.Popen]:
+    args = [str(directory), str(total), str(SAVE_EVERY if total == TOTAL else total)]
     env = {"GS_SLEEP": str(pause), "GS_ATTEMPT": str(attempt)}
     return start("jax_loop.py", SIZE, args, directory.parent / f"{directory.name}.log", **env)
 
 
-def _wait_for(directory: Path, rank: int, attempt: int, step: int, children: list) -> int:
+def _wait_for(
+    directory: Path, rank: int, attempt: int, step: int, children: list, total: int = TOTAL
+) -> int:
     """Waits until ``rank`` of ``attempt`` reports an update >= ``step``; its pid."""
     deadline = time.monotonic() + TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         for seen, pid, reached in _lines(directory, "progress", rank):
             if int(seen) == attempt and int(reached) >= step:
-                assert int(reached) < TOTAL, f"attempt {attempt} ended before its kill"
+                assert int(reached) < total, f"attempt {attempt} ended before its kill"
                 return int(pid)
         assert all(c.poll() is None for c in children), _log(directory)
         time.sleep(0.005)
@@ -138,3 +145,23 @@ def test_jax_processes_killed_together_and_alone_resume_exactly(tmp_path: Path) 
     expected = _loss(reference_dir)
     assert [step for step, _ in expected] == list(range(1, TOTAL + 1))
     assert _loss(crashed) == expected
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_jax_process_stops_both_at_one_checkpoint(tmp_path: Path) -> None:
+    """SIGTERM to one of 2 processes (a cloud's signal to one VM): both stop at one step,
+    agreed through the coordination service's keys, the one checkpoint is there, and
+    both exit 143. No periodic save comes before (save_every = total)."""
+    rng = random.Random(143)
+    directory, total, receiver = tmp_path / "run", 400, rng.randrange(SIZE)
+    children = _attempt(directory, 0, pause=PAUSE_SECONDS, total=total)
+    for rank in range(SIZE):
+        _wait_for(directory, rank, 0, 5, children, total)
+    time.sleep(rng.uniform(0.0, 0.3))
+    children[receiver].send_signal(signal.SIGTERM)
+    assert finish(children) == [128 + signal.SIGTERM] * SIZE, _log(directory)
+    committed = _committed(directory)
+    assert len(committed) == 1, committed
+    for rank in range(SIZE):  # the stopping update raised SystemExit before its record
+        assert int(_lines(directory, "progress", rank)[-1][2]) + 1 == committed[0]
+    assert f"saved step {committed[0]} after SIGTERM; run again to resume" in _log(directory)
