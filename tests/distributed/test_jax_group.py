@@ -24,21 +24,25 @@ from jax_spawn import finish, start
 from globalstep import _group
 
 SIZE = 2
-SCENARIOS = ["contract", "checkpoint"]
+SCENARIOS = ["contract", "checkpoint", "sharded"]
 
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Every scenario's results, indexed by rank: one start of the 2 processes."""
     out = tmp_path_factory.mktemp("jax")
-    statuses = finish(start("jax_workers.py", SIZE, [str(out), *SCENARIOS], out / "log"))
+    devices = "--xla_force_host_platform_device_count=2"  # 2 CPU devices per process
+    args = [str(out), *SCENARIOS]
+    statuses = finish(start("jax_workers.py", SIZE, args, out / "log", XLA_FLAGS=devices))
     errors = [p.read_text() for p in sorted(out.glob("*.error"))]
     logs = [p.read_text()[-3000:] for p in sorted(out.glob("log-*.log"))]
     assert statuses == [0] * SIZE, (statuses, errors, logs)
     assert not errors, errors
-    return {
+    seen = {
         s: [json.loads((out / f"{s}-{r}.json").read_text()) for r in range(SIZE)] for s in SCENARIOS
     }
+    seen["directory"] = out  # type: ignore[assignment]
+    return seen
 
 
 @pytest.mark.slow
@@ -127,3 +131,41 @@ def test_a_missing_or_drifted_client_is_a_config_error(monkeypatch: pytest.Monke
     assert isinstance(_group.active(), JaxGroup)  # found: the client exists
     with pytest.raises(ConfigError, match="blocking_key_value_get_bytes, key_value_set_bytes"):
         _group.active().store()
+
+
+@pytest.mark.slow
+def test_sharded_arrays_across_processes_are_written_once_and_restored_resharded(
+    seen: dict[str, Any],
+) -> None:
+    """Each process writes the shards it addresses (replica 0 only); each reads back the
+    parts of its template's shards, sharded otherwise than saved; one process without a
+    template reads the arrays whole (2 processes -> 1)."""
+    import numpy as np
+
+    from globalstep.checkpoint import CheckpointManager
+
+    for got in seen["sharded"]:
+        assert got["devices"] == 4
+        assert got["local"] == 2
+        assert sorted(got["replicas"]) == [0, 1]  # v is replicated on the grid's "r" axis
+        assert got["w"]["same"] is True
+        assert got["v"]["same"] is True
+        assert got["w"]["shards"] == [True, True]
+        assert got["v"]["shards"] == [True, True]
+        assert got["w"]["dtype"] == "float32"
+        assert got["v"]["dtype"] == "bfloat16"
+        assert got["clock"] == 3
+    directory = seen["directory"] / "sharded"
+    reader = CheckpointManager(directory, read_only=True)
+    import json as json_module
+
+    document = json_module.loads((directory / "step-000000000003" / "state.json").read_text())
+    tensors = document["sharded"]["tensors"]
+    assert tensors["v"]["array"] == "jax"
+    assert tensors["v"]["dtype"] == "bfloat16"
+    assert len(tensors["v"]["chunks"]) == 2  # 4 shards, 2 of them replicas: written once
+    assert len(tensors["w"]["chunks"]) == 4
+    whole = reader.restore()
+    full = seen["sharded"][0]
+    np.testing.assert_array_equal(whole["w"], np.array(full["full_w"], dtype=np.float32))
+    np.testing.assert_array_equal(whole["v"].astype(np.float32), np.array(full["full_v"]))

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from globalstep._errors import ConfigError
-from globalstep._group import KeyValueStore, ProcessGroup
+from globalstep._group._interface import KeyValueStore, ProcessGroup
 
 __all__ = ["CLIENT_METHODS", "CoordinationStore", "JaxGroup", "client", "jax_group"]
 

@@ -61,6 +61,9 @@ from globalstep._group import (
     initialised,
 )
 from globalstep.checkpoint._files.document import Document
+from globalstep.checkpoint._ranks._jax_shards import chunks as jax_chunks
+from globalstep.checkpoint._ranks._jax_shards import describe as describe_jax
+from globalstep.checkpoint._ranks._jax_shards import is_jax
 from globalstep.checkpoint._ranks.leaves import write_rank_leaves
 from globalstep.checkpoint._ranks.shards import (
     SHARDED_DIR,
@@ -201,11 +204,18 @@ def snapshot(sharded: dict[str, Any], *, copy: bool) -> list[Chunk]:
     """The chunks of ``sharded`` this rank writes, found by DCP's save planner.
 
     Args:
-        sharded: flat name -> DTensor.
+        sharded: flat name -> DTensor, or jax.Array of several processes.
         copy: copy each chunk to host memory now (an async save).
     """
     if not sharded:
         return []
+    chunks = []
+    for key, value in list(sharded.items()):
+        if is_jax(value):  # a jax.Array of several processes: its shards of replica 0
+            chunks.extend(Chunk(key, *chunk) for chunk in jax_chunks(value, copy=copy))
+    sharded = {key: value for key, value in sharded.items() if not is_jax(value)}
+    if not sharded:
+        return chunks
     from torch.distributed.checkpoint import DefaultSavePlanner
     from torch.distributed.checkpoint.planner import WriteItemType
 
@@ -213,7 +223,6 @@ def snapshot(sharded: dict[str, Any], *, copy: bool) -> list[Chunk]:
     planner = DefaultSavePlanner(flatten_state_dict=False, flatten_sharded_tensors=False)
     planner.set_up_planner(owned, storage_meta=None, is_coordinator=False)
     plan = planner.create_local_plan()
-    chunks = []
     for item in plan.items:
         if item.type == WriteItemType.BYTE_IO or item.tensor_data is None:
             continue  # pragma: no cover - only tensors are handed to the planner
@@ -518,7 +527,10 @@ def prepare(
 
 
 def _describe(value: Any) -> dict[str, Any]:
-    """A DTensor's dtype, global shape, and placements (to rebuild it without a template)."""
+    """A DTensor's dtype, global shape, and placements (to rebuild it without a template);
+    a jax.Array's dtype and global shape."""
+    if is_jax(value):
+        return describe_jax(value)
     placements = []
     for placement in value.placements:
         kind = type(placement).__name__
