@@ -29,6 +29,7 @@ def environment(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), *sys.path])
     env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHON"] = sys.executable
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env.update(extra)
     return env
