@@ -165,3 +165,37 @@ def test_sigterm_to_one_jax_process_stops_both_at_one_checkpoint(tmp_path: Path)
     for rank in range(SIZE):  # the stopping update raised SystemExit before its record
         assert int(_lines(directory, "progress", rank)[-1][2]) + 1 == committed[0]
     assert f"saved step {committed[0]} after SIGTERM; run again to resume" in _log(directory)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_process_killed_alone_in_a_save_is_noticed_by_its_peer_in_seconds(
+    tmp_path: Path, victim: int
+) -> None:
+    """Each process in turn SIGKILLed as a save's update runs: JAX terminates its peer
+    (process 0 hosts the coordination service: its death is seen at once; process 1's
+    after heartbeat_timeout_seconds=5), not the save's timeout (600 s); every committed
+    checkpoint is whole (a save the kill interrupted is not committed)."""
+    rng = random.Random(victim)
+    directory = tmp_path / "run"
+    children = _attempt(directory, 0, pause=PAUSE_SECONDS)
+    step = rng.randrange(2, 5) * SAVE_EVERY - 1  # the next update saves
+    for rank in range(SIZE):
+        _wait_for(directory, rank, 0, step, children)
+    time.sleep(rng.uniform(0.0, 2 * PAUSE_SECONDS))
+    children[victim].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    status = children[1 - victim].wait(TIMEOUT_SECONDS)
+    seconds = time.monotonic() - killed
+    finish(children)
+    print(
+        f"process {victim} killed after update {step}: its peer exited {status} in {seconds:.2f} s"
+    )
+    assert status == -signal.SIGABRT, _log(directory)
+    log = (tmp_path / f"run.log-{1 - victim}.log").read_text(errors="replace")
+    assert "JAX distributed service detected fatal errors" in log
+    assert seconds < 60, seconds
+    reader = CheckpointManager(directory / "checkpoints", read_only=True)
+    assert reader.steps(), "no checkpoint was committed before the kill"
+    for committed in reader.steps():
+        reader.verify(committed)
