@@ -209,7 +209,7 @@ def snapshot(sharded: dict[str, Any], *, copy: bool) -> list[Chunk]:
     """
     if not sharded:
         return []
-    chunks = []
+    chunks: list[Chunk] = []
     for key, value in list(sharded.items()):
         if is_jax(value):  # a jax.Array of several processes: its shards of replica 0
             chunks.extend(Chunk(key, *chunk) for chunk in jax_chunks(value, copy=copy))

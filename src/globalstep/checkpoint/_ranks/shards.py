@@ -54,7 +54,7 @@ class Chunk:
 
 def _chunk_bytes(data: Any) -> memoryview:
     if isinstance(data, np.ndarray):  # a jax.Array's shard, on the host
-        return memoryview(data.reshape(-1).view(np.uint8))
+        return data.reshape(-1).view(np.uint8).data
     import torch
 
     flat = data.reshape(-1)
