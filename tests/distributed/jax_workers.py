@@ -180,7 +180,40 @@ def sharded(out: Path) -> dict[str, Any]:
     }
 
 
-SCENARIOS = {"contract": contract, "checkpoint": checkpoint, "sharded": sharded}
+def run_sharded(out: Path) -> dict[str, Any]:
+    """A Run whose state holds a jax.Array sharded over both processes, updated under jit:
+    4 updates saved every 2; a second Run resumes at 4 and goes on to 6."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from globalstep import Run
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x"))
+    full = np.arange(8, dtype=np.float32)
+    step = jax.jit(lambda w: w * 0.5 + 1.0)
+    seen: dict[str, Any] = {}
+    for total in (4, 6):
+        state = {"w": _global((8,), sharding, full)}
+        with Run(out / "run_sharded", total_steps=total, save_every=2, progress=False) as run:
+            state = run.restore(state)
+            seen[f"start{total}"] = run.step
+            while not run.done:
+                state = {"w": step(state["w"])}
+                run.update(state=state)
+        expected = full.copy()
+        for _ in range(total):
+            expected = expected * 0.5 + 1.0
+        seen[f"shards{total}"] = _shards(state["w"], expected)
+    return seen
+
+
+SCENARIOS = {
+    "contract": contract,
+    "checkpoint": checkpoint,
+    "sharded": sharded,
+    "run_sharded": run_sharded,
+}
 
 
 def main(port: int, rank: int, size: int, out: Path, scenarios: list[str]) -> None:

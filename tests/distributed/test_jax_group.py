@@ -24,7 +24,7 @@ from jax_spawn import finish, start
 from globalstep import _group
 
 SIZE = 2
-SCENARIOS = ["contract", "checkpoint", "sharded"]
+SCENARIOS = ["contract", "checkpoint", "sharded", "run_sharded"]
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +169,32 @@ def test_sharded_arrays_across_processes_are_written_once_and_restored_resharded
     full = seen["sharded"][0]
     np.testing.assert_array_equal(whole["w"], np.array(full["full_w"], dtype=np.float32))
     np.testing.assert_array_equal(whole["v"].astype(np.float32), np.array(full["full_v"]))
+    # Into a template of this one process (a jax.Array on its one device).
+    import jax
+    import jax.numpy as jnp
+
+    from globalstep import Clock
+
+    template = {"clock": Clock(), "w": jnp.ones((8, 3)), "v": jnp.ones((4, 8), jnp.bfloat16)}
+    restored = reader.restore(template)
+    assert isinstance(restored["w"], jax.Array)
+    assert restored["v"].dtype == jnp.bfloat16
+    assert restored["w"].sharding == template["w"].sharding
+    np.testing.assert_array_equal(restored["w"], whole["w"])
+    np.testing.assert_array_equal(np.asarray(restored["v"]), whole["v"])
+    assert restored["clock"].step == 3
+
+
+@pytest.mark.slow
+def test_a_run_saves_and_resumes_sharded_arrays_across_processes(seen: dict[str, Any]) -> None:
+    for got in seen["run_sharded"]:
+        assert got["start4"] == 0
+        assert got["start6"] == 4
+        assert got["shards4"] == [True, True]
+        assert got["shards6"] == [True, True]  # resumed from step 4's shards
+    steps = sorted(p.name for p in (seen["directory"] / "run_sharded" / "checkpoints").iterdir())
+    assert [s for s in steps if s.startswith("step-")] == [
+        "step-000000000002",
+        "step-000000000004",
+        "step-000000000006",
+    ]
