@@ -198,3 +198,38 @@ def test_a_run_saves_and_resumes_sharded_arrays_across_processes(seen: dict[str,
         "step-000000000004",
         "step-000000000006",
     ]
+
+
+@pytest.mark.slow
+def test_per_rank_leaves_of_two_jax_processes_restored_on_one(seen: dict[str, Any]) -> None:
+    """2 -> 1 process, as on torch: the generators re-seeded with one WorldSizeWarning; a
+    PerRank array or JAX key (no way to choose whose) a WorldSizeError naming it."""
+    import random
+
+    import jax
+    import numpy as np
+
+    from globalstep import Clock, WorldSizeError, WorldSizeWarning
+    from globalstep.checkpoint import CheckpointManager, PerRank
+
+    reader = CheckpointManager(seen["directory"] / "checkpoint", read_only=True)
+    template = {
+        "clock": Clock(),
+        "w": np.zeros(4),
+        "rng": np.random.default_rng(0),
+        "py": random.Random(0),
+        "key": PerRank(jax.random.key(0)),
+        "mine": PerRank(np.zeros(3, dtype=np.int64)),
+    }
+    # A JAX PRNG key is immutable: it cannot be re-seeded in place as a NumPy generator
+    # is, so a key held per process is refused too (the message says what to do).
+    for name in ("key", "mine"):
+        with pytest.raises(WorldSizeError, match=f"per-rank leaf '{name}'"):
+            reader.restore(template)
+        del template[name]
+    with pytest.warns(WorldSizeWarning, match=r"\(2 -> 1\)") as warned:
+        restored, _ = reader.restore(template, partial=True)
+    assert len(warned) == 1
+    assert restored["clock"].step == 5
+    saved = [got["expected"]["rng"] for got in seen["checkpoint"]]
+    assert str(template["rng"].bit_generator.state["state"]["state"]) not in saved
