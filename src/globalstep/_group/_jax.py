@@ -115,7 +115,7 @@ class CoordinationStore:
     """
 
     def __init__(self, coordination: Any, timeout_seconds: float = _TIMEOUT_SECONDS) -> None:
-        self._client = coordination
+        self.client = coordination
         self._timeout_ms = max(1, int(timeout_seconds * 1000))
 
     @staticmethod
@@ -123,14 +123,14 @@ class CoordinationStore:
         return value.encode() if isinstance(value, str) else bytes(value)
 
     def set(self, key: str, value: str | bytes) -> None:
-        self._client.key_value_set_bytes(key, self._bytes(value), allow_overwrite=True)
+        self.client.key_value_set_bytes(key, self._bytes(value), allow_overwrite=True)
 
     def get(self, key: str) -> bytes:
-        return bytes(self._client.blocking_key_value_get_bytes(key, self._timeout_ms))
+        return bytes(self.client.blocking_key_value_get_bytes(key, self._timeout_ms))
 
     def _try_get(self, key: str) -> bytes | None:
         try:
-            return bytes(self._client.key_value_try_get_bytes(key))
+            return bytes(self.client.key_value_try_get_bytes(key))
         except Exception as err:
             if _status(err) == "NOT_FOUND":
                 return None
@@ -145,7 +145,7 @@ class CoordinationStore:
                 expected,
             )
         try:
-            self._client.key_value_set_bytes(key, self._bytes(desired), allow_overwrite=False)
+            self.client.key_value_set_bytes(key, self._bytes(desired), allow_overwrite=False)
         except Exception as err:
             if _status(err) != "ALREADY_EXISTS":
                 raise
@@ -155,12 +155,12 @@ class CoordinationStore:
         return all(self._try_get(key) is not None for key in keys)
 
     def add(self, key: str, amount: int) -> int:
-        return int(self._client.key_value_increment(key, int(amount)))
+        return int(self.client.key_value_increment(key, int(amount)))
 
     def delete_key(self, key: str) -> bool:
         existed = self._try_get(key) is not None
         if existed:
-            self._client.key_value_delete(key)
+            self.client.key_value_delete(key)
         return existed
 
 
@@ -169,6 +169,19 @@ _JAX_SCOPES: dict[str, int] = {}
 _ROUNDS = {"round": 0, "barrier": 0}
 """The collectives' rounds and barriers of this process (every JaxGroup shares them: one
 sequence each, the same on every process)."""
+_SERVICE: list[Any] = [None]
+"""The client the counts above are of: a new ``jax.distributed.initialize`` (after a
+``shutdown``) is a new service, without keys, whose counts start again."""
+
+
+def _current() -> Any:
+    """This process's client; the counts started afresh where it is a new one."""
+    found = client()
+    if found is not _SERVICE[0]:
+        _SERVICE[0] = found
+        _ROUNDS.update(round=0, barrier=0)
+        _JAX_SCOPES.clear()
+    return found
 
 
 class JaxGroup(ProcessGroup):
@@ -185,7 +198,7 @@ class JaxGroup(ProcessGroup):
         self._store: CoordinationStore | None = None
 
     def _client(self) -> Any:
-        return client()
+        return _current()
 
     @property
     def rank(self) -> int:
@@ -197,9 +210,14 @@ class JaxGroup(ProcessGroup):
         self._client()
         return int(_state().num_processes)
 
+    def scope(self, root: str) -> str:
+        self._client()  # a new service's scopes count from 1 again
+        return super().scope(root)
+
     def store(self) -> KeyValueStore:
-        if self._store is None:
-            self._store = CoordinationStore(self._client(), self.timeout_seconds)
+        found = self._client()
+        if self._store is None or self._store.client is not found:
+            self._store = CoordinationStore(found, self.timeout_seconds)
         return self._store
 
     def _exchange(self, value: Any) -> list[Any]:
