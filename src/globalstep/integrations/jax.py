@@ -7,7 +7,10 @@ itself the first time a JAX, optax or flax object is saved or restored, so that 
 
 - a ``jax.Array`` (bfloat16 and typed PRNG keys included) is stored as its host copy, and
   comes back as a ``jax.Array`` of the same dtype and weak type; given a template it is
-  placed as the template is (its ``sharding``: device, or mesh and partition spec);
+  placed as the template is (its ``sharding``: device, or mesh and partition spec); an
+  array of several processes (``jax.distributed``: not fully addressable) is a sharded
+  leaf of a distributed checkpoint, each process writing the shards it addresses
+  (replica 0 of each) and reading back the parts its template's shards cover;
 - a namedtuple (every optax state) or a dataclass (flax structs) of these libraries is
   stored with its field names, and comes back as the template's own type, or, without a
   template, as a namedtuple with the same type name and fields (never a type imported by
@@ -49,7 +52,7 @@ import numpy as np
 from globalstep._clock import Clock
 from globalstep._errors import ConfigError, StepError
 from globalstep._optional import require
-from globalstep.checkpoint import Adapter, add_adapter
+from globalstep.checkpoint import Adapter, Sharded, add_adapter
 from globalstep.integrations._order import ResumableOrder
 from globalstep.schedules import Schedule
 
@@ -77,6 +80,16 @@ def _weak(array: Any) -> Any:
     return jnp.asarray(array.item()) if array.ndim == 0 else array
 
 
+def _spans_processes(obj: Any) -> bool:
+    """Whether ``obj`` is an array of several processes (``jax.distributed``), which no
+    process holds whole: each writes the shards it addresses."""
+    return not bool(obj.is_fully_addressable) and not _is_key(obj)
+
+
+def _sharded(obj: Any) -> Sharded:
+    return Sharded(obj, str(obj.dtype), tuple(int(d) for d in obj.shape))
+
+
 class JaxArrayAdapter(Adapter):
     """A ``jax.Array``: saved as its host copy; restored as a new array placed like the
     template's (the same sharding), with its dtype and weak type."""
@@ -87,12 +100,16 @@ class JaxArrayAdapter(Adapter):
         return isinstance(obj, jax.Array) and not isinstance(obj, jax.core.Tracer)
 
     def save(self, obj: Any) -> Any:
+        if _spans_processes(obj):
+            return _sharded(obj)
         if _is_key(obj):
             data = np.asarray(jax.random.key_data(obj))
             return {"key_data": data, "impl": str(jax.random.key_impl(obj))}
         return {"data": np.asarray(obj), "weak_type": bool(obj.weak_type)}
 
     def template(self, obj: Any) -> Any:
+        if _spans_processes(obj):
+            return _sharded(obj)
         if _is_key(obj):
             data = jax.random.key_data(obj)
             return {"key_data": np.empty(data.shape, data.dtype), "impl": ""}
@@ -103,6 +120,10 @@ class JaxArrayAdapter(Adapter):
         return jax.device_put(self.rebuild(state), obj.sharding)
 
     def rebuild(self, state: Any) -> Any:
+        if isinstance(state, jax.Array):  # a sharded array, read as the template's
+            return state
+        if isinstance(state, np.ndarray):  # a sharded array, read whole
+            return jnp.asarray(state)
         if "key_data" in state:
             return jax.random.wrap_key_data(jnp.asarray(state["key_data"]), impl=state["impl"])
         array = jnp.asarray(state["data"])

@@ -23,7 +23,8 @@ __all__ = ["RankPlan", "Ranks"]
 
 @dataclass(frozen=True)
 class Ranks:
-    """How a :class:`Run` behaves on several ranks (processes of torch.distributed).
+    """How a :class:`Run` behaves on several ranks (processes of torch.distributed or of
+    jax.distributed).
 
     Rank ``writer`` alone writes the summaries, shows the progress display, prints the
     run's messages and commits the checkpoints. In an initialised process group every rank

@@ -2,7 +2,8 @@
 
 A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
 ``distributed=True`` (or a :class:`DistributedOptions`) on every rank of an initialised
-``torch.distributed`` group saves collectively: every rank calls ``save`` with the same step.
+process group (``torch.distributed``, or ``jax.distributed``'s processes) saves
+collectively: every rank calls ``save`` with the same step.
 
 - Replicated state (plain arrays, tensors, modules under DDP, clocks, ...) is written by one
   rank, the *writer* (``writer_rank``, default 0), which alone holds the directory's lock.
@@ -62,6 +63,9 @@ from globalstep._group import (
     initialised,
 )
 from globalstep.checkpoint._files.document import Document
+from globalstep.checkpoint._ranks._jax_shards import chunks as jax_chunks
+from globalstep.checkpoint._ranks._jax_shards import describe as describe_jax
+from globalstep.checkpoint._ranks._jax_shards import is_jax
 from globalstep.checkpoint._ranks.leaves import write_rank_leaves
 from globalstep.checkpoint._ranks.shards import (
     SHARDED_DIR,
@@ -102,10 +106,12 @@ class DistributedOptions:
             Store (a daemon thread, every 0.5 s), and a rank waiting inside a save fails
             it within about 6 s of the other's last beat, naming it. A rank that is
             merely slow (a long update before it calls ``save``) beats on.
-        group: the torch.distributed process group; None is the default group, or a
-            ``globalstep._group.ProcessGroup``.
+        group: the process group: None is the one engine initialised (torch.distributed,
+            jax.distributed, a TensorFlow multi-worker strategy), an engine's name
+            (``"torch"``, ``"jax"``, ``"tensorflow"``) picks one, or a torch subgroup
+            handle, or a ``globalstep._group.ProcessGroup``.
         store: the key-value store the ranks report through (a torch.distributed
-            Store); None takes the group's.
+            Store); None takes the group's (under JAX, its coordination service's).
     """
 
     writer_rank: int = 0
@@ -212,11 +218,18 @@ def snapshot(sharded: dict[str, Any], *, copy: bool) -> list[Chunk]:
     """The chunks of ``sharded`` this rank writes, found by DCP's save planner.
 
     Args:
-        sharded: flat name -> DTensor.
+        sharded: flat name -> DTensor, or jax.Array of several processes.
         copy: copy each chunk to host memory now (an async save).
     """
     if not sharded:
         return []
+    chunks: list[Chunk] = []
+    for key, value in list(sharded.items()):
+        if is_jax(value):  # a jax.Array of several processes: its shards of replica 0
+            chunks.extend(Chunk(key, *chunk) for chunk in jax_chunks(value, copy=copy))
+    sharded = {key: value for key, value in sharded.items() if not is_jax(value)}
+    if not sharded:
+        return chunks
     from torch.distributed.checkpoint import DefaultSavePlanner
     from torch.distributed.checkpoint.planner import WriteItemType
 
@@ -224,7 +237,6 @@ def snapshot(sharded: dict[str, Any], *, copy: bool) -> list[Chunk]:
     planner = DefaultSavePlanner(flatten_state_dict=False, flatten_sharded_tensors=False)
     planner.set_up_planner(owned, storage_meta=None, is_coordinator=False)
     plan = planner.create_local_plan()
-    chunks = []
     for item in plan.items:
         if item.type == WriteItemType.BYTE_IO or item.tensor_data is None:
             continue  # pragma: no cover - only tensors are handed to the planner
@@ -267,9 +279,10 @@ class SaveRound:
             return getattr(self.c.store, method)(*args)
         except Exception as err:  # the Store's errors are RuntimeError or DistStoreError
             raise self._fail(
-                f"the torch.distributed Store stopped answering ({type(err).__name__}: "
-                f"{err}); the rank that hosts it (rank 0 for tcp:// and env:// "
-                "initialisation) has probably died",
+                f"the process group's Store stopped answering ({type(err).__name__}: "
+                f"{err}); the rank that hosts it (rank 0 for torch.distributed's tcp:// and "
+                "env:// initialisation, and for jax.distributed's coordination service) has "
+                "probably died",
                 [0],
             ) from err
 
@@ -536,7 +549,10 @@ def prepare(
 
 
 def _describe(value: Any) -> dict[str, Any]:
-    """A DTensor's dtype, global shape, and placements (to rebuild it without a template)."""
+    """A DTensor's dtype, global shape, and placements (to rebuild it without a template);
+    a jax.Array's dtype and global shape."""
+    if is_jax(value):
+        return describe_jax(value)
     placements = []
     for placement in value.placements:
         kind = type(placement).__name__

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import xxhash
 
 from globalstep._errors import CorruptCheckpointError
@@ -48,10 +49,12 @@ class Chunk:
     key: str
     offsets: list[int]
     sizes: list[int]
-    data: Any  # a contiguous CPU tensor
+    data: Any  # a contiguous CPU tensor, or a C-contiguous NumPy array (a jax.Array's)
 
 
 def _chunk_bytes(data: Any) -> memoryview:
+    if isinstance(data, np.ndarray):  # a jax.Array's shard, on the host
+        return data.reshape(-1).view(np.uint8).data
     import torch
 
     flat = data.reshape(-1)
@@ -136,6 +139,12 @@ def _check_chunk(chunk: Any, shape: list[int], itemsize: int, where: str) -> Non
         raise CorruptCheckpointError(f"{where}: malformed chunk {chunk!r}", where)
 
 
+def _numpy_dtype(name: Any) -> Any:
+    from globalstep.checkpoint._ranks._jax_shards import numpy_dtype
+
+    return numpy_dtype(name)
+
+
 def _dtype(name: Any, where: str) -> Any:
     import torch
 
@@ -160,7 +169,14 @@ def _described_full(state: Document, where: str) -> dict[str, tuple[Any, ...]]:
     for key, tensor in _tensors(state, where).items():
         if not isinstance(tensor, dict):
             raise CorruptCheckpointError(f"{where}: malformed sharded tensor {key!r}", where)
-        dtype = _dtype(tensor.get("dtype"), where)
+        if tensor.get("array") == "jax":
+            dtype = _numpy_dtype(tensor.get("dtype"))
+            if dtype is None:
+                raise CorruptCheckpointError(
+                    f"{where}: unknown dtype {tensor.get('dtype')!r} of {key!r}", where
+                )
+        else:
+            dtype = _dtype(tensor.get("dtype"), where)
         shape = tensor.get("shape")
         chunks = tensor.get("chunks")
         if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
@@ -229,8 +245,19 @@ class _ChunkReader:
         self._files: dict[str, Any] = {}
 
     def read(self, chunk: dict[str, Any], dtype: Any) -> Any:
+        """A chunk's data, verified: a CPU tensor, or a NumPy array (``dtype`` a NumPy
+        dtype: a jax.Array's chunk)."""
+        buffer = self.read_bytes(chunk)
+        if isinstance(dtype, np.dtype):
+            return np.frombuffer(buffer, dtype=dtype).reshape(chunk["sizes"])
         import torch
 
+        if not buffer:
+            return torch.empty(chunk["sizes"], dtype=dtype)
+        return torch.frombuffer(buffer, dtype=torch.uint8).view(dtype).reshape(chunk["sizes"])
+
+    def read_bytes(self, chunk: dict[str, Any]) -> bytearray:
+        """A chunk's bytes, verified against its checksum."""
         path = f"{self.folder}/{chunk['file']}"
         handle: Any = self._files.get(path)
         if handle is None:
@@ -253,9 +280,7 @@ class _ChunkReader:
                 f"state.json says {chunk['xxh3_64']})",
                 path,
             )
-        if not buffer:
-            return torch.empty(chunk["sizes"], dtype=dtype)
-        return torch.frombuffer(buffer, dtype=torch.uint8).view(dtype).reshape(chunk["sizes"])
+        return buffer
 
     def close(self) -> None:
         for handle in self._files.values():
@@ -371,6 +396,10 @@ def load_sharded(
     reader = _ChunkReader(storage, name)
     out: dict[str, Any] = {}
     try:
+        for key, (dtype, shape, chunks) in list(described.items()):
+            if isinstance(dtype, np.dtype):  # a jax.Array's
+                del described[key]
+                out[key] = _load_jax(reader, name, dtype, shape, chunks, targets.get(key))
         into = {
             key: target
             for key, target in targets.items()
@@ -409,6 +438,31 @@ def load_sharded(
     finally:
         reader.close()
     return out
+
+
+def _load_jax(
+    reader: _ChunkReader,
+    name: str,
+    dtype: np.dtype[Any],
+    shape: list[int],
+    chunks: list[Any],
+    target: Any,
+) -> Any:
+    """A sharded jax.Array: laid out as ``target`` where it fits, else whole (NumPy)."""
+    from globalstep.checkpoint._ranks._jax_shards import load
+
+    if target is not None and (np.dtype(target.dtype) != dtype or list(target.shape) != shape):
+        target = None  # the build reports the mismatch
+    cache: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+
+    def read(chunk: dict[str, Any]) -> np.ndarray[Any, Any]:
+        at = (chunk["file"], chunk["offset"])
+        if at not in cache:
+            cache[at] = reader.read(chunk, dtype)
+        return cache[at]
+
+    with wrap_os_errors(f"reading {name}'s shards", reader.folder):
+        return load(read, dtype, shape, chunks, target)
 
 
 def _read_whole(

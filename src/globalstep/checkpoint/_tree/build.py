@@ -296,6 +296,10 @@ class _Builder:
                 dtype, shape = tmpl.dtype, list(tmpl.shape)
             elif isinstance(tmpl, np.ndarray):
                 dtype, shape = str(tmpl.dtype), list(tmpl.shape)
+            elif isinstance(tmpl, dict) and isinstance(tmpl.get("data"), np.ndarray):
+                # A jax.Array of one process (its adapter's template: its host buffer) for
+                # one that spanned several: read whole, then placed as the template is.
+                dtype, shape = str(tmpl["data"].dtype), list(tmpl["data"].shape)
             else:
                 self.report.mismatched.append(
                     f"{path or '<root>'}: expected {type(tmpl).__name__}, got a sharded tensor"
