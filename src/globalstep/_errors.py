@@ -72,6 +72,7 @@ __all__ = [
     "LockError",
     "MissingDependencyError",
     "NonFiniteError",
+    "PeerLostError",
     "RestoreMismatchError",
     "StepError",
     "StepMismatchError",
@@ -313,6 +314,19 @@ class DistributedCheckpointError(CheckpointError):
         self.ranks = list(ranks or [])
         self.timeout_seconds = timeout_seconds
         super().__init__(message, path)
+
+
+class PeerLostError(GlobalStepError, ConnectionError):
+    """A rank of the process group died while this one waited for it (in a collective of
+    an engine whose liveness globalstep watches: TensorFlow's multi-worker run).
+
+    Attributes:
+        ranks: the ranks found dead.
+    """
+
+    def __init__(self, message: str, ranks: list[int]) -> None:
+        self.ranks = list(ranks)
+        super().__init__(message)
 
 
 # Warnings (each module that warns exports its own under the same name).

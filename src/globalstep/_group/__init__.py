@@ -13,8 +13,9 @@ Owns (nothing else in globalstep asks a framework these questions):
   the last's, ``TORCHELASTIC_RUN_ID.TORCHELASTIC_RESTART_COUNT``).
 - its implementations: :class:`TorchGroup` (torch.distributed, imported only inside its
   calls) and :class:`SingleProcess` (no process group: the launcher's ``RANK`` and
-  ``WORLD_SIZE``, collectives of this process alone, a store in this process). JAX's and
-  TensorFlow's coordination services are two more implementations of the same interface.
+  ``WORLD_SIZE``, collectives of this process alone, a store in this process);
+  TensorFlow's multi-worker run (its coordination service) is ``_group/tensorflow.py``'s
+  ``TFGroup``, imported only once TensorFlow's eager context is loaded.
 - :func:`active`: the group in force (torch.distributed's once initialised, else the
   single process), and :func:`initialised`, the cheap "is there a process group?".
 
@@ -460,12 +461,35 @@ class Engine:
     how: str
 
 
+def _tf_initialised() -> bool:
+    """Whether this process is a worker of a multi-worker TensorFlow run (a
+    ``MultiWorkerMirroredStrategy`` with a ``TF_CONFIG`` of several tasks): without
+    TensorFlow's eager context loaded none can be, so nothing is imported to ask."""
+    if "tensorflow.python.eager.context" not in sys.modules:
+        return False
+    from globalstep._group.tensorflow import tf_initialised
+
+    return tf_initialised()
+
+
+def _tf_group(handle: Any) -> ProcessGroup:
+    from globalstep._group.tensorflow import group
+
+    return group(handle)
+
+
 ENGINES: list[Engine] = [
     Engine(
         "torch",
         _torch_initialised,
         _torch_group,
         "torch.distributed.init_process_group(...)",
+    ),
+    Engine(
+        "tensorflow",
+        _tf_initialised,
+        _tf_group,
+        "tf.distribute.MultiWorkerMirroredStrategy() with a TF_CONFIG",
     ),
 ]
 """The engines :func:`active` looks for, in this order; one module per engine adds its own."""

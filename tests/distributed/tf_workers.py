@@ -1,0 +1,125 @@
+"""Workers of the TensorFlow multi-worker tests: one task of a MultiWorkerMirroredStrategy
+on 127.0.0.1, forked by tf_spawn's zygote as ``main(SCENARIO, RANK, PORTS, OUT)``; each
+writes what it saw to ``OUT/<scenario>-<rank>.json``:
+
+- ``group``: the TFGroup contract (rank, world size, collectives bit for bit, the store's
+  six calls), and the time a peer's death takes to be noticed (rank 1 dies at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+
+def strategy(rank: int, ports: list[str]) -> Any:
+    """This worker's MultiWorkerMirroredStrategy, from a TF_CONFIG of every port."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": cluster, "task": {"type": "worker", "index": rank}}
+    )
+    import tensorflow as tf
+
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def group_scenario(rank: int, out: Path) -> dict[str, Any]:
+    """The group's contract on two workers, then rank 1 dies and rank 0 times the notice."""
+    from globalstep import PeerLostError, _group
+    from globalstep._group.tensorflow import TFGroup
+
+    group = _group.active()
+    result: dict[str, Any] = {
+        "type": type(group).__name__,
+        "same": group is _group.active("tensorflow"),
+        "rank": group.rank,
+        "world_size": group.world_size,
+        "writer": group.is_writer(),
+    }
+    assert isinstance(group, TFGroup)
+    floats = [0.1 * (rank + 1), -0.0, float("inf"), 1e-310, 2.0**-1074 * (rank + 1)]
+    result["floats"] = [[v.hex() for v in row] for row in group.all_gather_floats(floats)]
+    result["ints"] = group.all_gather_ints([rank, -(2**63) + rank, 2**63 - 1 - rank])
+    result["sum"] = group.all_reduce_floats([0.1 * (rank + 1), float(rank)], "sum")
+    result["max"] = group.all_reduce_floats([float(rank), -float(rank)], "max")
+    result["min"] = group.all_reduce_floats([float(rank), -float(rank)], "min")
+    result["broadcast"] = group.broadcast_int(100 + rank, src=1)
+    group.barrier()
+    store = group.store()
+    won = store.compare_set("test/first", "", f"rank{rank}")
+    group.barrier()
+    result["first"] = won.decode()
+    result["first_after"] = store.get("test/first").decode()
+    if rank == 0:
+        store.set("test/k", "a")
+        store.set("test/k", "b")
+    group.barrier()
+    result["get"] = store.get("test/k").decode()
+    seen = store.check(["test/k"])
+    while not store.check(["test/k"]):
+        time.sleep(0.001)
+    result["check_missing"] = store.check(["test/none"])
+    result["check_present"] = store.check(["test/k"])
+    result["check_first"] = seen
+    adds = [store.add("test/n", 1) for _ in range(200)]
+    group.barrier()
+    result["adds"] = adds
+    result["add_total"] = store.add("test/n", 0)
+    result["cas"] = store.compare_set("test/k", "b", f"c{rank}").decode()
+    group.barrier()
+    result["cas_after"] = store.get("test/k").decode()
+    group.barrier()
+    result["delete"] = store.delete_key("test/k") if rank == 0 else None
+    group.barrier()
+    result["deleted"] = store.check(["test/k"]) or store.try_get("test/k", 50) is not None
+    result["lost_alive"] = group.lost([0, 1])
+    result["scope"] = group.scope("test/scope")
+    group.barrier()
+    if rank == 1:
+        (out / f"group-{rank}.json").write_text(json.dumps(result))
+        os.kill(os.getpid(), signal.SIGKILL)
+    died = time.monotonic()
+    try:
+        group.all_gather_ints([1])
+    except PeerLostError as err:
+        result["noticed_seconds"] = time.monotonic() - died
+        result["noticed"] = str(err)
+        result["noticed_ranks"] = err.ranks
+    result["lost_dead"] = group.lost([0, 1])
+    return result
+
+
+def single_scenario() -> dict[str, Any]:
+    """A one-process TensorFlow user (a strategy without TF_CONFIG included)."""
+    import tensorflow as tf
+
+    from globalstep import _group
+
+    os.environ.pop("TF_CONFIG", None)
+    seen = {"plain": type(_group.active()).__name__}
+    with tf.distribute.MirroredStrategy().scope():
+        tf.Variable(1.0)
+    seen["mirrored"] = type(_group.active()).__name__
+    tf.distribute.MultiWorkerMirroredStrategy()
+    seen["multiworker_alone"] = type(_group.active()).__name__
+    seen["initialised"] = _group.initialised()
+    return seen
+
+
+def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
+    """Runs one scenario on this worker and writes its result."""
+    out = Path(out_text)
+    if scenario == "single":
+        result = single_scenario()
+        (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
+        return
+    strategy(rank, ports)
+    if scenario == "group":
+        result = group_scenario(rank, out)
+    else:
+        raise ValueError(scenario)
+    (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
