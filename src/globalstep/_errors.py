@@ -33,7 +33,7 @@ The tree::
     │                                             client raises it; never retried)
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
-    ├── PeerLostError (ConnectionError)          a rank of the process group died: .ranks
+    ├── PeerLostError (ConnectionError)           a rank of the process group died: .ranks
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
     └── DivergenceError (ArithmeticError)         bad updates past the rollback limit: .steps
 

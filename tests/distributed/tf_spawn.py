@@ -12,6 +12,7 @@ workers on 127.0.0.1 and writes its result to ``out/<scenario>-<rank>.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -95,16 +96,22 @@ class Zygote:
             env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
         )
         self.statuses: dict[int, int] = {}
+        self._pending = b""
         assert self._line() == ["ready"]
 
     def _line(self, timeout: float = CHILD_TIMEOUT_SECONDS) -> list[str]:
+        """The zygote's next line (read from its pipe unbuffered: select sees all of it)."""
         stdout = self.process.stdout
         assert stdout is not None
-        ready, _, _ = select.select([stdout], [], [], timeout)
-        assert ready, "the zygote did not answer"
-        line = stdout.readline().decode().split()
-        assert line, f"the zygote exited with {self.process.wait()}"
-        return line
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, "the zygote did not answer"
+            chunk = os.read(stdout.fileno(), 65536)
+            assert chunk, f"the zygote exited with {self.process.wait()}"
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line.decode().split()
 
     def _read(self, timeout: float) -> None:
         line = self._line(timeout)
@@ -136,7 +143,8 @@ class Zygote:
             if left <= 0:
                 for pid in pids:
                     if pid not in self.statuses:
-                        os.kill(pid, signal.SIGKILL)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
                 deadline = time.monotonic() + 30
                 continue
             try:

@@ -110,6 +110,79 @@ def single_scenario() -> dict[str, Any]:
     return seen
 
 
+TOTAL, SAVE_EVERY, BATCH = 16, 4, 8
+
+
+def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[str, Any]:
+    """A Keras model and Adam built in the strategy's scope, trained by ``strategy.run``
+    on this worker's own batches (its own NumPy generator) under a Run that saves every
+    SAVE_EVERY updates on both workers into one directory. ``kill`` (``k:how``) SIGKILLs
+    this worker at its update k: ``before`` the update is reported, ``save`` at a random
+    moment of the next 0.2 s after it (inside the save where k is a save step), ``alone``
+    rank 1 only, before the update is reported (writing the time to ``killed.txt``)."""
+    import threading
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from globalstep import Run
+
+    kill_at, _, how = (kill or "-1:before").partition(":")
+    keras.utils.set_random_seed(1234)
+    with tf_strategy.scope():
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+        )
+        optimizer = keras.optimizers.Adam(0.05)
+    data = np.random.default_rng(100 + rank)
+
+    def replica(xb: Any, yb: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def train_step(xb: Any, yb: Any) -> Any:
+        return tf_strategy.run(replica, args=(xb, yb))
+
+    updates = 0
+    with Run(
+        out / "run",
+        total_steps=TOTAL,
+        save_every=SAVE_EVERY,
+        progress=False,
+        handle_signals=False,
+        writer_options={"formats": ("jsonl",)},
+    ) as run:
+        run.restore({"model": model, "optimizer": optimizer, "data": data})
+        while not run.done:
+            xb = data.normal(size=(BATCH, 4)).astype("float32")
+            yb = np.sin(xb.sum(axis=1, keepdims=True))
+            loss = train_step(xb, yb)
+            updates += 1
+            if updates == int(kill_at) and (how != "alone" or rank == 1):
+                if how == "alone":
+                    (out / "killed.txt").write_text(repr(time.time()))
+                if how in ("before", "alone"):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                delay = float(np.random.default_rng(int(time.time() * 1e6)).uniform(0, 0.2))
+                threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            run.update(loss=float(loss.numpy()))
+            if updates == int(kill_at) and how == "save":
+                time.sleep(1)  # the timer kills it
+    return {
+        "step": run.step,
+        "iterations": int(optimizer.iterations.numpy()),
+        "weights": [np.asarray(v.numpy()).tobytes().hex() for v in model.variables],
+        "optimizer": {v.path: np.asarray(v.numpy()).tobytes().hex() for v in optimizer.variables},
+        "generator": json.loads(json.dumps(data.bit_generator.state)),
+        "next_draw": data.normal(size=3).tolist(),
+    }
+
+
 def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
     """Runs one scenario on this worker and writes its result."""
     out = Path(out_text)
@@ -117,9 +190,11 @@ def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
         result = single_scenario()
         (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
         return
-    strategy(rank, ports)
+    tf_strategy = strategy(rank, ports)
     if scenario == "group":
         result = group_scenario(rank, out)
+    elif scenario.startswith("train"):
+        result = train_scenario(rank, out, tf_strategy, scenario.partition("@")[2])
     else:
         raise ValueError(scenario)
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
