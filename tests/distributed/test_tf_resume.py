@@ -62,7 +62,7 @@ def _losses(out):
 
 
 def _assert_same(results, reference):
-    expected, expected_losses = reference
+    expected = reference[0]
     assert [r["step"] for r in expected] == [TOTAL, TOTAL]
     assert expected[0]["weights"] == expected[1]["weights"]  # mirrored: one value
     assert expected[0]["generator"] != expected[1]["generator"]  # each worker its own
@@ -99,3 +99,33 @@ def test_one_killed_alone_is_noticed_and_the_pair_resumes(zygote, reference, tmp
     _assert_same(results, reference)
     assert _losses(tmp_path) == reference[1]
     assert json.dumps(results)  # plain JSON results
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_one_killed_inside_a_save_is_noticed_and_the_pair_resumes(
+    zygote, reference, tmp_path, victim
+):
+    """Worker ``victim`` SIGKILLed inside the save of step 8 (writing its per-rank leaves):
+    its peer, waiting for it inside the save, exits with a clear error within seconds
+    (not the save's 600 s timeout); nothing of step 8 is committed; both restarted
+    resume exactly."""
+    scenario = f"train@8:inside{victim}"
+    peer = 1 - victim
+    zygote.run(scenario, tmp_path, expect={victim: -9, peer: 1})
+    error = tmp_path / f"{scenario}-{peer}.error"
+    noticed = error.stat().st_mtime - float((tmp_path / "killed.txt").read_text())
+    message = error.read_text()
+    print(f"worker {peer} noticed worker {victim}'s death in a save after {noticed:.2f} s")
+    print(message[:400])
+    assert message.startswith("DistributedCheckpointError: the distributed save of step 8")
+    if victim == 0:  # the host of the coordination service: its keys are gone
+        assert "TensorFlow's coordination service stopped answering" in message
+        assert "(rank 0, the chief or else worker 0) has probably died" in message
+    else:
+        assert "rank(s) [1] died during the save (the process group lost them)" in message
+    assert noticed < 10.0
+    steps = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*"))
+    assert steps[-1] == "step-000000000004"
+    results = zygote.run("train", tmp_path)
+    _assert_same(results, reference)
+    assert _losses(tmp_path) == reference[1]

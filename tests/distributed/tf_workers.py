@@ -119,7 +119,9 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     SAVE_EVERY updates on both workers into one directory. ``kill`` (``k:how``) SIGKILLs
     this worker at its update k: ``before`` the update is reported, ``save`` at a random
     moment of the next 0.2 s after it (inside the save where k is a save step), ``alone``
-    rank 1 only, before the update is reported (writing the time to ``killed.txt``)."""
+    rank 1 only, before the update is reported (writing the time to ``killed.txt``),
+    ``insideR`` rank R only, inside the save of update k, as it writes its per-rank leaves
+    (the time in ``killed.txt`` too)."""
     import threading
 
     import keras
@@ -129,6 +131,18 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     from globalstep import Run
 
     kill_at, _, how = (kill or "-1:before").partition(":")
+    if how == f"inside{rank}":
+        from globalstep.checkpoint._ranks import coordinated
+
+        write = coordinated.write_rank_leaves
+
+        def write_then_die(*args: Any) -> Any:
+            if updates == int(kill_at):
+                (out / "killed.txt").write_text(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return write(*args)
+
+        coordinated.write_rank_leaves = write_then_die
     keras.utils.set_random_seed(1234)
     with tf_strategy.scope():
         model = keras.Sequential(
@@ -163,11 +177,10 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
             yb = np.sin(xb.sum(axis=1, keepdims=True))
             loss = train_step(xb, yb)
             updates += 1
-            if updates == int(kill_at) and (how != "alone" or rank == 1):
-                if how == "alone":
-                    (out / "killed.txt").write_text(repr(time.time()))
-                if how in ("before", "alone"):
-                    os.kill(os.getpid(), signal.SIGKILL)
+            if updates == int(kill_at) and (how == "before" or (how, rank) == ("alone", 1)):
+                (out / "killed.txt").write_text(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            if updates == int(kill_at) and how == "save":
                 delay = float(np.random.default_rng(int(time.time() * 1e6)).uniform(0, 0.2))
                 threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
             run.update(loss=float(loss.numpy()))

@@ -308,6 +308,9 @@ class TFGroup(ProcessGroup):
             a call the group makes.
     """
 
+    store_name = "TensorFlow's coordination service"
+    store_host = "rank 0, the chief or else worker 0"
+
     def __init__(self, handle: Any = None) -> None:
         super().__init__(_SCOPES)
         del handle

@@ -1,4 +1,5 @@
-"""Ranks: how a :class:`~globalstep.run.Run` behaves on several ranks of torch.distributed.
+"""Ranks: how a :class:`~globalstep.run.Run` behaves on several ranks (torch.distributed's,
+or a TensorFlow multi-worker run's: any engine of :mod:`globalstep._group`).
 
 :class:`Ranks` is the user's choice (the writer rank, the reduction of the scalars, the
 step checks); :class:`RankPlan` is what this process does with it, decided once when the
@@ -14,7 +15,7 @@ from typing import Any
 from globalstep import distributed
 from globalstep._clock import Clock
 from globalstep._errors import ConfigError
-from globalstep._group import active, check_writer_rank
+from globalstep._group import active, check_writer_rank, how_to_initialise
 from globalstep.distributed import Preemption
 
 __all__ = ["RankPlan", "Ranks"]
@@ -135,7 +136,7 @@ class RankPlan:
                 "every rank's loss together)",
                 rollback,
                 hint=f"This run has {size} ranks from WORLD_SIZE but no process group: call "
-                "torch.distributed.init_process_group before making the Run.",
+                f"one of {how_to_initialise()} before making the Run.",
             )
         per_update = ranks is not None and (
             check is not None or ranks.reduce is not None or not is_writer

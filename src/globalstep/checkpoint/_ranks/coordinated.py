@@ -2,7 +2,8 @@
 
 A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
 ``distributed=True`` (or a :class:`DistributedOptions`) on every rank of an initialised
-``torch.distributed`` group saves collectively: every rank calls ``save`` with the same step.
+process group (``torch.distributed``, or a TensorFlow multi-worker run: see
+:mod:`globalstep._group`) saves collectively: every rank calls ``save`` with the same step.
 
 - Replicated state (plain arrays, tensors, modules under DDP, clocks, ...) is written by one
   rank, the *writer* (``writer_rank``, default 0), which alone holds the directory's lock.
@@ -18,7 +19,8 @@ A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
   and recorded by the writer in ``state.json``; on a restore with the same world size each
   rank gets its own back (see :mod:`globalstep.checkpoint._ranks.leaves`).
 - Each rank reports to the writer through the process group's key-value store (see
-  :mod:`globalstep._group`: torch.distributed's Store, under this manager's own keys);
+  :mod:`globalstep._group`: torch.distributed's Store or TensorFlow's coordination
+  service, under this manager's own keys);
   the writer writes ``state.json`` (which then describes every chunk) and the commit
   marker only after every rank reported success. A rank that fails or dies makes the
   save fail on every surviving rank within ``timeout_seconds`` with a
@@ -95,10 +97,11 @@ class DistributedOptions:
         writer_rank: the rank that writes replicated state, takes the lock and commits.
         timeout_seconds: how long a rank waits for another's part of a save before the
             save fails naming the ranks that did not answer.
-        group: the torch.distributed process group; None is the default group, or a
-            ``globalstep._group.ProcessGroup``.
+        group: the torch.distributed process group; None is the default group (or the
+            one engine initialised), an engine's name (``"torch"``, ``"tensorflow"``), or
+            a ``globalstep._group.ProcessGroup``.
         store: the key-value store the ranks report through (a torch.distributed
-            Store); None takes the group's.
+            Store); None takes the group's (TensorFlow's: its coordination service).
     """
 
     writer_rank: int = 0
@@ -253,10 +256,10 @@ class SaveRound:
         try:
             return getattr(self.c.store, method)(*args)
         except Exception as err:  # the Store's errors are RuntimeError or DistStoreError
+            group = self.c.group
             raise self._fail(
-                f"the torch.distributed Store stopped answering ({type(err).__name__}: "
-                f"{err}); the rank that hosts it (rank 0 for tcp:// and env:// "
-                "initialisation) has probably died",
+                f"{group.store_name} stopped answering ({type(err).__name__}: {err}); the "
+                f"rank that hosts it ({group.store_host}) has probably died",
                 [0],
             ) from err
 
