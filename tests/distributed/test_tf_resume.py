@@ -129,3 +129,23 @@ def test_one_killed_inside_a_save_is_noticed_and_the_pair_resumes(
     results = zygote.run("train", tmp_path)
     _assert_same(results, reference)
     assert _losses(tmp_path) == reference[1]
+
+
+def test_sigterm_to_one_worker_stops_both_at_one_saved_step(zygote, reference, tmp_path):
+    """SIGTERM to worker 1 alone at its update 6: both agree through the coordination
+    service, save one checkpoint at one step (<= 6 + 2 * stop_every, 3, the agreement's
+    bound) and exit 143; restarted, they finish as the uninterrupted run."""
+    zygote.run("train@6:term", tmp_path, expect={0: 143, 1: 143})
+    steps = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*"))
+    stopped = int(steps[-1].removeprefix("step-"))
+    print(f"stopped at step {stopped} (checkpoints {steps})")
+    assert 6 <= stopped <= 12
+    newest = tmp_path / "run" / "checkpoints" / steps[-1]
+    assert (newest / "COMMITTED").exists()
+    assert sorted(p.name for p in (newest / "per_rank").iterdir()) == [
+        "rank-00000.safetensors",
+        "rank-00001.safetensors",
+    ]
+    results = zygote.run("train", tmp_path)
+    _assert_same(results, reference)
+    assert _losses(tmp_path) == reference[1]

@@ -61,6 +61,8 @@ while True:
             code = 0
             try:
                 tf_workers.main(args[0], int(args[1]), args[2].split(","), args[3])
+            except SystemExit as err:
+                code = err.code if isinstance(err.code, int) else 1
             except BaseException as err:
                 with open(os.path.join(args[3], f"{args[0]}-{args[1]}.error"), "w") as f:
                     f.write(f"{type(err).__name__}: {err}")

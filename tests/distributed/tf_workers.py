@@ -121,7 +121,8 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     moment of the next 0.2 s after it (inside the save where k is a save step), ``alone``
     rank 1 only, before the update is reported (writing the time to ``killed.txt``),
     ``insideR`` rank R only, inside the save of update k, as it writes its per-rank leaves
-    (the time in ``killed.txt`` too)."""
+    (the time in ``killed.txt`` too), ``term`` a SIGTERM to rank 1 alone at update k
+    (the Run then handles the stop signals)."""
     import threading
 
     import keras
@@ -129,6 +130,7 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     import tensorflow as tf
 
     from globalstep import Run
+    from globalstep.run import Ranks
 
     kill_at, _, how = (kill or "-1:before").partition(":")
     if how == f"inside{rank}":
@@ -168,7 +170,8 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
         total_steps=TOTAL,
         save_every=SAVE_EVERY,
         progress=False,
-        handle_signals=False,
+        handle_signals=how == "term",
+        ranks=Ranks(stop_every=3),
         writer_options={"formats": ("jsonl",)},
     ) as run:
         run.restore({"model": model, "optimizer": optimizer, "data": data})
@@ -180,6 +183,8 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
             if updates == int(kill_at) and (how == "before" or (how, rank) == ("alone", 1)):
                 (out / "killed.txt").write_text(repr(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)
+            if updates == int(kill_at) and how == "term" and rank == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # a stop request to this worker alone
             if updates == int(kill_at) and how == "save":
                 delay = float(np.random.default_rng(int(time.time() * 1e6)).uniform(0, 0.2))
                 threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()

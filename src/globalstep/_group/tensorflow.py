@@ -20,11 +20,11 @@ stopped. :class:`TFGroup` is that run as globalstep's process group:
   take the same one, and the value is the key's own plus every claim's amount (no lock a
   dead rank could leave held); ``check`` asks without waiting (TensorFlow's get has no
   "try"), through one background thread per key that waits for it: the first ``check``
-  of a missing key starts it and returns False, a later one answers False from it with
-  no round trip (``Preemption`` checks once per update) and, once the thread saw the key,
-  verifies it still exists with a get that answers in one round trip; a compare-set of
-  an existing value takes a per-key claim (``key.lock``, an insert) around its read and
-  write (none of globalstep's agreements makes one).
+  of a key starts it and asks once (a get of at most ``_VERIFY_MS``), a later one answers
+  False from the thread with no round trip (``Preemption`` checks once per update) and,
+  once the thread saw the key, verifies it still exists with a get that answers in one
+  round trip; a compare-set of an existing value takes a per-key claim (``key.lock``, an
+  insert) around its read and write (none of globalstep's agreements makes one).
 - **the collectives**: rounds of keys on the same service, each rank writing its value
   under ``globalstep/collective/<round>/<rank>`` and reading the others' (floats as
   ``float.hex``: bit for bit), its key of the round before deleted once every rank has
@@ -84,7 +84,7 @@ _VERIFY_MS = 50
 """How long a check waits for a key it saw before, in milliseconds (it answers at once
 where the key still exists)."""
 
-_WATCH_IDLE_SECONDS = 30.0
+_WATCH_IDLE_SECONDS = 600.0
 """A check's background thread stops after this long without a check of its key."""
 
 
@@ -219,15 +219,18 @@ class CoordinationStore:
                 if key in self._seen:
                     seen.append(key)
                     continue
-                missing.append(key)
                 started = key in self._watched
                 self._watched[key] = now
                 if not started:
                     threading.Thread(target=self._watch, args=(key,), daemon=True).start()
+                    seen.append(key)  # not watched yet: asked below, as a seen one is
+                else:
+                    missing.append(key)
         if missing:
             return False
-        # A key seen once may have been deleted since: a get of one that exists answers in
-        # a round trip (one that was deleted waits _VERIFY_MS, once).
+        # A key seen once may have been deleted since, and one not watched before may be
+        # there already: a get of one that exists answers in a round trip (one that does
+        # not waits _VERIFY_MS, once).
         gone = [key for key in seen if self.try_get(key, _VERIFY_MS) is None]
         if gone:
             with self._lock:
