@@ -4,6 +4,10 @@ writes what it saw to ``OUT/<scenario>-<rank>.json``:
 
 - ``group``: the TFGroup contract (rank, world size, collectives bit for bit, the store's
   six calls), and the time a peer's death takes to be noticed (rank 1 dies at the end).
+- ``single``: a one-process TensorFlow user (no TF_CONFIG).
+- ``plain@N``: a CheckpointManager(distributed=True) loop with ``follow`` up to update N.
+- ``train[@k:how]``: a Run of a Keras model in the strategy's scope, killed or signalled
+  at update k (see :func:`train_scenario`).
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     import tensorflow as tf
 
     from globalstep import Run
+    from globalstep.integrations.tensorflow import follow
     from globalstep.run import Ranks
 
     kill_at, _, how = (kill or "-1:before").partition(":")
@@ -175,10 +180,12 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
         writer_options={"formats": ("jsonl",)},
     ) as run:
         run.restore({"model": model, "optimizer": optimizer, "data": data})
+        step_of = follow(optimizer, run.clock)  # the clock follows optimizer.iterations
         while not run.done:
             xb = data.normal(size=(BATCH, 4)).astype("float32")
             yb = np.sin(xb.sum(axis=1, keepdims=True))
             loss = train_step(xb, yb)
+            step_of()
             updates += 1
             if updates == int(kill_at) and (how == "before" or (how, rank) == ("alone", 1)):
                 (out / "killed.txt").write_text(repr(time.time()))
@@ -201,6 +208,61 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     }
 
 
+def plain_scenario(rank: int, out: Path, tf_strategy: Any, until: int) -> dict[str, Any]:
+    """A plain loop: CheckpointManager(distributed=True) on both workers, the clock
+    following Adam's iterations (``follow``) after each ``strategy.run``, a per-rank leaf
+    (``PerRank``) and a generator per worker; trains from the newest checkpoint up to
+    update ``until``, saving every 3."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from globalstep import CheckpointManager, Clock, PerRank
+    from globalstep.integrations.tensorflow import follow
+
+    keras.utils.set_random_seed(99)
+    with tf_strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        optimizer = keras.optimizers.Adam(0.1)
+    clock = Clock()
+    data = np.random.default_rng(7 + rank)
+    mine = PerRank(np.zeros(2))
+    state = {"model": model, "optimizer": optimizer, "clock": clock, "data": data, "mine": mine}
+    manager = CheckpointManager(out / "ckpt", distributed=True, max_to_keep=2)
+    restored = manager.latest_step()
+    if restored is not None:
+        manager.restore(state)
+    step_of = follow(optimizer, clock)
+
+    @tf.function
+    def train_step(xb: Any) -> Any:
+        def replica(xb: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(xb) ** 2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        return tf_strategy.run(replica, args=(xb,))
+
+    while clock.step < until:
+        train_step(data.normal(size=(4, 3)).astype("float32"))
+        step_of()
+        mine.value += rank + 1
+        if clock.step % 3 == 0:
+            manager.save(clock, state)
+    manager.close()
+    return {
+        "restored": restored,
+        "step": clock.step,
+        "iterations": int(optimizer.iterations.numpy()),
+        "weights": [np.asarray(v.numpy()).tobytes().hex() for v in model.variables],
+        "optimizer": {v.path: np.asarray(v.numpy()).tobytes().hex() for v in optimizer.variables},
+        "generator": json.loads(json.dumps(data.bit_generator.state)),
+        "mine": mine.value.tolist(),
+    }
+
+
 def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
     """Runs one scenario on this worker and writes its result."""
     out = Path(out_text)
@@ -211,6 +273,8 @@ def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
     tf_strategy = strategy(rank, ports)
     if scenario == "group":
         result = group_scenario(rank, out)
+    elif scenario.startswith("plain"):
+        result = plain_scenario(rank, out, tf_strategy, int(scenario.partition("@")[2]))
     elif scenario.startswith("train"):
         result = train_scenario(rank, out, tf_strategy, scenario.partition("@")[2])
     else:
