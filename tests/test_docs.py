@@ -4,9 +4,9 @@ Each guide is one test. Its ```python blocks run in order in one namespace, in a
 working directory; a block whose first line is ``# requires: NAME`` is skipped with the
 rest of the guide when NAME cannot be imported; one with a ``# file: NAME`` line among its
 first two is a program the guide runs as a file: it is written to NAME, not run. A
-```text block right after a Python block, on a line "Output:", is what that block prints. In ```console blocks each ``$ globalstep``
-line is run through the command line and must print the lines below it (standard output,
-then standard error), exactly.
+```text block right after a Python block, on a line "Output:", is what that block
+prints. In ```console blocks each ``$ globalstep`` line is run through the command line
+and must print the lines below it (standard output, then standard error), exactly.
 """
 
 from __future__ import annotations
