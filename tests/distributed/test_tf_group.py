@@ -90,6 +90,15 @@ def test_add_hands_each_value_to_one_rank(group):
         assert result["adds"] == sorted(result["adds"])
 
 
+def test_the_shared_step_counter_needs_no_torch(group):
+    """SharedStepCounter on the coordination service: 50 indices taken on each worker at
+    once, each once, from the start; a restore on one worker sets the next for both."""
+    assert sorted(group[0]["counter"] + group[1]["counter"]) == list(range(10, 110))
+    assert [r["counter_value"] for r in group] == [110, 110]
+    restored = group[0]["counter_restored"] + group[1]["counter_restored"]
+    assert sorted(restored) == list(range(1000, 1006))
+
+
 def test_compare_set_of_a_value_has_one_winner(group):
     """compare_set(key, "b", ...) on both ranks: one wins, both read the winner's value."""
     assert group[0]["cas_after"] == group[1]["cas_after"] in {"c0", "c1"}

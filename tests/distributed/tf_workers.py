@@ -34,6 +34,7 @@ def strategy(rank: int, ports: list[str]) -> Any:
 def group_scenario(rank: int, out: Path) -> dict[str, Any]:
     """The group's contract on two workers, then rank 1 dies and rank 0 times the notice."""
     from globalstep import PeerLostError, _group
+    from globalstep.distributed import SharedStepCounter
     from globalstep._group.tensorflow import TFGroup
 
     group = _group.active()
@@ -73,6 +74,15 @@ def group_scenario(rank: int, out: Path) -> dict[str, Any]:
     group.barrier()
     result["adds"] = adds
     result["add_total"] = store.add("test/n", 0)
+    counter = SharedStepCounter(store, "test/steps", start=10)
+    result["counter"] = [counter.next() for _ in range(50)]
+    group.barrier()
+    result["counter_value"] = counter.value
+    group.barrier()
+    if rank == 0:
+        counter.load_state_dict({"next": 1000})  # a restore, before anyone takes more
+    group.barrier()
+    result["counter_restored"] = [counter.next() for _ in range(3)]
     result["cas"] = store.compare_set("test/k", "b", f"c{rank}").decode()
     group.barrier()
     result["cas_after"] = store.get("test/k").decode()

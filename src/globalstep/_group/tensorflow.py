@@ -18,7 +18,8 @@ stopped. :class:`TFGroup` is that run as globalstep's process group:
   then inserts; ``add`` appends an immutable *claim* (``key#n``: the n-th addition and
   its amount) by inserting the first free ``key#n``, so two ranks adding at once never
   take the same one, and the value is the key's own plus every claim's amount (no lock a
-  dead rank could leave held); ``check`` asks without waiting (TensorFlow's get has no
+  dead rank could leave held; a ``set`` of a counted key voids the claims made so far,
+  ``value@claims``, which ``get`` returns as it is: ``add(key, 0)`` reads the count); ``check`` asks without waiting (TensorFlow's get has no
   "try"), through one background thread per key that waits for it: the first ``check``
   of a key starts it and asks once (a get of at most ``_VERIFY_MS``), a later one answers
   False from the thread with no round trip (``Preemption`` checks once per update) and,
@@ -179,8 +180,12 @@ class CoordinationStore:
             return None
 
     def set(self, key: str, value: str | bytes) -> None:
+        claims = self._claims.get(key)
+        if claims is not None:  # a counted key: the claims so far no longer count
+            self._read_claims(key, None)
+            value = f"{self._text(value)}@{len(claims)}"
         while not self._insert(key, value):
-            self.delete_key(key)
+            self.delete_key(key, claims=False)
 
     def get(self, key: str) -> bytes:
         since = time.monotonic()
@@ -254,41 +259,45 @@ class CoordinationStore:
             with self._lock:
                 self._watched.pop(key, None)
 
-    def _claim_total(self, key: str, upto: int | None) -> tuple[int, int]:
-        """The key's value after its first ``upto`` claims (None: all there are now), and
-        how many claims that is."""
-        base = self.try_get(key, 1)
+    def _read_claims(self, key: str, upto: int | None) -> list[int]:
+        """The amounts of ``key``'s claims 1 to ``upto`` (which exist: each read answers in
+        a round trip), or, with None, of every claim there is now."""
         claims = self._claims.setdefault(key, [])
         while upto is None or len(claims) < upto:
-            amount = self.try_get(f"{key}#{len(claims) + 1}", 1)
+            name = f"{key}#{len(claims) + 1}"
+            amount = self.try_get(name, _VERIFY_MS) if upto is None else self.get(name).decode()
             if amount is None:
-                if upto is None:
-                    break
-                continue
+                break
             claims.append(int(amount))
-        count = len(claims) if upto is None else upto
-        return int(base or 0) + sum(claims[:count]), count
+        return claims
+
+    def _total(self, key: str, count: int) -> int:
+        """``key``'s value after its first ``count`` claims: its own (``value`` or
+        ``value@claims``: a set after claims voids those), plus the later claims' amounts."""
+        value, _, void = self.get(key).decode().partition("@")
+        return int(value) + sum(self._claims[key][int(void or 0) : count])
 
     def add(self, key: str, amount: int) -> int:
+        self._insert(key, "0")  # the key's own value, where it has none yet
+        claims = self._read_claims(key, None if amount == 0 else len(self._claims.get(key, [])))
         if amount == 0:
-            return self._claim_total(key, None)[0]
-        claims = self._claims.setdefault(key, [])
+            return self._total(key, len(claims))
         while True:
             n = len(claims) + 1
             if self._insert(f"{key}#{n}", str(int(amount))):
                 claims.append(int(amount))
-                return self._claim_total(key, n)[0]
-            self._claim_total(key, n)  # someone else's claim n: read it, try the next
+                return self._total(key, n)
+            self._read_claims(key, n)  # someone else's claim n: read it, try the next
 
-    def delete_key(self, key: str) -> bool:
+    def delete_key(self, key: str, *, claims: bool = True) -> bool:
         existed = self.try_get(key, 1) is not None
         self._context.delete_config_key_value(key)
         with self._lock:
             self._seen.discard(key)
-        claims = self._claims.pop(key, None)
-        if claims is not None:
+        known = self._claims.pop(key, None) if claims else None
+        if known is not None:
             n = 1
-            while n <= len(claims) or self.try_get(f"{key}#{n}", 1) is not None:
+            while n <= len(known) or self.try_get(f"{key}#{n}", 1) is not None:
                 self._context.delete_config_key_value(f"{key}#{n}")
                 n += 1
         return existed
