@@ -19,13 +19,14 @@ stopped. :class:`TFGroup` is that run as globalstep's process group:
   its amount) by inserting the first free ``key#n``, so two ranks adding at once never
   take the same one, and the value is the key's own plus every claim's amount (no lock a
   dead rank could leave held; a ``set`` of a counted key voids the claims made so far,
-  ``value@claims``, which ``get`` returns as it is: ``add(key, 0)`` reads the count); ``check`` asks without waiting (TensorFlow's get has no
-  "try"), through one background thread per key that waits for it: the first ``check``
-  of a key starts it and asks once (a get of at most ``_VERIFY_MS``), a later one answers
-  False from the thread with no round trip (``Preemption`` checks once per update) and,
-  once the thread saw the key, verifies it still exists with a get that answers in one
-  round trip; a compare-set of an existing value takes a per-key claim (``key.lock``, an
-  insert) around its read and write (none of globalstep's agreements makes one).
+  ``value@claims``, which ``get`` returns as it is: ``add(key, 0)`` reads the count);
+  ``check`` asks without waiting (TensorFlow's get has no "try"), through one background
+  thread per key that waits for it: the first ``check`` of a key starts it and asks once
+  (a get of at most ``_VERIFY_MS``), a later one answers False from the thread with no
+  round trip (``Preemption`` checks once per update) and, once the thread saw the key,
+  verifies it still exists with a get that answers in one round trip; a compare-set of an
+  existing value takes a per-key claim (``key.lock``, an insert) around its read and
+  write (none of globalstep's agreements makes one).
 - **the collectives**: rounds of keys on the same service, each rank writing its value
   under ``globalstep/collective/<round>/<rank>`` and reading the others' (floats as
   ``float.hex``: bit for bit), its key of the round before deleted once every rank has
