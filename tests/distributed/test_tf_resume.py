@@ -102,7 +102,10 @@ def test_killed_together_twice_resumes_bit_for_bit(zygote, reference, tmp_path):
     second = rng.choice(range(SAVE_EVERY, TOTAL - first, SAVE_EVERY))
     print(f"kills at update {first} (between saves), then {second} (around a save)")
     zygote.run(f"train@{first}:before", tmp_path, expect={0: -9, 1: -9})
-    zygote.run(f"train@{second}:save", tmp_path, expect={0: -9, 1: -9})
+    # Each worker's timer fires at its own moment: a worker whose peer died first may
+    # notice it (a save or a collective failing on it) and exit 1 before its own fires.
+    zygote.run(f"train@{second}:save", tmp_path, expect={0: (-9, 1), 1: (-9, 1)})
+    assert -9 in zygote.last
     results = zygote.run("train", tmp_path)
     _assert_same(results, reference)
     assert _losses(tmp_path) == reference[1]
