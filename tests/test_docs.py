@@ -2,10 +2,11 @@
 
 Each guide is one test. Its ```python blocks run in order in one namespace, in a fresh
 working directory; a block whose first line is ``# requires: NAME`` is skipped with the
-rest of the guide when NAME cannot be imported. A ```text block right after a Python block,
-on a line "Output:", is what that block prints. In ```console blocks each ``$ globalstep``
-line is run through the command line and must print the lines below it (standard output,
-then standard error), exactly.
+rest of the guide when NAME cannot be imported; one with a ``# file: NAME`` line among its
+first two is a program the guide runs as a file: it is written to NAME, not run. A
+```text block right after a Python block, on a line "Output:", is what that block
+prints. In ```console blocks each ``$ globalstep`` line is run through the command line
+and must print the lines below it (standard output, then standard error), exactly.
 """
 
 from __future__ import annotations
@@ -137,6 +138,10 @@ def run_guide(guide: Path) -> None:
                 for name in first.removeprefix("# requires: ").split(","):
                     if importlib.util.find_spec(name.strip()) is None:
                         pytest.skip(f"{guide.name} needs {name.strip()}")
+            saved = [line for line in body.splitlines()[:2] if line.startswith("# file: ")]
+            if saved:  # a program the guide runs as a file, as its reader saves it
+                Path(saved[0].removeprefix("# file: ")).write_text(body)
+                continue
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
                 # As a reader runs it: without this module's `from __future__ import annotations`.

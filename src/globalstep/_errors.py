@@ -33,6 +33,7 @@ The tree::
     │                                             client raises it; never retried)
     ├── TracingError (RuntimeError)               a per-update call traced by tf.function or
     │                                             jax.jit: .call, .tracer
+    ├── PeerLostError (ConnectionError)           a rank of the process group died: .ranks
     ├── NonFiniteError (ArithmeticError)          NaN or inf under a guard: .step, .tag, .value
     └── DivergenceError (ArithmeticError)         bad updates past the rollback limit: .steps
 
@@ -72,6 +73,7 @@ __all__ = [
     "LockError",
     "MissingDependencyError",
     "NonFiniteError",
+    "PeerLostError",
     "RestoreMismatchError",
     "StepError",
     "StepMismatchError",
@@ -313,6 +315,19 @@ class DistributedCheckpointError(CheckpointError):
         self.ranks = list(ranks or [])
         self.timeout_seconds = timeout_seconds
         super().__init__(message, path)
+
+
+class PeerLostError(GlobalStepError, ConnectionError):
+    """A rank of the process group died while this one waited for it (in a collective of
+    an engine whose liveness globalstep watches: TensorFlow's multi-worker run).
+
+    Attributes:
+        ranks: the ranks found dead.
+    """
+
+    def __init__(self, message: str, ranks: list[int]) -> None:
+        self.ranks = list(ranks)
+        super().__init__(message)
 
 
 # Warnings (each module that warns exports its own under the same name).

@@ -18,7 +18,9 @@ Owns (nothing else in globalstep asks a framework these questions):
   calls) and :class:`SingleProcess` (no process group: the launcher's ``RANK`` and
   ``WORLD_SIZE``, collectives of this process alone, a store in this process). JAX's and
   TensorFlow's coordination services are two more implementations of the same interface
-  (JAX's: ``_group/_jax.py``, imported once ``jax.distributed`` is initialised).
+  (JAX's: ``_group/_jax.py``, imported once ``jax.distributed`` is initialised;
+  TensorFlow's multi-worker run: ``_group/tensorflow.py``'s ``TFGroup``, imported only
+  once TensorFlow's eager context is loaded).
 - :func:`active`: the group in force (torch.distributed's once initialised, else the
   single process), and :func:`initialised`, the cheap "is there a process group?".
 
@@ -202,6 +204,9 @@ class TorchGroup(ProcessGroup):
     Args:
         handle: a torch.distributed ``ProcessGroup``; None is the default group.
     """
+
+    store_name = "the torch.distributed Store"
+    store_host = "rank 0 for tcp:// and env:// initialisation"
 
     def __init__(self, handle: Any = None) -> None:
         super().__init__(_TORCH_SCOPES)
@@ -407,6 +412,23 @@ def _jax_group(handle: Any) -> ProcessGroup:
     return jax_group(handle)
 
 
+def _tf_initialised() -> bool:
+    """Whether this process is a worker of a multi-worker TensorFlow run (a
+    ``MultiWorkerMirroredStrategy`` with a ``TF_CONFIG`` of several tasks): without
+    TensorFlow's eager context loaded none can be, so nothing is imported to ask."""
+    if "tensorflow.python.eager.context" not in sys.modules:
+        return False
+    from globalstep._group.tensorflow import tf_initialised
+
+    return tf_initialised()
+
+
+def _tf_group(handle: Any) -> ProcessGroup:
+    from globalstep._group.tensorflow import group
+
+    return group(handle)
+
+
 ENGINES: list[Engine] = [
     Engine(
         "torch",
@@ -415,6 +437,12 @@ ENGINES: list[Engine] = [
         "torch.distributed.init_process_group(...)",
     ),
     Engine("jax", _jax_initialised, _jax_group, "jax.distributed.initialize(...)"),
+    Engine(
+        "tensorflow",
+        _tf_initialised,
+        _tf_group,
+        "tf.distribute.MultiWorkerMirroredStrategy() with a TF_CONFIG",
+    ),
 ]
 """The engines :func:`active` looks for, in this order; one module per engine adds its own."""
 

@@ -87,6 +87,10 @@ class ProcessGroup(ABC):
     connected = True
     """Whether the collectives and the store reach the other ranks."""
 
+    store_name = "the process group's store"
+    store_host = "rank 0"
+    """What the store is, and which rank hosts it, as an error that lost it says."""
+
     def __init__(self, scopes: dict[str, int] | None = None) -> None:
         self._scopes: dict[str, int] = {} if scopes is None else scopes
 

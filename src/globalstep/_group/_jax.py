@@ -192,6 +192,9 @@ class JaxGroup(ProcessGroup):
             for the other processes.
     """
 
+    store_name = "jax.distributed's coordination service"
+    store_host = "process 0, which hosts the service"
+
     def __init__(self, timeout_seconds: float = _TIMEOUT_SECONDS) -> None:
         super().__init__(_JAX_SCOPES)
         self.timeout_seconds = timeout_seconds

@@ -2,8 +2,9 @@
 
 A :class:`~globalstep.checkpoint._manager.CheckpointManager` opened with
 ``distributed=True`` (or a :class:`DistributedOptions`) on every rank of an initialised
-process group (``torch.distributed``, or ``jax.distributed``'s processes) saves
-collectively: every rank calls ``save`` with the same step.
+process group (``torch.distributed``, ``jax.distributed``'s processes, or a TensorFlow
+multi-worker run: see :mod:`globalstep._group`) saves collectively: every rank calls
+``save`` with the same step.
 
 - Replicated state (plain arrays, tensors, modules under DDP, clocks, ...) is written by one
   rank, the *writer* (``writer_rank``, default 0), which alone holds the directory's lock.
@@ -19,7 +20,8 @@ collectively: every rank calls ``save`` with the same step.
   and recorded by the writer in ``state.json``; on a restore with the same world size each
   rank gets its own back (see :mod:`globalstep.checkpoint._ranks.leaves`).
 - Each rank reports to the writer through the process group's key-value store (see
-  :mod:`globalstep._group`: torch.distributed's Store, under this manager's own keys);
+  :mod:`globalstep._group`: torch.distributed's Store or TensorFlow's coordination
+  service, under this manager's own keys);
   the writer writes ``state.json`` (which then describes every chunk) and the commit
   marker only after every rank reported success. A rank that fails makes the save fail
   on every surviving rank at once, one that dies within seconds (the group's
@@ -278,11 +280,10 @@ class SaveRound:
         try:
             return getattr(self.c.store, method)(*args)
         except Exception as err:  # the Store's errors are RuntimeError or DistStoreError
+            group = self.c.group
             raise self._fail(
-                f"the process group's Store stopped answering ({type(err).__name__}: "
-                f"{err}); the rank that hosts it (rank 0 for torch.distributed's tcp:// and "
-                "env:// initialisation, and for jax.distributed's coordination service) has "
-                "probably died",
+                f"{group.store_name} stopped answering ({type(err).__name__}: {err}); the "
+                f"rank that hosts it ({group.store_host}) has probably died",
                 [0],
             ) from err
 
