@@ -208,7 +208,30 @@ def run_sharded(out: Path) -> dict[str, Any]:
     return seen
 
 
+def grow(out: Path) -> dict[str, Any]:
+    """A checkpoint of one process (the test's: a jax.Array of 8 floats, the test's w at
+    step 2) restored into an array sharded over both processes (1 -> 2)."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from globalstep import Clock
+    from globalstep.checkpoint import CheckpointManager
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x"))
+    template = {"clock": Clock(), "w": _global((8,), sharding, np.zeros(8, np.float32))}
+    with CheckpointManager(out / "single", distributed=True) as manager:
+        restored = manager.restore(template)
+    w = restored["w"]
+    return {
+        "step": restored["clock"].step,
+        "same": w.sharding == sharding,
+        "shards": _shards(w, np.arange(8, dtype=np.float32) * 0.25),
+    }
+
+
 SCENARIOS = {
+    "grow": grow,
     "contract": contract,
     "checkpoint": checkpoint,
     "sharded": sharded,

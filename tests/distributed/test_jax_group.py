@@ -24,13 +24,22 @@ from jax_spawn import finish, start
 from globalstep import _group
 
 SIZE = 2
-SCENARIOS = ["contract", "checkpoint", "sharded", "run_sharded"]
+SCENARIOS = ["contract", "checkpoint", "sharded", "run_sharded", "grow"]
 
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Every scenario's results, indexed by rank: one start of the 2 processes."""
     out = tmp_path_factory.mktemp("jax")
+    import jax.numpy as jnp
+
+    from globalstep import Clock
+    from globalstep.checkpoint import CheckpointManager
+
+    clock = Clock()
+    clock.tick(2)
+    with CheckpointManager(out / "single") as manager:  # one process's, for "grow"
+        manager.save(clock, {"clock": clock, "w": jnp.arange(8, dtype=jnp.float32) * 0.25})
     devices = "--xla_force_host_platform_device_count=2"  # 2 CPU devices per process
     args = [str(out), *SCENARIOS]
     statuses = finish(start("jax_workers.py", SIZE, args, out / "log", XLA_FLAGS=devices))
@@ -233,3 +242,13 @@ def test_per_rank_leaves_of_two_jax_processes_restored_on_one(seen: dict[str, An
     assert restored["clock"].step == 5
     saved = [got["expected"]["rng"] for got in seen["checkpoint"]]
     assert str(template["rng"].bit_generator.state["state"]["state"]) not in saved
+
+
+@pytest.mark.slow
+def test_one_process_checkpoint_restores_into_arrays_sharded_over_two(
+    seen: dict[str, Any],
+) -> None:
+    for got in seen["grow"]:
+        assert got["step"] == 2
+        assert got["same"] is True
+        assert got["shards"] == [True, True]

@@ -70,7 +70,8 @@ def test_rollback_on_several_ranks_needs_a_process_group(tmp_path, second_rank):
         ConfigError,
         match=r"`rollback` needs an initialised process group on several ranks.*"
         r"This run has 2 ranks from WORLD_SIZE but no process group: call one of "
-        r"torch.distributed.init_process_group",
+        r"torch.distributed.init_process_group\(...\), jax.distributed.initialize\(...\), "
+        r"tf.distribute.MultiWorkerMirroredStrategy\(\) with a TF_CONFIG before making the Run",
     ):
         Run(tmp_path, rollback=Rollback())
 

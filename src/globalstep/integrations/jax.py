@@ -108,8 +108,9 @@ class JaxArrayAdapter(Adapter):
         return {"data": np.asarray(obj), "weak_type": bool(obj.weak_type)}
 
     def template(self, obj: Any) -> Any:
-        if _spans_processes(obj):
-            return _sharded(obj)
+        if _spans_processes(obj):  # saved whole (by one process): read whole, then placed
+            whole = {"data": np.empty(obj.shape, obj.dtype), "weak_type": False}
+            return dataclasses.replace(_sharded(obj), whole=whole)
         if _is_key(obj):
             data = jax.random.key_data(obj)
             return {"key_data": np.empty(data.shape, data.dtype), "impl": ""}
@@ -117,6 +118,9 @@ class JaxArrayAdapter(Adapter):
         return {"data": np.empty(obj.shape, obj.dtype), "weak_type": False}
 
     def restore(self, obj: Any, state: Any) -> Any:
+        if _spans_processes(obj) and isinstance(state, Mapping) and "data" in state:
+            data = np.asarray(state["data"])  # saved whole: each process takes its parts
+            return jax.make_array_from_callback(data.shape, obj.sharding, lambda i: data[i])
         return jax.device_put(self.rebuild(state), obj.sharding)
 
     def rebuild(self, state: Any) -> Any:

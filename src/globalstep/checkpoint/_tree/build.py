@@ -162,6 +162,8 @@ class _Builder:
             inner = self.build(node, tmpl.value, path, True)
             return tmpl if inner is tmpl.value else PerRank(inner)
         kind = node_kind(node, path or "<root>")
+        if has_tmpl and isinstance(tmpl, Sharded) and kind != "sharded" and tmpl.whole is not None:
+            tmpl = tmpl.whole  # a sharded template for a value saved whole
         if kind == "value":
             value = node["value"]
             if value is not None and not isinstance(value, bool | int | float | str):

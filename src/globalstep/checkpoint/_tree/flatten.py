@@ -58,11 +58,15 @@ class Sharded:
         value: the sharded object itself.
         dtype: the element type's name (``"float32"``, ``"bfloat16"``).
         shape: the global shape.
+        whole: in a template, the adapter's template for the value saved whole (by one
+            process, where the value was not sharded), which a restore then fills; None
+            where it has none.
     """
 
     value: Any
     dtype: str
     shape: tuple[int, ...]
+    whole: Any = None
 
 
 @dataclass

@@ -43,6 +43,8 @@ def _walk_template(
         if isinstance(tmpl, PerRank):
             tmpl = tmpl.value
         kind = node_kind(node, "<template>")
+        if isinstance(tmpl, Sharded) and kind != "sharded" and tmpl.whole is not None:
+            tmpl = tmpl.whole  # a sharded template for a value saved whole
         if leaf(kind, node, tmpl):
             return
         fields = dataclass_fields(tmpl)
