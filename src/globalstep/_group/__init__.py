@@ -43,13 +43,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from globalstep._errors import ConfigError
-from globalstep._group._heartbeat import HEARTBEAT, WATCH
+from globalstep._group._heartbeat import HEARTBEAT, silent_ranks
 from globalstep._group._interface import (
     REDUCE_OPS,
     KeyValueStore,
@@ -334,18 +333,11 @@ class TorchGroup(ProcessGroup):
             store = self.store()
         except ConfigError:  # pragma: no cover - drift
             return []
-        now = time.monotonic()
-        found = []
-        for r in wanted:
-            key = self._alive_key(
-                r if self.handle is None else dist.get_global_rank(self.handle, r)
-            )
-            try:
-                value = int(store.add(key, 0))  # 0 where the rank never beat
-            except Exception:
-                return []
-            if WATCH.silent(key, value, now):
-                found.append(r)
+        keys = {
+            r: self._alive_key(r if self.handle is None else dist.get_global_rank(self.handle, r))
+            for r in wanted
+        }
+        found = silent_ranks(store, keys)
         return found
 
 

@@ -35,7 +35,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BEAT_SECONDS", "HEARTBEAT", "SILENT_SECONDS", "WATCH", "Heartbeat", "Watch"]
+__all__ = [
+    "BEAT_SECONDS",
+    "HEARTBEAT",
+    "SILENT_SECONDS",
+    "WATCH",
+    "Heartbeat",
+    "Watch",
+    "silent_ranks",
+]
 
 BEAT_SECONDS = 0.5
 """How often, in seconds, a rank's heartbeat adds 1 to its counter."""
@@ -148,6 +156,24 @@ def _beat(key: str, connect: Callable[[], Any], alive: Callable[[], bool], stop:
             except Exception:
                 broken = True
         stop.wait(BEAT_SECONDS)
+
+
+def silent_ranks(store: Any, keys: dict[int, str]) -> list[int]:
+    """The ranks whose counter (``keys``: rank -> its key on ``store``) stood still for
+    :data:`SILENT_SECONDS` of this process's clock: what a group's ``lost`` answers. None
+    where the store does not answer (the caller's own look at the store says so)."""
+    import time
+
+    now = time.monotonic()
+    found = []
+    for rank, key in keys.items():
+        try:
+            value = int(store.add(key, 0))  # 0 where the rank never beat
+        except Exception:
+            return []
+        if WATCH.silent(key, value, now):
+            found.append(rank)
+    return found
 
 
 HEARTBEAT = Heartbeat()

@@ -24,10 +24,14 @@ sent no heartbeat for ``heartbeat_timeout_seconds`` (an argument of
 ``jax.distributed.initialize``; 100 by default) and then terminates every other process
 (``SIGABRT``, "Terminating process because the JAX distributed service detected fatal
 errors"); where process 0, which hosts the service, dies, the others are terminated at
-once. Pass ``heartbeat_timeout_seconds=10`` (or less) to notice a dead peer within
-seconds. :meth:`JaxGroup.lost` cannot ask the service (its ``get_live_nodes`` returns
-only once every live process called it: an agreement, not a look), so it answers nothing:
-the termination comes first.
+once. Inside a save, globalstep notices sooner, whatever that timeout: each process of a
+distributed manager keeps a heartbeat on the service (:meth:`JaxGroup.keep_alive`, the
+one torch.distributed's ranks keep on their Store: :mod:`globalstep._group._heartbeat`),
+and a process waiting for another's part of a save fails it within about 6 s of the
+other's last beat, naming it (:meth:`JaxGroup.lost`; the service's ``get_live_nodes``
+cannot serve: it returns only once every live process called it, an agreement, not a
+look). The survivor's exit then still waits in JAX's shutdown barrier for its heartbeat
+timeout: pass ``heartbeat_timeout_seconds=10`` (or less) to ``initialize`` for that too.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from globalstep._errors import ConfigError
+from globalstep._group._heartbeat import HEARTBEAT, silent_ranks
 from globalstep._group._interface import KeyValueStore, ProcessGroup
 
 __all__ = ["CLIENT_METHODS", "CoordinationStore", "JaxGroup", "client", "jax_group"]
@@ -62,6 +67,15 @@ def _state() -> Any:
     """``jax._src.distributed.global_state``, where jax's distributed module is imported."""
     module = sys.modules.get("jax._src.distributed")
     return getattr(module, "global_state", None)
+
+
+def _initialised() -> bool:
+    """Whether this process's coordination client exists (jax.distributed initialised)."""
+    return getattr(_state(), "client", None) is not None
+
+
+_ALIVE_ROOT = f"{_KEY_ROOT}/alive"
+"""The heartbeat counters' keys: ``globalstep/jax/alive/<process>``."""
 
 
 def client() -> Any:
@@ -222,6 +236,25 @@ class JaxGroup(ProcessGroup):
         if self._store is None or self._store.client is not found:
             self._store = CoordinationStore(found, self.timeout_seconds)
         return self._store
+
+    def keep_alive(self) -> None:
+        """Starts this process's heartbeat on the coordination service (see
+        :mod:`globalstep._group._heartbeat`: a daemon thread adding 1 to its counter every
+        half second, until the process exits or ``jax.distributed.shutdown``), so that a
+        peer waiting inside a save notices this process died within about 6 s, whatever
+        ``heartbeat_timeout_seconds`` JAX was given. Nothing on one process."""
+        if not _initialised() or self.world_size < 2:
+            return
+        HEARTBEAT.start(f"{_ALIVE_ROOT}/{self.rank}", self.store, _initialised)
+
+    def lost(self, ranks: Sequence[int]) -> list[int]:
+        """The processes of ``ranks`` whose heartbeat stood still for 5 s of this
+        process's clock (see :meth:`keep_alive`); none that never beat."""
+        wanted = [int(r) for r in ranks]
+        if not wanted or not _initialised():
+            return []
+        self.keep_alive()
+        return silent_ranks(self.store(), {r: f"{_ALIVE_ROOT}/{r}" for r in wanted})
 
     def _exchange(self, value: Any) -> list[Any]:
         """One round of keys: every process's ``value`` (JSON), indexed by rank."""
