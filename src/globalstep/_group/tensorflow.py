@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from globalstep._errors import ConfigError, PeerLostError
-from globalstep._group import REDUCE_OPS, KeyValueStore, ProcessGroup
+from globalstep._group._interface import REDUCE_OPS, KeyValueStore, ProcessGroup
 
 __all__ = ["CoordinationStore", "TFGroup", "server_def", "tf_initialised"]
 
