@@ -9,8 +9,9 @@ along it: one jitted step, XLA's all-reduce of the gradients between the process
 MLP as a Keras model with Adam, built in ``strategy.scope()``, one ``tf.function`` step
 through ``strategy.run`` on each worker's own batch.
 
-The loop contenders, round-robin for ``--rounds`` rounds of ``--n`` updates each, timed on
-process 0 from a barrier (both processes run the same contender):
+The loop contenders, round-robin for ``--rounds`` rounds of ``--n`` updates each (the order
+reversed every other round), timed on process 0 from a barrier (both processes run the
+same contender):
 
 - ``plain``: the step, and the loss read back (``float(loss)``), as a user logging it does.
 - ``run``: the same loop with a ``Run`` on both processes (its default ``Ranks()``: the
@@ -274,7 +275,8 @@ def _rounds(args: argparse.Namespace, loop: Any, save: Any, savers: tuple[str, .
     saves: dict[str, list[float]] = {name: [] for name in savers}
     step = 0
     for index in range(args.rounds):
-        for name in LOOPS:
+        order = LOOPS if index % 2 == 0 else LOOPS[::-1]  # neither always first
+        for name in order:
             loops[name].append(loop(name, args.n, index))
         times: dict[str, list[float]] = {name: [] for name in savers}
         for _ in range(args.saves):
