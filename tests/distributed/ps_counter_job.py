@@ -1,4 +1,4 @@
-"""TensorFlow's ParameterServerStrategy on an in-process cluster (2 workers, 1 parameter
+"""TensorFlow's ParameterServerStrategy on an in-process cluster (3 workers, 1 parameter
 server, the coordinator here), with a SharedStepCounter on a variable of the parameter
 server; run as ``python ps_counter_job.py DIRECTORY``, it prints what it saw as JSON.
 
@@ -29,7 +29,7 @@ def _port() -> int:
 
 def main(directory: str) -> None:
     spec = {
-        "worker": [f"127.0.0.1:{_port()}" for _ in range(2)],
+        "worker": [f"127.0.0.1:{_port()}" for _ in range(3)],
         "ps": [f"127.0.0.1:{_port()}"],
     }
     cluster = tf.train.ClusterSpec(spec)
@@ -51,7 +51,7 @@ def main(directory: str) -> None:
     def update():
         return counter.next()
 
-    taken = [coordinator.schedule(update) for _ in range(60)]
+    taken = [coordinator.schedule(update) for _ in range(200)]
     coordinator.join()
     fetched = [value.fetch() for value in taken]
     seen = {
@@ -61,7 +61,7 @@ def main(directory: str) -> None:
         "coordinator_took": counter.next(),
     }
     with CheckpointManager(directory) as manager:
-        manager.save(61, {"counter": counter})
+        manager.save(201, {"counter": counter})
         steps.assign(0)
         seen["restored"] = manager.restore({"counter": counter})["counter"].value
     more = [coordinator.schedule(update) for _ in range(4)]

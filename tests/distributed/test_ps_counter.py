@@ -1,5 +1,5 @@
 """The shared step counter without torch: on TensorFlow's ParameterServerStrategy (an
-in-process cluster of 2 workers and 1 parameter server, the coordinator in this process)
+in-process cluster of 3 workers and 1 parameter server, the coordinator in this process)
 and on a process group's own key-value store.
 
 The seeds' "each step index happens on exactly one task": functions the coordinator
@@ -25,7 +25,7 @@ tf = pytest.importorskip("tensorflow")
 
 
 def test_each_index_is_taken_by_exactly_one_scheduled_function(tmp_path):
-    """60 functions scheduled over 2 workers each take one index: 0..59, each once, from
+    """200 functions scheduled over 3 workers each take one index: 0..199, each once, from
     a variable on the parameter server; the state saved and restored resumes the count."""
     job = pathlib.Path(__file__).with_name("ps_counter_job.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -35,11 +35,11 @@ def test_each_index_is_taken_by_exactly_one_scheduled_function(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "/job:ps/" in seen["device"]
-    assert sorted(seen["indices"]) == list(range(60))
-    assert seen["value"] == 60
-    assert seen["coordinator_took"] == 60
-    assert seen["restored"] == 61
-    assert seen["after_restore"] == [61, 62, 63, 64]
+    assert sorted(seen["indices"]) == list(range(200))
+    assert seen["value"] == 200
+    assert seen["coordinator_took"] == 200
+    assert seen["restored"] == 201
+    assert seen["after_restore"] == [201, 202, 203, 204]
 
 
 def test_a_float_variable_is_refused():

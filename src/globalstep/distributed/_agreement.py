@@ -44,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -369,20 +370,40 @@ def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
     return ranks.broadcast_int(value, src)
 
 
+_COUNT_LIMIT = 2**62
+"""The limit handed to ``ResourceCountUpTo`` (no counter reaches it)."""
+
+
 class _VariableStore:
     """A counter variable on a parameter server (a ``tf.Variable`` made in
     ``ParameterServerStrategy.scope()``) as the three calls :class:`SharedStepCounter`
-    makes: ``assign_add`` is atomic on the variable's device, so each index goes to one
-    caller, whichever worker's function takes it. Duck-typed: TensorFlow is not imported."""
+    makes. Taking an index is TensorFlow's ``ResourceCountUpTo`` (TF 1's
+    ``Variable.count_up_to``): one kernel that increments the variable under its lock and
+    returns the value before, on the variable's device, so each index goes to one caller,
+    whichever worker's function takes it (``assign_add`` then a read would be two ops,
+    between which another function's ``assign_add`` can run: two callers, one index)."""
 
     def __init__(self, variable: Any) -> None:
         self.variable = variable
+        self._count_up: Any = None
 
     def add(self, key: str, amount: int) -> Any:
         del key
         if amount == 0:
             return self.variable.read_value()
-        return self.variable.assign_add(amount, read_value=True)
+        if amount != 1:  # pragma: no cover - SharedStepCounter adds 0 or 1
+            raise ConfigError("amount", "must be 0 or 1 on a variable", amount)
+        if self._count_up is None:  # a function of its own: eager calls need one too
+            tf = sys.modules["tensorflow"]
+            variable = self.variable
+
+            def count_up() -> Any:
+                return tf.raw_ops.ResourceCountUpTo(
+                    resource=variable.handle, limit=_COUNT_LIMIT, T=variable.dtype
+                )
+
+            self._count_up = tf.function(count_up)
+        return self._count_up() + 1
 
     def set(self, key: str, value: str) -> None:
         del key
