@@ -13,9 +13,10 @@ until its schedules, checkpoints and curves disagree with the others'.
 (from :mod:`globalstep.distributed`) stops every rank at one common update when any rank
 receives a stop signal.
 
-With asynchronous workers (TensorFlow's parameter-server training) the ranks do not share
-updates; each takes the next step index from a :class:`SharedStepCounter` on the
-torch.distributed store, so that each index is handed to exactly one worker.
+With asynchronous workers the ranks do not share updates; each takes the next step index
+from a :class:`SharedStepCounter` on a store every worker reaches (:func:`store`:
+torch.distributed's, or TensorFlow's coordination service), so that each index is handed
+to exactly one worker.
 
 Everything here works, as a no-op where that is the meaning, without a process group (one
 process: rank 0 of 1). The group itself (who this rank is, the collectives, the store) is
@@ -72,14 +73,29 @@ REDUCE_OPS = ("max", "mean", "min", "sum")
 
 
 def initialised() -> bool:
-    """Returns whether a default torch.distributed process group exists in this process.
+    """Returns whether a process group exists in this process: torch.distributed's
+    default group, or a TensorFlow multi-worker run (its ``MultiWorkerMirroredStrategy``).
 
-    Cheap and safe without torch: where torch has not been imported no process group can
-    exist, so torch is not imported to ask. :class:`~globalstep.run.Run` asks it once, to
-    choose between every rank saving (a group exists) and the writer rank alone saving
-    (ranks known only from torchrun's environment variables).
+    Cheap and safe without torch or TensorFlow: where a framework has not been imported
+    no group of it can exist, so nothing is imported to ask. :class:`~globalstep.run.Run`
+    asks it once, to choose between every rank saving (a group exists) and the writer rank
+    alone saving (ranks known only from torchrun's environment variables).
     """
     return _group.initialised()
+
+
+def store(group: Any = None) -> Any:
+    """Returns the key-value store every rank of ``group`` (default: the whole run)
+    reaches: torch.distributed's default Store, or TensorFlow's coordination service on
+    a multi-worker run; this process's own where no group is initialised. What a
+    :class:`SharedStepCounter` takes.
+
+    Example:
+        >>> counter = SharedStepCounter(store(), "doctest/steps")
+        >>> counter.next(), counter.next()
+        (0, 1)
+    """
+    return _group.active(group).store()
 
 
 def rank(group: Any = None) -> int:
@@ -370,7 +386,7 @@ def broadcast_int(value: int, src: int = 0, group: Any = None) -> int:
 
 
 class SharedStepCounter:
-    """Unique step indices for asynchronous workers, from a torch.distributed Store.
+    """Unique step indices for asynchronous workers, from a key-value store they share.
 
     Each :meth:`next` is one atomic ``store.add``: across every process connected to the
     store (a ``TCPStore``, or the store of the default process group), each index is
@@ -389,7 +405,8 @@ class SharedStepCounter:
 
     Args:
         store: a ``torch.distributed.Store`` (``TCPStore``, ``FileStore``, ``HashStore``,
-            ``PrefixStore``); every worker connects to the same one.
+            ``PrefixStore``), or the process group's (:func:`store`: on a TensorFlow
+            multi-worker run its coordination service); every worker reaches the same one.
         key: the store key that holds the count; one per counter.
         start: the first index, used only by the worker that creates the key.
 
@@ -414,7 +431,8 @@ class SharedStepCounter:
             if not callable(getattr(store, method, None)):
                 raise ConfigError(
                     "store",
-                    "must be a torch.distributed Store (TCPStore, FileStore, HashStore, ...)",
+                    "must be a torch.distributed Store (TCPStore, FileStore, HashStore, ...) "
+                    "or a process group's store (globalstep.distributed.store())",
                     store,
                 )
         self.store = store
