@@ -91,8 +91,10 @@ def test_add_hands_each_value_to_one_rank(group):
 
 
 def test_the_shared_step_counter_needs_no_torch(group):
-    """SharedStepCounter on the coordination service: 50 indices taken on each worker at
-    once, each once, from the start; a restore on one worker sets the next for both."""
+    """SharedStepCounter on globalstep.distributed.store() (the coordination service): 50
+    indices taken on each worker at once, each once, from the start; a restore on one
+    worker sets the next for both."""
+    assert [r["public_store"] for r in group] == [True, True]
     assert sorted(group[0]["counter"] + group[1]["counter"]) == list(range(10, 110))
     assert [r["counter_value"] for r in group] == [110, 110]
     restored = group[0]["counter_restored"] + group[1]["counter_restored"]
@@ -109,6 +111,17 @@ def test_delete_key(group):
     """delete_key says the key existed and removes it for every rank."""
     assert group[0]["delete"] is True
     assert [r["deleted"] for r in group] == [False, False]
+
+
+def test_a_look_for_a_missing_key_makes_no_round_trip(group):
+    """check() of a key nobody set (Preemption's per-update look) answers from the key's
+    watching thread: far below a round trip to the service, which a gather makes."""
+    for result in group:
+        print(
+            f"rank {result['rank']}: check {result['check_seconds'] * 1e6:.1f} us, "
+            f"all_gather_ints {result['gather_seconds'] * 1e3:.2f} ms"
+        )
+        assert result["check_seconds"] < result["gather_seconds"]
 
 
 def test_a_dead_peer_is_noticed_at_once(group):

@@ -36,6 +36,7 @@ def group_scenario(rank: int, out: Path) -> dict[str, Any]:
     from globalstep import PeerLostError, _group
     from globalstep._group.tensorflow import TFGroup
     from globalstep.distributed import SharedStepCounter
+    from globalstep.distributed import store as distributed_store
 
     group = _group.active()
     result: dict[str, Any] = {
@@ -74,7 +75,8 @@ def group_scenario(rank: int, out: Path) -> dict[str, Any]:
     group.barrier()
     result["adds"] = adds
     result["add_total"] = store.add("test/n", 0)
-    counter = SharedStepCounter(store, "test/steps", start=10)
+    result["public_store"] = distributed_store() is store
+    counter = SharedStepCounter(distributed_store(), "test/steps", start=10)
     result["counter"] = [counter.next() for _ in range(50)]
     group.barrier()
     result["counter_value"] = counter.value
@@ -91,6 +93,15 @@ def group_scenario(rank: int, out: Path) -> dict[str, Any]:
     group.barrier()
     result["deleted"] = store.check(["test/k"]) or store.try_get("test/k", 50) is not None
     result["lost_alive"] = group.lost([0, 1])
+    store.check(["test/never"])
+    began = time.perf_counter()
+    for _ in range(1000):
+        store.check(["test/never"])  # Preemption's per-update look, when no stop came
+    result["check_seconds"] = (time.perf_counter() - began) / 1000
+    began = time.perf_counter()
+    for _ in range(50):
+        group.all_gather_ints([rank])
+    result["gather_seconds"] = (time.perf_counter() - began) / 50
     result["scope"] = group.scope("test/scope")
     group.barrier()
     if rank == 1:

@@ -16,6 +16,7 @@ from globalstep.distributed._agreement import (
     is_writer,
     rank,
     reduce_metrics,
+    store,
     world_size,
 )
 from globalstep.distributed._preemption import (
@@ -42,5 +43,6 @@ __all__ = [
     "is_writer",
     "rank",
     "reduce_metrics",
+    "store",
     "world_size",
 ]

@@ -13,9 +13,10 @@ until its schedules, checkpoints and curves disagree with the others'.
 (from :mod:`globalstep.distributed`) stops every rank at one common update when any rank
 receives a stop signal.
 
-With asynchronous workers (TensorFlow's parameter-server training) the ranks do not share
-updates; each takes the next step index from a :class:`SharedStepCounter` on the
-torch.distributed store, so that each index is handed to exactly one worker.
+With asynchronous workers the ranks do not share updates; each takes the next step index
+from a :class:`SharedStepCounter` on a store every worker reaches (:func:`store`:
+torch.distributed's, or TensorFlow's coordination service), so that each index is handed
+to exactly one worker.
 
 Everything here works, as a no-op where that is the meaning, without a process group (one
 process: rank 0 of 1). The group itself (who this rank is, the collectives, the store) is
@@ -73,14 +74,30 @@ REDUCE_OPS = ("max", "mean", "min", "sum")
 
 
 def initialised() -> bool:
-    """Returns whether a default torch.distributed process group exists in this process.
+    """Returns whether a process group exists in this process: torch.distributed's
+    default group, or a TensorFlow multi-worker run (its ``MultiWorkerMirroredStrategy``).
 
-    Cheap and safe without torch: where torch has not been imported no process group can
-    exist, so torch is not imported to ask. :class:`~globalstep.run.Run` asks it once, to
-    choose between every rank saving (a group exists) and the writer rank alone saving
-    (ranks known only from torchrun's environment variables).
+    Cheap and safe without torch or TensorFlow: where a framework has not been imported
+    no group of it can exist, so nothing is imported to ask. :class:`~globalstep.run.Run`
+    asks it once, to choose between every rank saving (a group exists) and the writer rank
+    alone saving (ranks known only from torchrun's environment variables).
     """
     return _group.initialised()
+
+
+def store(group: Any = None) -> Any:
+    """Returns the key-value store every rank of ``group`` (default: the whole run)
+    reaches: torch.distributed's default Store, jax.distributed's coordination service,
+    or TensorFlow's on a multi-worker run; this process's own where no group is
+    initialised. What a
+    :class:`SharedStepCounter` takes.
+
+    Example:
+        >>> counter = SharedStepCounter(store(), "doctest/steps")
+        >>> counter.next(), counter.next()
+        (0, 1)
+    """
+    return _group.active(group).store()
 
 
 def rank(group: Any = None) -> int:
