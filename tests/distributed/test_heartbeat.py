@@ -103,6 +103,9 @@ def test_a_peer_calls_a_rank_lost_only_when_its_counter_stood_still():
     assert not watch.silent("never", 0, now=1e9)
 
 
+# JAX warns at every fork once it was imported (by an earlier test of this pytest worker);
+# the child here runs no JAX.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_a_forked_child_has_no_heartbeat_and_forgets_what_it_saw(fast):
     """A child forked from a rank (a data loader's worker) is not the rank: it starts
     without the parent's thread, and without the parent's readings."""
