@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -195,3 +196,20 @@ def test_group_tensorflow_without_a_run_is_a_config_error():
 
     with pytest.raises(ConfigError, match="names an engine that is not initialised"):
         _group.active("tensorflow")
+
+
+def test_two_then_one_then_two_workers_draw_each_row_once(zygote, tmp_path):
+    """2 -> 1 -> 2 workers mid-epoch with ResumableOrder: each worker draws its share of
+    the epoch's one order (its rows through tf.gather), a checkpoint holds every worker's
+    position, and a restore on another number of workers splits the rest of the epoch
+    over the new ones: every row of the epoch drawn exactly once across the attempts."""
+    drawn: Counter[int] = Counter()
+    counts = []
+    for size, batches in ((2, "2"), (1, "3"), (2, "rest")):
+        results = zygote.run(f"data@{size}:{batches}", tmp_path, size=size)
+        counts.append([len(result["drawn"]) for result in results])
+        for result in results:
+            drawn.update(result["drawn"])
+    assert counts == [[6, 6], [9], [8, 8]]
+    assert [result["epoch"] for result in results] == [1, 1]  # the epoch ended on both
+    assert drawn == Counter(range(37))

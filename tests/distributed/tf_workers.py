@@ -8,6 +8,10 @@ writes what it saw to ``OUT/<scenario>-<rank>.json``:
 - ``plain@N``: a CheckpointManager(distributed=True) loop with ``follow`` up to update N.
 - ``train[@k:how]``: a Run of a Keras model in the strategy's scope, killed or signalled
   at update k (see :func:`train_scenario`).
+- ``data@PHASE:BATCHES``: a ``ResumableOrder`` of 37 rows in a CheckpointManager
+  (distributed on several workers), restored where a checkpoint exists, BATCHES batches
+  of 3 row indices drawn (``rest``: to the epoch's end), gathered from the worker's rows
+  with ``tf.gather``, and saved at the next step.
 """
 
 from __future__ import annotations
@@ -284,6 +288,29 @@ def plain_scenario(rank: int, out: Path, tf_strategy: Any, until: int) -> dict[s
     }
 
 
+def data_scenario(rank: int, out: Path, size: int, batches: str) -> dict[str, Any]:
+    """One phase of 2 -> 1 -> 2 workers mid-epoch (see the module's text)."""
+    import tensorflow as tf
+
+    from globalstep.checkpoint import CheckpointManager
+    from globalstep.integrations.tensorflow import ResumableOrder
+
+    rows = tf.range(100, 137)  # the data: row i holds 100 + i
+    order = ResumableOrder(37, seed=5)
+    assert (order.rank, order.world_size) == (rank, size), order
+    with CheckpointManager(out / "data", distributed=size > 1) as manager:
+        step = manager.latest_step() or 0
+        if step:
+            manager.restore({"order": order})
+        drawn: list[int] = []
+        for index, batch in enumerate(order.batches_of(3)):
+            drawn += [int(v) - 100 for v in tf.gather(rows, batch).numpy()]
+            if batches != "rest" and index + 1 == int(batches):
+                break
+        manager.save(step + 1, {"order": order})
+    return {"drawn": drawn, "epoch": order.epoch}
+
+
 def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
     """Runs one scenario on this worker and writes its result."""
     out = Path(out_text)
@@ -298,6 +325,9 @@ def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
         result = plain_scenario(rank, out, tf_strategy, int(scenario.partition("@")[2]))
     elif scenario.startswith("train"):
         result = train_scenario(rank, out, tf_strategy, scenario.partition("@")[2])
+    elif scenario.startswith("data"):
+        batches = scenario.partition(":")[2]
+        result = data_scenario(rank, out, len(ports), batches)
     else:
         raise ValueError(scenario)
     (out / f"{scenario}-{rank}.json").write_text(json.dumps(result))
