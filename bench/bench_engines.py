@@ -217,6 +217,7 @@ def _tf_worker(args: argparse.Namespace, rank: int, out: Path) -> dict[str, Any]
     for _ in range(5):
         one()
     work = Path(args.work)
+
     @tf.function
     def everyone() -> Any:
         ones = strategy.run(lambda: tf.constant(1.0))
