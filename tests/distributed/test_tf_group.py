@@ -213,3 +213,23 @@ def test_two_then_one_then_two_workers_draw_each_row_once(zygote, tmp_path):
     assert counts == [[6, 6], [9], [8, 8]]
     assert [result["epoch"] for result in results] == [1, 1]  # the epoch ended on both
     assert drawn == Counter(range(37))
+
+
+def test_a_nan_on_one_worker_rolls_both_back_together(zygote, tmp_path):
+    """Rollback on 2 TF workers decides on every worker's loss, as on torch: worker 1's
+    NaN (worker 0's loss finite there) rolls both back to step 20 at the same update, both
+    skip the same batches, and both end with the bytes of a run that never drew them."""
+    nan = zygote.run("rollback@nan", tmp_path)
+    reference = zygote.run("rollback@reference", tmp_path)
+    for result in nan:
+        assert len(result["rolled"]) == 1, nan
+        rolled = result["rolled"][0]
+        assert (rolled["step"], rolled["restored"]) == (23, 20), rolled
+        assert rolled["data_position"] == 26, rolled
+    assert nan[1]["rolled"][0]["own_loss"] == "nan"
+    assert nan[0]["rolled"][0]["own_loss"] != "nan"  # worker 0 alone would not roll back
+    drawn = [*range(24), *range(26, 46)]
+    assert [result["drawn"] for result in nan] == [drawn, drawn]
+    assert [result["step"] for result in nan] == [40, 40]
+    for key in ("weights", "optimizer"):
+        assert nan[0][key] == nan[1][key] == reference[0][key] == reference[1][key], key

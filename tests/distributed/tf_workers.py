@@ -8,6 +8,9 @@ writes what it saw to ``OUT/<scenario>-<rank>.json``:
 - ``plain@N``: a CheckpointManager(distributed=True) loop with ``follow`` up to update N.
 - ``train[@k:how]``: a Run of a Keras model in the strategy's scope, killed or signalled
   at update k (see :func:`train_scenario`).
+- ``rollback@nan`` / ``rollback@reference``: a Keras model under a Run with
+  ``Rollback(skip_batches=2)``, worker 1's batch at data position 23 holding a NaN; the
+  reference has no NaN and no policy, its data position moved from 20 to 26 by hand.
 - ``data@PHASE:BATCHES``: a ``ResumableOrder`` of 37 rows in a CheckpointManager
   (distributed on several workers), restored where a checkpoint exists, BATCHES batches
   of 3 row indices drawn (``rest``: to the epoch's end), gathered from the worker's rows
@@ -288,6 +291,80 @@ def plain_scenario(rank: int, out: Path, tf_strategy: Any, until: int) -> dict[s
     }
 
 
+NAN_AT, SKIP = 23, 2
+
+
+def rollback_scenario(rank: int, out: Path, tf_strategy: Any, kind: str) -> dict[str, Any]:
+    """Worker 1's NaN at data position 23 (worker 0's loss finite there) under
+    ``Rollback``: both workers must roll back to step 20 at the same update and skip the
+    same batches; ``reference`` never draws them."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from globalstep import Run
+    from globalstep.run import Ranks, Rollback
+
+    keras.utils.set_random_seed(1234)
+    with tf_strategy.scope():
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+        )
+        optimizer = keras.optimizers.Adam(0.05)
+
+    def replica(xb: Any, yb: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def train_step(xb: Any, yb: Any) -> Any:
+        return tf_strategy.run(replica, args=(xb, yb))
+
+    drawn: list[int] = []
+    rolled: list[dict[str, Any]] = []
+    with Run(
+        out / kind,
+        total_steps=40,
+        save_every=10,
+        rollback=Rollback(skip_batches=SKIP) if kind == "nan" else None,
+        progress=False,
+        handle_signals=False,
+        ranks=Ranks(reduce="mean"),
+        writer_options={"formats": ("jsonl",)},
+    ) as run:
+        run.restore({"model": model, "optimizer": optimizer})
+        while not run.done:
+            if kind == "reference" and run.data_position == 20:
+                run.data_position = NAN_AT + 1 + SKIP
+            position = run.next_batch()
+            xb = np.random.default_rng(1000 * rank + position).normal(size=(8, 4))
+            if rank == 1 and position == NAN_AT:
+                xb[0, 0] = np.nan
+            xb = xb.astype("float32")
+            loss = float(train_step(xb, np.sin(xb.sum(axis=1, keepdims=True))).numpy())
+            before = run.step
+            drawn.append(position)
+            if not run.update(loss=loss):
+                rolled.append(
+                    {
+                        "step": before,
+                        "own_loss": repr(loss),
+                        "restored": run.step,
+                        "data_position": run.data_position,
+                    }
+                )
+    return {
+        "drawn": drawn,
+        "rolled": rolled,
+        "step": run.step,
+        "weights": [np.asarray(v.numpy()).tobytes().hex() for v in model.variables],
+        "optimizer": [np.asarray(v.numpy()).tobytes().hex() for v in optimizer.variables],
+    }
+
+
 def data_scenario(rank: int, out: Path, size: int, batches: str) -> dict[str, Any]:
     """One phase of 2 -> 1 -> 2 workers mid-epoch (see the module's text)."""
     import tensorflow as tf
@@ -325,6 +402,8 @@ def main(scenario: str, rank: int, ports: list[str], out_text: str) -> None:
         result = plain_scenario(rank, out, tf_strategy, int(scenario.partition("@")[2]))
     elif scenario.startswith("train"):
         result = train_scenario(rank, out, tf_strategy, scenario.partition("@")[2])
+    elif scenario.startswith("rollback"):
+        result = rollback_scenario(rank, out, tf_strategy, scenario.partition("@")[2])
     elif scenario.startswith("data"):
         batches = scenario.partition(":")[2]
         result = data_scenario(rank, out, len(ports), batches)
