@@ -154,7 +154,7 @@ def test_initialised_never_imports_tensorflow():
     code = (
         "import sys, globalstep._group as g\n"
         "assert not g.initialised() and type(g.active()).__name__ == 'SingleProcess'\n"
-        "loaded = ('tensorflow', 'globalstep._group.tensorflow')\n"
+        "loaded = ('tensorflow', 'globalstep._group._tensorflow')\n"
         "assert not [m for m in sys.modules if m.startswith(loaded)]\n"
         "print(g.engine_names())"
     )
@@ -168,7 +168,7 @@ def test_the_private_tensorflow_calls_exist():
     from tensorflow.python.eager import context
     from tensorflow.python.framework import errors_impl
 
-    from globalstep._group import tensorflow as tf_group
+    from globalstep._group import _tensorflow as tf_group
 
     for name in tf_group._CONTEXT_CALLS:
         assert callable(getattr(context.context(), name)), name
@@ -182,7 +182,7 @@ def test_a_missing_call_is_a_config_error(monkeypatch):
     """A TensorFlow without one of the calls: ConfigError naming it."""
     from tensorflow.python.eager import context
 
-    from globalstep._group import tensorflow as tf_group
+    from globalstep._group import _tensorflow as tf_group
 
     monkeypatch.setattr(tf_group, "tf_initialised", lambda: True)
     monkeypatch.delattr(type(context.context()), "check_collective_ops_peer_health")

@@ -41,7 +41,7 @@ def strategy(rank: int, ports: list[str]) -> Any:
 def group_scenario(rank: int, out: Path) -> dict[str, Any]:
     """The group's contract on two workers, then rank 1 dies and rank 0 times the notice."""
     from globalstep import PeerLostError, _group
-    from globalstep._group.tensorflow import TFGroup
+    from globalstep._group._tensorflow import TFGroup
     from globalstep.distributed import SharedStepCounter
     from globalstep.distributed import store as distributed_store
 

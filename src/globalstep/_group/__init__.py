@@ -19,7 +19,7 @@ Owns (nothing else in globalstep asks a framework these questions):
   ``WORLD_SIZE``, collectives of this process alone, a store in this process). JAX's and
   TensorFlow's coordination services are two more implementations of the same interface
   (JAX's: ``_group/_jax.py``, imported once ``jax.distributed`` is initialised;
-  TensorFlow's multi-worker run: ``_group/tensorflow.py``'s ``TFGroup``, imported only
+  TensorFlow's multi-worker run: ``_group/_tensorflow.py``'s ``TFGroup``, imported only
   once TensorFlow's eager context is loaded).
 - :func:`active`: the group in force (torch.distributed's once initialised, else the
   single process), and :func:`initialised`, the cheap "is there a process group?".
@@ -410,13 +410,13 @@ def _tf_initialised() -> bool:
     TensorFlow's eager context loaded none can be, so nothing is imported to ask."""
     if "tensorflow.python.eager.context" not in sys.modules:
         return False
-    from globalstep._group.tensorflow import tf_initialised
+    from globalstep._group._tensorflow import tf_initialised
 
     return tf_initialised()
 
 
 def _tf_group(handle: Any) -> ProcessGroup:
-    from globalstep._group.tensorflow import group
+    from globalstep._group._tensorflow import group
 
     return group(handle)
 
