@@ -365,3 +365,27 @@ def test_a_manager_without_any_group_names_every_engine(tmp_path, monkeypatch):
         r"Call one of alpha.init\(\) before opening the manager",
     ):
         CheckpointManager(tmp_path, distributed=True)
+
+
+def test_a_rank_that_fails_before_its_part_fails_the_save_at_once(tmp_path):
+    """Rank 1's state cannot be saved (its flatten raises before it takes its part): it
+    reports its error, and the writer fails the save naming rank 1 and that error rather
+    than waiting out timeout_seconds for a report (the message on 705dca0: "did not report
+    within timeout_seconds=5"); nothing is committed."""
+
+    def body(group: ThreadGroup) -> Any:
+        options = DistributedOptions(group=group, timeout_seconds=5)
+        with CheckpointManager(tmp_path, distributed=options) as manager:
+            state = {"w": np.arange(3.0), "odd": object() if group.rank == 1 else 1}
+            try:
+                manager.save(5, state)
+            except Exception as err:  # each rank's own error
+                return type(err).__name__, str(err)
+        return None
+
+    writer, other = on_threads(2, body)
+    assert other[0] == "ConfigError", other
+    assert writer[0] == "DistributedCheckpointError", writer
+    assert "rank 1 failed: ConfigError" in writer[1], writer
+    with CheckpointManager(tmp_path, read_only=True) as manager:
+        assert manager.steps() == []

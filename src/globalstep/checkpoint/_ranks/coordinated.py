@@ -271,6 +271,7 @@ class SaveRound:
         self._dir_sent = False
         self._done = False
         self._absent: list[int] = []
+        self._reported = False  # this rank's report (a participant's) was sent
 
     def _key(self, name: str) -> str:
         return f"{self.c.prefix}/{self.seq}/{name}"
@@ -480,11 +481,20 @@ class SaveRound:
             return  # the Store is gone already: nothing is left to protect
 
     def abort(self, error: BaseException) -> None:
-        """Tells the other ranks this save failed (idempotent)."""
+        """Tells the other ranks this save failed (idempotent): the writer through the
+        save's own keys (``dir``, ``outcome``), another rank through its report, where it
+        made none yet (it failed before its part: the writer then fails the save at once,
+        naming it, instead of waiting for it until ``timeout_seconds``)."""
         if self._done:
             return
         self._done = True
         message = f"{type(error).__name__}: {error}"
+        if not self.c.is_writer:
+            if not self._reported:
+                with contextlib.suppress(DistributedCheckpointError):
+                    self._report({"error": message})
+            self._release_store()
+            return
         try:
             if not self._dir_sent:
                 self._set("dir", {"error": f"the writer (rank {self.c.rank}) failed: {message}"})
@@ -510,10 +520,10 @@ class SaveRound:
             report = self._write(str(told["staging"]))
         except BaseException as err:
             with contextlib.suppress(DistributedCheckpointError):
-                self._set(f"rank{self.c.rank}", {"error": f"{type(err).__name__}: {err}"})
+                self._report({"error": f"{type(err).__name__}: {err}"})
             self._release_store()
             raise
-        self._set(f"rank{self.c.rank}", report)
+        self._report(report)
         outcome = self._from_writer(
             "outcome",
             "did not commit within timeout_seconds={} (dead, hung, or waiting for another rank)",
@@ -521,6 +531,11 @@ class SaveRound:
         self._release_store()
         if "error" in outcome:
             raise self._fail(str(outcome["error"]), [writer])
+
+    def _report(self, report: dict[str, Any]) -> None:
+        """Sends this rank's report (its part, or its error) to the writer, once."""
+        self._reported = True
+        self._set(f"rank{self.c.rank}", report)
 
     def _from_writer(self, name: str, late: str) -> Any:
         """Waits for the writer's key ``name`` and returns its value; raises where it did not
