@@ -78,7 +78,6 @@ def _jax_worker(args: argparse.Namespace, rank: int, out: Path) -> dict[str, Any
 
     from globalstep import Clock, PerRank
     from globalstep.checkpoint import CheckpointManager
-    from globalstep.run import Run
 
     mesh = Mesh(np.array(jax.devices()), ("data",))
     replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
@@ -121,21 +120,7 @@ def _jax_worker(args: argparse.Namespace, rank: int, out: Path) -> dict[str, Any
         one()  # compiles
     work = Path(args.work)
 
-    def loop(name: str, n: int, index: int) -> float:
-        multihost_utils.sync_global_devices(f"loop-{index}")
-        if name == "plain":
-            start = time.perf_counter()
-            for _ in range(n):
-                one()
-            return (time.perf_counter() - start) / n
-        with Run(
-            work / f"run-{index}", progress=False, handle_signals=True, save_every=None
-        ) as run:
-            run.restore()
-            start = time.perf_counter()
-            for _ in range(n):
-                run.update(loss=one())
-            return (time.perf_counter() - start) / n
+    loop = _looper(one, work, lambda index: multihost_utils.sync_global_devices(f"loop-{index}"))
 
     import orbax.checkpoint as ocp
 
@@ -181,7 +166,6 @@ def _tf_worker(args: argparse.Namespace, rank: int, out: Path) -> dict[str, Any]
 
     from globalstep import PerRank
     from globalstep.checkpoint import CheckpointManager
-    from globalstep.run import Run
 
     with strategy.scope():
         keras.utils.set_random_seed(0)
@@ -228,21 +212,7 @@ def _tf_worker(args: argparse.Namespace, rank: int, out: Path) -> dict[str, Any]
         del name
         everyone()
 
-    def loop(name: str, n: int, index: int) -> float:
-        sync(f"loop-{index}")
-        if name == "plain":
-            start = time.perf_counter()
-            for _ in range(n):
-                one()
-            return (time.perf_counter() - start) / n
-        with Run(
-            work / f"run-{index}", progress=False, handle_signals=True, save_every=None
-        ) as run:
-            run.restore()
-            start = time.perf_counter()
-            for _ in range(n):
-                run.update(loss=one())
-            return (time.perf_counter() - start) / n
+    loop = _looper(one, work, lambda index: sync(f"loop-{index}"))
 
     ours = CheckpointManager(work / "ours", distributed=True, max_to_keep=2)
     theirs_dir = work / "tf" if rank == 0 else Path(tempfile.mkdtemp(prefix="tf-worker-"))
@@ -269,6 +239,31 @@ def _tf_worker(args: argparse.Namespace, rank: int, out: Path) -> dict[str, Any]
 
 
 # ------------------------------------------------------------------------------ common
+
+
+def _looper(one: Any, work: Path, sync: Any) -> Any:
+    """The loop contenders of a worker: ``loop(name, n, index)`` runs ``n`` updates of
+    ``one()`` (the step, returning the loss) bare or under a Run, from ``sync(index)`` (a
+    barrier of both processes), and returns the time per update."""
+    from globalstep.run import Run
+
+    def loop(name: str, n: int, index: int) -> float:
+        sync(index)
+        if name == "plain":
+            start = time.perf_counter()
+            for _ in range(n):
+                one()
+            return (time.perf_counter() - start) / n
+        with Run(
+            work / f"run-{index}", progress=False, handle_signals=True, save_every=None
+        ) as run:
+            run.restore()
+            start = time.perf_counter()
+            for _ in range(n):
+                run.update(loss=one())
+            return (time.perf_counter() - start) / n
+
+    return loop
 
 
 def _rounds(args: argparse.Namespace, loop: Any, save: Any, savers: tuple[str, ...]) -> dict:
