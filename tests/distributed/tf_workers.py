@@ -145,6 +145,34 @@ def single_scenario() -> dict[str, Any]:
 TOTAL, SAVE_EVERY, BATCH = 16, 4, 8
 
 
+def _keras_model(tf_strategy: Any) -> tuple[Any, Any, Any]:
+    """A small Keras model and Adam built in the strategy's scope (the same initial weights
+    on every worker), and the ``tf.function`` step that trains them through
+    ``strategy.run`` on this worker's batch (the gradients all-reduced by the strategy)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(1234)
+    with tf_strategy.scope():
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+        )
+        optimizer = keras.optimizers.Adam(0.05)
+
+    def replica(xb: Any, yb: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def train_step(xb: Any, yb: Any) -> Any:
+        return tf_strategy.run(replica, args=(xb, yb))
+
+    return model, optimizer, train_step
+
+
 def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[str, Any]:
     """A Keras model and Adam built in the strategy's scope, trained by ``strategy.run``
     on this worker's own batches (its own NumPy generator) under a Run that saves every
@@ -157,9 +185,7 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
     (the Run then handles the stop signals)."""
     import threading
 
-    import keras
     import numpy as np
-    import tensorflow as tf
 
     from globalstep import Run
     from globalstep.integrations.tensorflow import follow
@@ -178,24 +204,8 @@ def train_scenario(rank: int, out: Path, tf_strategy: Any, kill: str) -> dict[st
             return write(*args)
 
         coordinated.write_rank_leaves = write_then_die
-    keras.utils.set_random_seed(1234)
-    with tf_strategy.scope():
-        model = keras.Sequential(
-            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
-        )
-        optimizer = keras.optimizers.Adam(0.05)
+    model, optimizer, train_step = _keras_model(tf_strategy)
     data = np.random.default_rng(100 + rank)
-
-    def replica(xb: Any, yb: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    @tf.function
-    def train_step(xb: Any, yb: Any) -> Any:
-        return tf_strategy.run(replica, args=(xb, yb))
 
     updates = 0
     with Run(
@@ -298,30 +308,12 @@ def rollback_scenario(rank: int, out: Path, tf_strategy: Any, kind: str) -> dict
     """Worker 1's NaN at data position 23 (worker 0's loss finite there) under
     ``Rollback``: both workers must roll back to step 20 at the same update and skip the
     same batches; ``reference`` never draws them."""
-    import keras
     import numpy as np
-    import tensorflow as tf
 
     from globalstep import Run
     from globalstep.run import Ranks, Rollback
 
-    keras.utils.set_random_seed(1234)
-    with tf_strategy.scope():
-        model = keras.Sequential(
-            [keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
-        )
-        optimizer = keras.optimizers.Adam(0.05)
-
-    def replica(xb: Any, yb: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    @tf.function
-    def train_step(xb: Any, yb: Any) -> Any:
-        return tf_strategy.run(replica, args=(xb, yb))
+    model, optimizer, train_step = _keras_model(tf_strategy)
 
     drawn: list[int] = []
     rolled: list[dict[str, Any]] = []
