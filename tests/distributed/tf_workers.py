@@ -256,6 +256,7 @@ def plain_scenario(rank: int, out: Path, tf_strategy: Any, until: int) -> dict[s
     import tensorflow as tf
 
     from globalstep import CheckpointManager, Clock, PerRank
+    from globalstep._group import active
     from globalstep.integrations.tensorflow import follow
 
     keras.utils.set_random_seed(99)
@@ -290,6 +291,10 @@ def plain_scenario(rank: int, out: Path, tf_strategy: Any, until: int) -> dict[s
         if clock.step % 3 == 0:
             manager.save(clock, state)
     manager.close()
+    # The zygote's child leaves by os._exit, skipping TensorFlow's own shutdown: without a
+    # barrier one worker can leave while its peer still reads the last all-reduce's buffer
+    # from it ("Socket closed"). Nothing of ours runs after the last update here.
+    active("tensorflow").barrier()
     return {
         "restored": restored,
         "step": clock.step,
