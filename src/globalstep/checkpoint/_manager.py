@@ -69,7 +69,7 @@ from globalstep.checkpoint._files.metadata import metrics_to_json
 from globalstep.checkpoint._follower import CheckpointFollower
 from globalstep.checkpoint._ranks.rounds import Round, Rounds
 from globalstep.checkpoint._save_trigger import SaveTrigger
-from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSaver
+from globalstep.checkpoint._saver import Committer, SaveJob, saver_for
 from globalstep.checkpoint._tree.build import RestoreReport
 from globalstep.checkpoint._tree.flatten import Flattened
 from globalstep.storage import DirectoryLock, open_storage
@@ -123,6 +123,8 @@ class CheckpointManager(Closing):
             for a small state saved every few milliseconds a synchronous save costs the
             loop less (BENCHMARKS.md, "Run: the per-update path"); async pays off when
             writing and syncing the files takes long.
+        max_host_bytes: with ``async_save``, the most bytes the copies of the process's
+            background saves may hold at once: a save waits for room (``_saver.py``).
         read_only: inspect and restore without taking the writer's lock.
         distributed: ``True`` or a
             :class:`~globalstep.checkpoint._ranks.coordinated.DistributedOptions`: open it on every
@@ -152,17 +154,17 @@ class CheckpointManager(Closing):
         keep_best: KeepBest | None = None,
         save_every: DurationLike | Trigger | None = None,
         async_save: bool = False,
+        max_host_bytes: int | None = None,
         read_only: bool = False,
         distributed: Any = False,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         policy = policy_from_options(max_to_keep, keep_every_n_hours, keep_every_n_steps, keep_best)
-        if not isinstance(async_save, bool):
-            raise ConfigError("async_save", "must be a bool", async_save)
         self.policy: KeepPolicy = policy
         self._trigger = SaveTrigger.of(save_every)
         self._storage = open_storage(directory, storage_options)
         self.directory = self._storage.location
+        self._saver = saver_for(self.directory, async_save, max_host_bytes, distributed)
         self._rounds = Rounds(distributed, self._storage, read_only=read_only)
         self._participant = self._rounds.participant
         self._read_only = read_only
@@ -180,7 +182,6 @@ class CheckpointManager(Closing):
         self._catalogue = Catalogue(self._reading, warn_once)
         self._retention = Retention(self._reading, protocol, policy, warn_once)
         self._timeline = Timeline()
-        self._saver = AsyncSaver(self.directory) if async_save else SyncSaver()
         self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
         self._lock: DirectoryLock | None = None
         if not read_only and not self._participant:
@@ -368,7 +369,6 @@ class CheckpointManager(Closing):
         before_commit: Callable[[], None] | None,
     ) -> None:
         """Checks the save and takes its copy as a SaveJob, for the saver to commit."""
-        copy = self._saver.copy
         if self._participant:
             self._participate(state, round_, before_commit)
             return
@@ -381,11 +381,12 @@ class CheckpointManager(Closing):
                 f"checkpoint {name} exists in {self.directory}; pass force=True to replace it",
                 self._storage.join(name),
             )
-        flat = round_.flatten(state, copy=copy)
+        flat = round_.flatten(state, copy=self._saver.copy)
         document = _document(number, metrics, flat, self.policy, self._trigger, self.latest_step())
         # The listing latest_step() just took: no entry of this step, nothing to clear.
         fresh = number not in self._index.listed()
         self._timeline.record(document, abandoned)
+        flat.arrays = self._saver.hold(flat.arrays)  # an async save's copy (waits for room)
         job = SaveJob(
             number, flat.arrays, document, force, abandoned, round_, before_commit, fresh, marked
         )
