@@ -45,7 +45,8 @@ The warnings (each a ``UserWarning``, exported also by the module that gives it)
 a compat schedule deliberately differs from its peer), ``WorldSizeWarning`` (random
 generators re-seeded on restoring a checkpoint of another number of ranks),
 ``TrackerWarning`` (points a tracker format could not send: dropped past its buffer,
-refused, or still unsent at close).
+refused, or still unsent at close), ``ResumeDivergenceWarning`` (a resumed run logged
+another value than its crashed attempt at a step both logged).
 
 Example:
     >>> from globalstep._errors import ConfigError
@@ -374,6 +375,15 @@ class WorldSizeWarning(UserWarning):
     """A checkpoint saved on N ranks was restored on M: its per-rank random generators were
     re-seeded deterministically (from the saved states, the new rank and the step), so the
     run cannot continue exactly as the uninterrupted one would."""
+
+
+class ResumeDivergenceWarning(UserWarning):
+    """A run resumed from a checkpoint logged, at a step its crashed attempt had logged too,
+    another value than that attempt (the :class:`~globalstep.run.Run`'s resume audit): the
+    run does not continue exactly as it would have without the crash. Likely causes: state
+    that the checkpoint does not hold (a random generator, a data loader that starts its
+    epoch again), or nondeterministic kernels. Given once per run, naming the first tag and
+    step."""
 
 
 class TrackerRefusedError(GlobalStepError, ValueError):

@@ -22,6 +22,10 @@ What it adds is the wiring between them, which is where runs go wrong after a cr
 - The run's configuration (schedules, the clocks' batch size and steps per epoch, and the
   ``config`` given) is stored with each checkpoint; resuming with another one warns with
   the differences (:class:`ConfigDriftWarning`), or raises with ``strict=True``.
+- A resume is audited: the values logged again for the steps the crashed attempt had
+  logged past its checkpoint are compared with that attempt's; ``audit: N steps compared,
+  identical`` where they agree, else one :class:`ResumeDivergenceWarning` names the first
+  tag and step that differ (``Run(audit=...)``, ``run.audit``).
 - An opt-in :class:`Rollback` policy restores the newest checkpoint when the loss is not
   finite or spikes, skips a few batches and goes on; on several ranks every rank decides on
   every rank's loss together, and all roll back to the same step.
@@ -87,11 +91,18 @@ as values), :mod:`~globalstep.run._ranks` (:class:`Ranks` and what a rank does),
 ``save_every`` uses too: :class:`~globalstep.checkpoint._save_trigger.SaveTrigger`.
 """
 
-from globalstep._errors import ConfigDriftWarning
+from globalstep._errors import ConfigDriftWarning, ResumeDivergenceWarning
 from globalstep.run._config import config_differences as config_differences  # as before
 from globalstep.run._generator import GeneratorState
 from globalstep.run._ranks import Ranks
 from globalstep.run._rollback import Rollback
 from globalstep.run._run import Run
 
-__all__ = ["ConfigDriftWarning", "GeneratorState", "Ranks", "Rollback", "Run"]
+__all__ = [
+    "ConfigDriftWarning",
+    "GeneratorState",
+    "Ranks",
+    "ResumeDivergenceWarning",
+    "Rollback",
+    "Run",
+]

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from globalstep._clock import MAX_STEP, Clock
 from globalstep._errors import ConfigError
 from globalstep.checkpoint import CheckpointManager
+from globalstep.run._audit import RunAudit
 from globalstep.run._ranks import RankPlan
 from globalstep.run._refusals import not_the_writer
 from globalstep.run._rollback import Rollback
@@ -153,13 +154,15 @@ class WriterOptions:
     Attributes:
         keywords: the ``writer_options`` given, with ``formats`` defaulting to every
             format available here (read only).
+        audit: the Run's resume audit, handed to the writer as it opens.
     """
 
     keywords: Mapping[str, Any]
+    audit: RunAudit
 
     @classmethod
-    def build(cls, options: Mapping[str, Any] | None) -> WriterOptions:
-        """Returns the options of ``writer_options``.
+    def build(cls, options: Mapping[str, Any] | None, audit: RunAudit) -> WriterOptions:
+        """Returns the options of ``writer_options``, with the Run's ``audit``.
 
         Raises:
             ConfigError: ``options`` holds ``clock`` (the Run's clock is the writer's).
@@ -168,7 +171,7 @@ class WriterOptions:
         if "clock" in keywords:
             raise ConfigError("writer_options", "must not hold clock (the Run's is used)", None)
         keywords.setdefault("formats", available_formats())
-        return cls(MappingProxyType(keywords))
+        return cls(MappingProxyType(keywords), audit)
 
     def unsent(self, directory: Path) -> bool:
         """Whether a tracker format of these options has points in ``directory``'s record
@@ -195,6 +198,7 @@ class WriterOptions:
         params = dict(config.get("config") or {})
         params["globalstep"] = {k: v for k, v in config.items() if k != "config"}
         writer.set_params(params)
+        self.audit.attach(writer)
         return writer
 
 

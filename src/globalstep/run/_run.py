@@ -24,6 +24,7 @@ from globalstep._units import DurationLike
 from globalstep.checkpoint import SaveTrigger
 from globalstep.distributed import DEFAULT_STOP_SIGNALS, check_signals
 from globalstep.run import _refusals
+from globalstep.run._audit import RunAudit
 from globalstep.run._checkpoints import RunCheckpoints
 from globalstep.run._config import run_config
 from globalstep.run._messages import Messages
@@ -39,7 +40,7 @@ from globalstep.run._rollback import Rollback, Watch
 from globalstep.run._schedules import Memos, first_value, schedules_of
 from globalstep.run._signals import exit_status, stop_for
 from globalstep.run._stale import Passed, StaleCheck
-from globalstep.summary import ProgressDisplay, SummaryWriter
+from globalstep.summary import ProgressDisplay, ResumeAudit, SummaryWriter
 
 __all__ = ["Run"]
 
@@ -77,6 +78,8 @@ class Run(Closing):
         ranks: how the run behaves on several ranks (see :class:`Ranks`); None uses
             ``Ranks()`` where torch.distributed runs more than one process (see
             :func:`globalstep.distributed.world_size`), and nothing of it on one.
+        audit: on resuming, compare the values logged again with the crashed attempt's
+            (``run/_audit.py``): True (equal floats), a tolerance >= 0, or False.
 
     Raises:
         ConfigError: a parameter breaks its rule.
@@ -116,13 +119,15 @@ class Run(Closing):
         checkpoint_options: Mapping[str, Any] | None = None,
         writer_options: Mapping[str, Any] | None = None,
         ranks: Ranks | None = None,
+        audit: bool | float = True,
     ) -> None:
         flags = {"strict": strict, "progress": progress, "handle_signals": handle_signals}
         check_arguments(directory, total_steps, rollback, flags, log_every)
         self.clocks = clocks_of(clock, clocks)
         self.clock = next(iter(self.clocks.values()))
         self.schedules: dict[str, Any] = schedules_of(schedules)
-        self._writer_options = WriterOptions.build(writer_options)
+        self._audit = RunAudit(audit)
+        self._writer_options = WriterOptions.build(writer_options, self._audit)
         signals = check_signals(stop_signals, "stop_signals")
         plan = RankPlan.build(ranks, rollback)
         self.ranks, self.is_writer, self.ranks_check = plan.ranks, plan.is_writer, plan.check
@@ -183,6 +188,7 @@ class Run(Closing):
             state, self.data_position, self.config, strict=self.strict, run=self.directory
         )
         done = self.done and latest is not None  # resumed, and complete already
+        self._audit.begin(self.directory / "logs", latest if self.is_writer else None)
         self._messages.started(latest, self.clock.step, done=done)
         self._restored = True
         self._careful = self.rollback is not None
@@ -321,6 +327,7 @@ class Run(Closing):
         saves = self._saves
         if step >= saves.next_check and saves.due(scalars):
             self.save()
+        self._audit.tell(self._messages)  # where the resume audit ended (a save drains)
         if self._signals.agreed is not None:
             self._stop_for_signal(self._signals.agreed)
         upcoming = saves.next_check
@@ -391,6 +398,12 @@ class Run(Closing):
             self._signals.close()
             # The checkpoints first: an async save fsyncs the logs before it commits.
             close_in_order(self.checkpoints, self.progress, self._writer)
+            self._audit.tell(self._messages, closing=True)
+
+    @property
+    def audit(self) -> ResumeAudit | None:
+        """The resume audit's outcome, once told (see ``audit``); None before or without."""
+        return self._audit.outcome
 
     def __repr__(self) -> str:
         return f"Run({str(self.directory)!r}, step={self.clock.step})"

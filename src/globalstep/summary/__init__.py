@@ -5,9 +5,11 @@ with restarts applied; ``globalstep logs DIR`` summarises and plots them. MLflow
 are writer formats too (``formats=(..., "mlflow")``, or a :class:`Tracker` with options), and
 so is any other tracker, through a :class:`TrackerClient` of your own
 (``Tracker("comet", client=CometClient)``, see docs/add-a-tracker.md). Non-finite guards,
-logging helpers and the progress display live beside them.
+logging helpers and the progress display live beside them, and the resume audit
+(:class:`ResumeAuditor`) that compares a resumed run's points with its crashed attempt's.
 """
 
+from globalstep.summary._audit import Divergence, ResumeAudit, ResumeAuditor, crashed_points
 from globalstep.summary._client import TrackerClient
 from globalstep.summary._finite import NonFiniteHandler, check_finite
 from globalstep.summary._log_helpers import log_every_n_steps
@@ -25,9 +27,12 @@ from globalstep.summary._writer import FORMATS, StepOrderWarning, SummaryWriter,
 
 __all__ = [
     "FORMATS",
+    "Divergence",
     "NonFiniteHandler",
     "Point",
     "ProgressDisplay",
+    "ResumeAudit",
+    "ResumeAuditor",
     "RunLog",
     "StepOrderWarning",
     "SummaryWriter",
@@ -37,6 +42,7 @@ __all__ = [
     "TrackerClient",
     "available_formats",
     "check_finite",
+    "crashed_points",
     "find_runs",
     "has_unsent",
     "last_standing_step",

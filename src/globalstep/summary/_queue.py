@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from globalstep._errors import ConfigError, NonFiniteError, SummaryWriteError
+from globalstep.summary._audit import ResumeAuditor
 from globalstep.summary._base import KIND, PAYLOAD, SCALARS, Backend, Item
 from globalstep.summary._formats import backend_for
 from globalstep.summary._tracker import Tracker
@@ -104,6 +105,8 @@ class BackgroundQueue:
         on_device: set once a torch tensor on an accelerator was (read together).
         wake: set to wake the thread before its ``flush_seconds`` are up.
         thread: the daemon thread, started by :meth:`start`.
+        auditor: a resume audit that each batch written is shown to until it ends, or
+            None (see :mod:`globalstep.summary._audit`).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class BackgroundQueue:
             target=self._run, name=f"globalstep-summary-{logdir}", daemon=True
         )
         self.backends = backends
+        self.auditor: ResumeAuditor | None = None
         self._logdir = logdir
         self._flush_seconds = flush_seconds
         self._remote = remote
@@ -187,6 +191,8 @@ class BackgroundQueue:
                         self._reader.read(items, self.on_device)
                     for backend in self.backends:
                         backend.write(items)
+                    if self.auditor is not None and self.auditor.see(items):
+                        self.auditor = None  # the audit ended: nothing more to compare
                     items = []
                 for backend in self.backends:
                     if sync:

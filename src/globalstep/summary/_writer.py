@@ -70,6 +70,7 @@ from globalstep._clock import MAX_STEP, Clock
 from globalstep._closing import close_in_order
 from globalstep._errors import ConfigError, NonFiniteError, StepOrderWarning, SummaryWriteError
 from globalstep._guards import DEFAULT_STALE_THRESHOLD
+from globalstep.summary._audit import Audited
 from globalstep.summary._base import HISTOGRAM, SCALAR, SCALARS, TEXT, Item
 from globalstep.summary._checks import check_step, check_tag, checked_options
 from globalstep.summary._finite import NonFiniteHandler, check_finite
@@ -117,7 +118,7 @@ def _close_open_writers() -> None:
 atexit.register(_close_open_writers)
 
 
-class SummaryWriter(StepTracker):
+class SummaryWriter(StepTracker, Audited):
     """Writes step-keyed scalars, histograms and texts, off the training thread.
 
     Args:
