@@ -61,7 +61,7 @@ def main(directory: str, keep_rng: bool, kill_at: int, audit: bool | float = Tru
 
 if __name__ == "__main__":
     option = sys.argv[4] if len(sys.argv) > 4 else "true"
-    audit = {"true": True, "false": False}.get(option, None)
+    audit = {"true": True, "false": False}.get(option)
     main(
         sys.argv[1],
         sys.argv[2] == "1",
