@@ -18,9 +18,18 @@ extra memory of one save is measured in a fresh child process per writer (VmHWM 
 save minus VmRSS before it). Deletes every file it writes; holds one state (plus one
 restored copy) in memory at a time.
 
+``--host-memory`` measures instead the peak extra memory of async saves (issue 35): two
+async managers in one process (a durable tier and a fast tier) each save the state of
+``--cases`` (one size) ``--rounds`` times, the fast one right after the durable one, as a
+fast tier saving while the durable save is still written does; each bound
+(``max_host_bytes`` as a multiple of the state's bytes, or none) runs in a fresh process,
+whose extra peak RSS over the run (VmHWM minus the RSS before the first save), training
+thread's wait for memory and wall time are printed.
+
 Run:
     PYTHONPATH=src python bench/bench_checkpoint.py [--cases 1024,4096,small]
         [--rounds 5] [--warmup 1] [--drop global|file] [--dir /tmp]
+    PYTHONPATH=src python bench/bench_checkpoint.py --host-memory --cases 256 --rounds 5
 """
 
 from __future__ import annotations
@@ -413,6 +422,90 @@ def peaks(case: str, work: str) -> None:
         )
 
 
+def host_memory_child(bound: str, case: str, rounds: int, directory: str) -> None:
+    """In a fresh process: two async managers' saves under ``bound`` (a multiple of the
+    state's bytes, or ``none``); prints the extra peak RSS, the waits and the time as JSON."""
+    import warnings
+
+    from globalstep.checkpoint import CheckpointManager, CheckpointWarning
+
+    warnings.simplefilter("ignore", CheckpointWarning)  # a save larger than the bound
+    state = make_state(case)
+    size = sum(a.nbytes for a in state.values())
+    tree = nested(state)
+    limit = None if bound == "none" else int(float(bound) * size)
+    options: dict[str, Any] = {"async_save": True, "max_host_bytes": limit, "max_to_keep": 1}
+    waited = 0.0
+    with (
+        CheckpointManager(os.path.join(directory, "durable"), **options) as durable,
+        CheckpointManager(os.path.join(directory, "fast"), **options) as fast,
+    ):
+        give_back_memory()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_kib("VmRSS")
+        start = time.perf_counter()
+        for step in range(1, rounds + 1):
+            for manager in (durable, fast):
+                manager.save(step, tree)
+                waited += manager._saver.waited_for_memory_seconds
+            for array in state.values():  # an update between saves
+                array += 1.0
+        durable.wait()
+        fast.wait()
+        seconds = time.perf_counter() - start
+        after = _status_kib("VmHWM")
+    print(
+        json.dumps(
+            {
+                "extra_mib": (after - before) / 1024,
+                "state_mib": size / (1 << 20),
+                "waited_s": waited,
+                "seconds": seconds,
+            }
+        )
+    )
+
+
+def host_memory(case: str, rounds: int, work: str) -> None:
+    load = os.getloadavg()
+    print(
+        f"peak extra memory of async saves, case {case} MiB, {rounds} rounds of a durable "
+        f"and a fast save, fresh process per bound; load average {load[0]:.2f} "
+        f"{load[1]:.2f} {load[2]:.2f}\n"
+    )
+    print("| max_host_bytes | extra peak RSS, MiB | x state | waited for memory, s | wall, s |")
+    print("|---|---:|---:|---:|---:|")
+    for bound in ("none", "2.5", "1.5", "0.5"):
+        folder = tempfile.mkdtemp(dir=work)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--host-memory-child",
+                bound,
+                "--cases",
+                case,
+                "--rounds",
+                str(rounds),
+                "--dir",
+                folder,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ,
+        ).stdout
+        shutil.rmtree(folder, ignore_errors=True)
+        peak = json.loads(out.strip().splitlines()[-1])
+        label = "none" if bound == "none" else f"{bound} x state"
+        print(
+            f"| {label} | {peak['extra_mib']:.0f} | {peak['extra_mib'] / peak['state_mib']:.2f} "
+            f"| {peak['waited_s']:.3f} | {peak['seconds']:.2f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--cases", default="1024,4096,small", help="MiB sizes and/or 'small'")
@@ -422,11 +515,19 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where files go")
     parser.add_argument("--no-peak", action="store_true", help="skip the memory check")
     parser.add_argument("--peak", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--host-memory", action="store_true", help="async saves' peak memory")
+    parser.add_argument("--host-memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="gs-bench-", dir=args.dir)
     try:
         if args.peak:
             peak_child(args.peak, args.cases, work)
+            return
+        if args.host_memory_child:
+            host_memory_child(args.host_memory_child, args.cases, args.rounds, work)
+            return
+        if args.host_memory:
+            host_memory(args.cases, args.rounds, work)
             return
         if args.rounds < 1:
             parser.error(f"--rounds must be >= 1; got {args.rounds}")
