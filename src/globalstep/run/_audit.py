@@ -106,5 +106,5 @@ class RunAudit:
                 "or nondeterministic kernels. Pass Run(audit=<tolerance>) to allow small "
                 "differences, or audit=False.",
                 ResumeDivergenceWarning,
-                stacklevel=5,
+                stacklevel=4,  # the line that called update() (or close())
             )
