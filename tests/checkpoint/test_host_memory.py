@@ -1,6 +1,7 @@
 """Tests for max_host_bytes: async saves wait for host memory rather than hold more."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -37,13 +38,23 @@ def held(monkeypatch):
 
 
 def two_saves(tmp_path, **options):
-    """A's save is held on its thread while B saves; returns B's manager."""
+    """A's save is held on its thread until B's save waits for memory (or, where B does
+    not wait, until B's save returned); returns B's manager."""
     go = threading.Event()
     a = CheckpointManager(tmp_path / "a", async_save=True, **options)
     b = CheckpointManager(tmp_path / "b", async_save=True, **options)
     a.save(1, state(), before_commit=go.wait)  # its copy is held until `go`
-    threading.Timer(0.2, go.set).start()
+
+    def release_when_b_waits():
+        while not go.is_set() and HELD.waiting == 0:
+            time.sleep(0.001)
+        go.set()
+
+    releaser = threading.Thread(target=release_when_b_waits)
+    releaser.start()
     b.save(1, state())
+    go.set()
+    releaser.join()
     a.close()
     b.close()
     return b

@@ -49,12 +49,14 @@ class HostMemory:
     Attributes:
         held: the bytes held now.
         peak: the most bytes held at once since the count began (or :meth:`reset_peak`).
+        waiting: the saves waiting for room now.
     """
 
     def __init__(self) -> None:
         self._room = threading.Condition()
         self.held = 0
         self.peak = 0
+        self.waiting = 0
 
     def reserve(self, nbytes: int, limit: int) -> float:
         """Waits until ``nbytes`` more fit under ``limit`` (``nbytes <= limit``), counts them
@@ -64,7 +66,9 @@ class HostMemory:
                 waited = 0.0
             else:
                 began = time.perf_counter()
+                self.waiting += 1
                 self._room.wait_for(lambda: self.held + nbytes <= limit)
+                self.waiting -= 1
                 waited = time.perf_counter() - began
             self.held += nbytes
             self.peak = max(self.peak, self.held)
