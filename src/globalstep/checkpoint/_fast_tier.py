@@ -46,7 +46,7 @@ from globalstep._errors import (
     CorruptCheckpointError,
 )
 from globalstep._triggers import Trigger
-from globalstep._units import DurationLike
+from globalstep._units import Duration, DurationLike
 from globalstep.checkpoint._directory.reading import READ_ATTEMPTS
 from globalstep.checkpoint._save_trigger import SaveTrigger
 from globalstep.storage import Storage, is_remote, open_storage
@@ -59,6 +59,7 @@ __all__ = [
     "FastTier",
     "Restored",
     "Tiers",
+    "check_fast_tier",
     "fast_manager",
     "open_fast_tier",
     "recorded_fast_tier",
@@ -111,6 +112,10 @@ class FastTier:
             )
         if self.save_every is None:
             raise ConfigError("save_every", "must be a duration or a Trigger", None)
+        if not isinstance(self.save_every, Trigger):
+            duration = Duration.parse(self.save_every, "save_every")  # named as this field
+            if duration.value <= 0:
+                raise ConfigError("save_every", "must be > 0", self.save_every)
         SaveTrigger(self.save_every)  # its checks
         keep = self.max_to_keep
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
@@ -190,7 +195,7 @@ def claim(fast: Storage, durable: Storage, *, writable: bool, has_steps: bool) -
         ours = {**ours, "fast_tier": fast.location}
         _write_record(durable, ours)
     theirs = _read_record(fast)
-    run_id = None if ours is None else ours["run_id"]
+    run_id = None if ours is None else str(ours["run_id"])
     if theirs is None and not has_steps:
         if writable and run_id is not None:
             _write_record(fast, {"run_id": run_id, "durable": durable.location})
@@ -301,8 +306,9 @@ class Tiers:
         why the fast tier was not used, and the newest step of either tier."""
 
         def fast(number: int) -> Any:
-            got = self.fast.restore(template, step=number, partial=partial)
-            return got if partial else (got, None)
+            if partial:
+                return self.fast.restore(template, step=number, partial=True)
+            return self.fast.restore(template, step=number), None
 
         chosen, tier, result = self.read(step, fast, durable, durable_latest)
         newest = max(durable_latest() or -1, self.restored(chosen))
@@ -327,11 +333,15 @@ class Tiers:
         self.trigger.restart(clock)
         return newest
 
-    def before_save(self) -> None:
-        """The first save after a rewind: the fast tier's newer checkpoints go first."""
+    def before_save(self, step: int, fast: bool) -> None:
+        """Before a save of ``step`` (to the fast tier where ``fast``): after a rewind, the
+        fast tier's newer checkpoints go first; a set-aside one of ``step`` is replaced."""
         if self.rewound_to is not None:
-            self.fast.drop_newer(self.rewound_to)
+            for dropped in self.fast.drop_newer(self.rewound_to):
+                self.set_aside.pop(dropped, None)
             self.rewound_to = None
+        if fast:
+            self.set_aside.pop(step, None)
 
 
 def fast_manager(tier: Any, tiers: Tiers | None) -> CheckpointManager | None:
@@ -345,6 +355,25 @@ def fast_manager(tier: Any, tiers: Tiers | None) -> CheckpointManager | None:
     if tier != "durable":
         raise ConfigError("tier", "must be 'durable' or, with a fast_tier, 'fast'", tier)
     return None
+
+
+def check_fast_tier(tier: Any, distributed: Any) -> None:
+    """Refuses a ``fast_tier`` that is not a FastTier (or None), or one with ``distributed``.
+
+    Raises:
+        ConfigError: it is refused; the message says why.
+    """
+    if tier is None:
+        return
+    if not isinstance(tier, FastTier):
+        raise ConfigError("fast_tier", "must be a globalstep.FastTier or None", tier)
+    if distributed:
+        raise ConfigError(
+            "fast_tier",
+            "is not supported with distributed=True (each rank would need its own fast "
+            "tier and one coordinated commit); save to the durable directory alone",
+            tier,
+        )
 
 
 def open_fast_tier(
@@ -363,15 +392,7 @@ def open_fast_tier(
     """
     if tier is None:
         return None
-    if not isinstance(tier, FastTier):
-        raise ConfigError("fast_tier", "must be a globalstep.FastTier or None", tier)
-    if distributed:
-        raise ConfigError(
-            "fast_tier",
-            "is not supported with distributed=True (each rank would need its own fast "
-            "tier and one coordinated commit); save to the durable directory alone",
-            tier,
-        )
+    check_fast_tier(tier, distributed)
     check_apart(os.fspath(tier.path), durable.location)
     fast = make(tier)
     try:

@@ -8,7 +8,8 @@ none writes, and each looks in the fast tier too where the manager has one (see
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from globalstep._errors import CheckpointError, ConfigError
 from globalstep.checkpoint._directory.catalogue import Catalogue, CheckpointSummary
@@ -20,7 +21,12 @@ from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._follower import CheckpointFollower
 
+if TYPE_CHECKING:
+    from globalstep.checkpoint._manager import CheckpointManager
+
 __all__ = ["Inspection"]
+
+_T = TypeVar("_T")
 
 
 class Inspection:
@@ -105,7 +111,12 @@ class Inspection:
         """
         self._read(step, self._reading.verify, lambda fast, n: fast.verify(n))
 
-    def _read(self, step: int | None, action: Any, fast: Any) -> Any:
+    def _read(
+        self,
+        step: int | None,
+        action: Callable[[int], _T],
+        fast: Callable[[CheckpointManager, int], _T],
+    ) -> _T:
         """``action(n)`` on ``step`` (default: the newest) of this directory, or
         ``fast(fast_manager, n)`` where the fast tier holds it (see ``_fast_tier``)."""
         tiers = self._tiers

@@ -65,6 +65,7 @@ from globalstep.checkpoint._fast_tier import (
     FastTier,
     Restored,
     Tiers,
+    check_fast_tier,
     fast_manager,
     open_fast_tier,
 )
@@ -167,6 +168,7 @@ class CheckpointManager(Inspection, Closing):
         fast_tier: FastTier | None = None,
     ) -> None:
         policy = policy_from_options(max_to_keep, keep_every_n_hours, keep_every_n_steps, keep_best)
+        check_fast_tier(fast_tier, distributed)
         if not isinstance(async_save, bool):
             raise ConfigError("async_save", "must be a bool", async_save)
         self.policy: KeepPolicy = policy
@@ -272,7 +274,7 @@ class CheckpointManager(Inspection, Closing):
         if fast is not None:  # this directory's abandoned timeline goes before its commit
             Timeline.drop(number, self._timeline.abandoned(self._index.steps), self._retention)
         if self._tiers is not None:
-            self._tiers.before_save()
+            self._tiers.before_save(number, fast is not None)
         if fast is not None:
             fast.save(number, state, metrics=metrics, force=force, before_commit=before_commit)
             return

@@ -65,8 +65,8 @@ class Committer:
         catalogue: its summary index, told of each new checkpoint.
         retention: applied after each commit.
         saved: told of each commit: ``saved(step, nbytes, stall_seconds,
-            background_seconds)``, the caller's wait and the save thread's time (see
-            ``CheckpointManager._saved``); None tells nobody.
+            background_seconds)``: the arrays' bytes, the caller's wait and the save
+            thread's time (see ``CheckpointManager._saved``); None tells nobody.
         background: whether commits run on a save thread (an async saver).
     """
 
@@ -100,8 +100,7 @@ class Committer:
             stall, spent = (
                 (start - job.began, end - start) if self._background else (end - job.began, 0.0)
             )
-            files = job.document.files.values()
-            size = sum(f.get("size", 0) for f in files if isinstance(f, dict))
+            size = sum(int(getattr(a, "nbytes", 0)) for a in job.arrays.values())
             self._saved(job.step, size, stall, spent)
 
     def _commit(self, job: SaveJob) -> None:

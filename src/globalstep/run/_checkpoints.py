@@ -149,11 +149,10 @@ class RunCheckpoints:
         restored, fast = self.manager.last_restore, self.manager.fast_tier
         if restored is None or fast is None:
             return None
+        fast_path, why = os.fspath(fast.path), restored.fell_back_from
         if restored.tier == "fast":
-            return f"fast tier {os.fspath(fast.path)}"
-        why = restored.fell_back_from
-        where = f"{self.manager.directory}"
-        return f"{where}; fast tier {os.fspath(fast.path)}: {why}" if why else where
+            return f"fast tier {fast_path}; {why}" if why else f"fast tier {fast_path}"
+        return f"{self.manager.directory}; fast tier {fast_path}: {why}" if why else None
 
     def due(self, scalars: dict[str, Any]) -> bool:
         """Asks the save triggers (the durable directory's, the fast tier's) at the clock's
