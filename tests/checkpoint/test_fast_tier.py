@@ -380,3 +380,34 @@ def test_the_ledger_hook_hears_every_save_of_both_tiers(tmp_path, shm):
         (10, "fast", True, True, 0.0),
         (10, "durable", True, True, 0.0),
     ]
+
+
+def _ls(capsys, *args):
+    from globalstep._cli import main
+
+    assert main(["ckpt", "ls", *map(str, args)]) == 0
+    out, err = capsys.readouterr()
+    return [line.split()[:2] for line in out.splitlines()[1:]], err
+
+
+def test_ckpt_ls_shows_both_tiers_marked(tmp_path, shm, capsys):
+    """`globalstep ckpt ls DIR` lists the fast tier DIR records beside it, each row marked
+    with its tier; `--fast PATH` names one; a fast tier gone or of another run is named
+    on standard error and left out."""
+    fast = FastTier(shm / "fast", save_every=5)
+    with CheckpointManager(tmp_path / "run", fast_tier=fast) as manager:
+        _save(manager, [50], [55, 60])
+    rows, err = _ls(capsys, tmp_path / "run")
+    assert rows == [["50", "durable"], ["55", "fast"], ["60", "fast"]]
+    assert err == ""
+    (shm / "fast").rename(shm / "moved")
+    rows, err = _ls(capsys, tmp_path / "run")
+    assert rows == [["50", "-"]]  # no TIER column: the EPOCH one
+    assert f"fast tier {shm / 'fast'}: missing" in err
+    rows, _ = _ls(capsys, tmp_path / "run", "--fast", shm / "moved")
+    assert rows == [["50", "durable"], ["55", "fast"], ["60", "fast"]]
+    with CheckpointManager(tmp_path / "other") as other:
+        other.save(1, {"w": np.ones(1)})
+    rows, err = _ls(capsys, tmp_path / "other", "--fast", shm / "moved")
+    assert rows == [["1", "-"]]
+    assert "not listed: `fast_tier` must hold this run's checkpoints" in err
