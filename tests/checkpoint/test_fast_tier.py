@@ -411,3 +411,45 @@ def test_ckpt_ls_shows_both_tiers_marked(tmp_path, shm, capsys):
     rows, err = _ls(capsys, tmp_path / "other", "--fast", shm / "moved")
     assert rows == [["1", "-"]]
     assert "not listed: `fast_tier` must hold this run's checkpoints" in err
+
+
+def test_a_run_on_several_ranks_refuses_a_fast_tier(tmp_path, shm):
+    """Run(ranks=...) with a fast tier is refused, saying why."""
+    from globalstep.run import Ranks
+
+    with pytest.raises(ConfigError, match="`fast_tier` is not supported on several ranks"):
+        Run(tmp_path, ranks=Ranks(), fast_tier=FastTier(shm, save_every=5))
+
+
+@pytest.mark.parametrize("where", ["durable", "fast"])
+def test_a_damaged_run_record_is_an_error_naming_it(tmp_path, shm, where):
+    """A run.json that is not a run record fails the open, naming the file."""
+    from globalstep import CheckpointError
+
+    fast = FastTier(shm, save_every=5)
+    CheckpointManager(tmp_path, fast_tier=fast).close()
+    record = (tmp_path if where == "durable" else shm) / "run.json"
+    record.write_text("{not json")
+    with pytest.raises(CheckpointError, match=f"{record}: not a run record"):
+        CheckpointManager(tmp_path, fast_tier=fast)
+
+
+def test_async_saves_of_both_tiers(tmp_path, shm):
+    """With async_save both tiers save on their own threads; restore waits for both, and
+    the ledger hook hears the background time of each."""
+    heard = []
+
+    class Listening(CheckpointManager):
+        def _saved(self, step, tier, nbytes, stall_seconds, background_seconds):
+            heard.append((step, tier, background_seconds > 0))
+
+    fast = FastTier(shm, save_every=5, max_to_keep=3)
+    clock = Clock()
+    with Listening(tmp_path, save_every=10, async_save=True, fast_tier=fast) as manager:
+        for _ in range(20):
+            clock.tick()
+            manager.maybe_save(clock, {"clock": clock, "w": np.full(1000, float(clock.step))})
+        assert manager.steps() == [10, 15, 20]
+        assert manager.restore()["w"][0] == 20.0
+    fast_saves = [(step, "fast", True) for step in (5, 10, 15, 20)]
+    assert sorted(heard) == sorted([*fast_saves, (10, "durable", True), (20, "durable", True)])

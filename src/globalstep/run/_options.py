@@ -128,8 +128,9 @@ class CheckpointOptions:
         if fast_tier is not None and plan.ranks is not None:
             raise ConfigError(
                 "fast_tier",
-                "is not supported on several ranks (each machine would restore from its "
-                "own fast tier, at different steps); save to the durable directory alone",
+                "is not supported on several ranks, nor with ranks= (each machine would "
+                "restore from its own fast tier, at different steps); save to the durable "
+                "directory alone",
                 fast_tier,
             )
         if fast_tier is not None:
