@@ -324,13 +324,15 @@ class Tiers:
         return None
 
     def restored(self, chosen: int) -> int:
-        """Notes a restore of ``chosen`` (the fast trigger fires at boundaries ahead of
-        it); returns the fast tier's newest step, set aside ones included (-1: none)."""
+        """Notes a restore of ``chosen`` (a fast trigger of whole steps then fires at the
+        boundaries ahead of it); returns the fast tier's newest step, set-aside ones
+        included (-1: none)."""
         newest = max([*self.fast.steps(), -1])
         self.rewound_to = chosen if chosen < newest else None
-        clock = Clock()
-        clock.tick(chosen)
-        self.trigger.restart(clock)
+        if self.trigger.grid is not None:  # whole steps: exact from the step alone
+            clock = Clock()
+            clock.tick(chosen)
+            self.trigger.restart(clock)
         return newest
 
     def before_save(self, step: int, fast: bool) -> None:
