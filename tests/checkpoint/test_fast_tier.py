@@ -449,7 +449,25 @@ def test_async_saves_of_both_tiers(tmp_path, shm):
         for _ in range(20):
             clock.tick()
             manager.maybe_save(clock, {"clock": clock, "w": np.full(1000, float(clock.step))})
+        manager.wait()  # both tiers' saves in flight
         assert manager.steps() == [10, 15, 20]
         assert manager.restore()["w"][0] == 20.0
     fast_saves = [(step, "fast", True) for step in (5, 10, 15, 20)]
     assert sorted(heard) == sorted([*fast_saves, (10, "durable", True), (20, "durable", True)])
+
+
+def test_skip_corrupt_reaches_past_a_corrupt_durable_newest(tmp_path, shm):
+    """restore(skip_corrupt=True) past a corrupt durable newest restores the newest good
+    checkpoint of either tier (the fast tier's 45, not the durable 40)."""
+    fast = FastTier(shm, save_every=5)
+    with CheckpointManager(tmp_path, fast_tier=fast) as manager:
+        _save(manager, [40, 50], [45])
+    arrays = tmp_path / "step-000000000050" / "arrays.safetensors"
+    data = bytearray(arrays.read_bytes())
+    data[-1] ^= 0xFF
+    arrays.write_bytes(bytes(data))
+    with CheckpointManager(tmp_path, fast_tier=fast) as manager:
+        with pytest.raises(CorruptCheckpointError):
+            manager.restore()
+        assert manager.restore(skip_corrupt=True)["w"][0] == 45.0
+        assert manager.last_restore.tier == "fast"

@@ -255,34 +255,45 @@ class Tiers:
         step: int | None,
         fast: Callable[[int], _T],
         durable: Callable[[int | None], tuple[int, _T]],
-        durable_latest: Callable[[], int | None],
+        durable_steps: Callable[[], list[int]],
+        *,
+        skip_corrupt: bool = False,
     ) -> tuple[int, str, _T]:
         """Runs ``fast(step)`` on the fast tier's copy where it holds ``step`` (default:
         the newest of either tier) and it passes the checks, else ``durable(step)``.
 
         A fast checkpoint that fails is set aside with a warning; without ``step`` the
-        newest good one of either tier is read instead.
+        newest good one of either tier is read instead (and, with ``skip_corrupt``, past a
+        durable one that fails too).
         """
-        for _ in range(READ_ATTEMPTS):
-            chosen = step if step is not None else self.latest(durable_latest())
-            if chosen is None or chosen not in self.fast_steps():
-                number, result = durable(step if step is not None else chosen)
-                return number, "durable", result
+        skipped: dict[int, CorruptCheckpointError] = {}
+        vanished = 0
+        while vanished < READ_ATTEMPTS:
+            chosen = step
+            if step is None:
+                candidates = [s for s in self.steps(durable_steps()) if s not in skipped]
+                if not candidates and skipped:
+                    raise skipped[max(skipped)]
+                chosen = candidates[-1] if candidates else None
             try:
+                if chosen is None or chosen not in self.fast_steps():
+                    number, result = durable(chosen)
+                    return number, "durable", result
                 return chosen, "fast", fast(chosen)
             except CheckpointNotFoundError:
-                if step is not None:  # pruned under the reader: the durable copy, if any
-                    number, result = durable(step)
+                if step is not None and chosen in self.fast_steps():
+                    number, result = durable(step)  # pruned under the reader: the durable copy
                     return number, "durable", result
+                if step is not None or chosen is None:
+                    raise
+                vanished += 1
             except CorruptCheckpointError as err:
-                self.set_aside[chosen] = str(err.path or chosen)
-                warnings.warn(
-                    f"the fast tier's checkpoint of step {chosen} ({err.path}) fails the "
-                    f"checks ({err}); it is set aside and the newest good checkpoint of "
-                    "either tier is used instead",
-                    CheckpointWarning,
-                    stacklevel=4,
-                )
+                if chosen not in self.fast_steps():  # the durable directory's
+                    if step is not None or not skip_corrupt:
+                        raise
+                    skipped[chosen] = err
+                    continue
+                self._set_aside(chosen, err)
                 if step is not None:  # the durable copy of that step, if there is one
                     try:
                         number, result = durable(step)
@@ -293,13 +304,24 @@ class Tiers:
             f"the fast tier {self.fast.directory} changed under every read", self.fast.directory
         )
 
+    def _set_aside(self, step: int, err: CorruptCheckpointError) -> None:
+        self.set_aside[step] = str(err.path or step)
+        warnings.warn(
+            f"the fast tier's checkpoint of step {step} ({err.path}) fails the checks "
+            f"({err}); it is set aside and the newest good checkpoint of either tier is "
+            "used instead",
+            CheckpointWarning,
+            stacklevel=5,
+        )
+
     def restore(
         self,
         template: Any,
         step: int | None,
         partial: bool,
         durable: Callable[[int | None], tuple[int, Any]],
-        durable_latest: Callable[[], int | None],
+        durable_steps: Callable[[], list[int]],
+        skip_corrupt: bool,
     ) -> tuple[int, str, Any, str | None, int]:
         """Restores as :meth:`CheckpointManager.restore` (``durable``: its restore of the
         durable directory); returns the step, the tier, the result as ``(tree, report)``,
@@ -310,8 +332,10 @@ class Tiers:
                 return self.fast.restore(template, step=number, partial=True)
             return self.fast.restore(template, step=number), None
 
-        chosen, tier, result = self.read(step, fast, durable, durable_latest)
-        newest = max(durable_latest() or -1, self.restored(chosen))
+        chosen, tier, result = self.read(
+            step, fast, durable, durable_steps, skip_corrupt=skip_corrupt
+        )
+        newest = max([*durable_steps(), self.restored(chosen)])
         return chosen, tier, result, self.why_not_fast(chosen, tier), newest
 
     def why_not_fast(self, step: int, tier: str) -> str | None:

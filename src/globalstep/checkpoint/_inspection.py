@@ -126,7 +126,7 @@ class Inspection:
             step,
             lambda n: fast(tiers.fast, n),
             lambda n: self._reading.read(n, action),
-            self._index.latest,
+            self._index.steps,
         )[2]
 
     def follow(

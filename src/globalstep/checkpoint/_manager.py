@@ -475,7 +475,7 @@ class CheckpointManager(Inspection, Closing):
         if tiers is None:
             (chosen, result), tier = here(step), "durable"
         else:
-            restored = tiers.restore(template, step, partial, here, self._index.latest)
+            restored = tiers.restore(template, step, partial, here, self._index.steps, skip_corrupt)
             chosen, tier, result, why, newest = restored
         self._restored = Restored(chosen, tier, time.perf_counter() - began, why)
         if not self._read_only and not self._closed:
