@@ -289,7 +289,7 @@ class Tiers:
                 vanished += 1
             except CorruptCheckpointError as err:
                 if chosen not in self.fast_steps():  # the durable directory's
-                    if step is not None or not skip_corrupt:
+                    if step is not None or chosen is None or not skip_corrupt:
                         raise
                     skipped[chosen] = err
                     continue
