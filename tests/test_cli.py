@@ -1,11 +1,13 @@
 """Tests for globalstep._cli (the demo has tests/test_demo.py)."""
 
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from globalstep._cli import main
+from globalstep._demo import fast_tier_path
 
 
 def test_version(capsys):
@@ -82,5 +84,6 @@ def test_closed_pipe_stops_quietly(tmp_path):
     process.stdout.readline()
     process.stdout.close()
     _, err = process.communicate()
+    shutil.rmtree(fast_tier_path(tmp_path), ignore_errors=True)  # the demo's, on /dev/shm
     assert process.returncode == 1
     assert b"Traceback" not in err

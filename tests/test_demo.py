@@ -4,6 +4,7 @@ import contextlib
 import io
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,9 +14,19 @@ import pytest
 
 from globalstep import ConfigError
 from globalstep._cli import main
-from globalstep._demo import run_demo
+from globalstep._demo import fast_tier_path, run_demo
 from globalstep.schedules import CosineDecay, warmup
 from globalstep.summary import read_run
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_fast_tier_left():
+    """The fast tiers the demos made (on /dev/shm) are removed after this module."""
+    base = fast_tier_path("x").parent
+    before = set(base.glob("globalstep-demo-*"))
+    yield
+    for path in set(base.glob("globalstep-demo-*")) - before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -66,24 +77,26 @@ def test_demo_learning_rate_warms_up_then_decays(uninterrupted):
 
 
 def test_demo_rolls_back_the_corrupt_batch(uninterrupted):
-    """The corrupt batch at position 650 is rolled back once; the data position moves past it."""
+    """The corrupt batch at position 650 is rolled back once, to the fast tier's step 650;
+    the data position moves past it."""
     result = uninterrupted[0]
     assert result.rollbacks == [650]
-    assert result.data_position == 1000 + 51 + 5  # 51 batches redone after the rollback
+    assert result.data_position == 1000 + 1 + 5  # 1 batch redone after the rollback
     assert max(result.losses.values()) < 1.0
 
 
-@pytest.mark.parametrize(("stop_at", "resumed"), [(550, 500), (720, 700)])
+@pytest.mark.parametrize(("stop_at", "resumed"), [(557, 550), (720, 700)])
 def test_demo_resume_matches_uninterrupted_run(uninterrupted, tmp_path, stop_at, resumed):
     """Stopped before or after the rollback and run again, the demo resumes from the newest
-    checkpoint and computes the same losses, bit for bit, as a run that never stopped."""
+    checkpoint (the fast tier's, every 25 steps) and computes the same losses, bit for
+    bit, as a run that never stopped."""
     full = uninterrupted[0]
     first = run_demo(tmp_path, stop_at=stop_at, stream=io.StringIO())
     assert first.final_step == stop_at
     out = io.StringIO()
     second = run_demo(tmp_path, stream=out)
     assert second.resumed_from == resumed
-    assert f"resumed from step {resumed}" in out.getvalue()
+    assert f"resumed from step {resumed} (fast tier {fast_tier_path(tmp_path)})" in out.getvalue()
     assert sorted(second.losses) == list(range(resumed + 1, 1001))
     assert all(second.losses[s] == full.losses[s] for s in second.losses)
     assert second.data_position == full.data_position

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import numpy as np
 import pytest
 
 from globalstep._cli import main
+from globalstep._demo import fast_tier_path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 FRAGMENT = "# fragment:"
@@ -461,7 +463,10 @@ def test_every_readme_block_runs_as_written(tmp_path, request):
     (fragments with their stated stand-ins), and does its work; then every command."""
     directory = tmp_path / "readme"
     directory.mkdir()
-    skipped = run_readme(directory, request)
+    try:
+        skipped = run_readme(directory, request)
+    finally:  # the demo's fast tier, on /dev/shm
+        shutil.rmtree(fast_tier_path(directory / "globalstep-demo"), ignore_errors=True)
     assert (directory / "points.csv").read_text().startswith("run,tag,step,wall_time,value")
     assert (directory / "loss.png").stat().st_size > 0
     if skipped:

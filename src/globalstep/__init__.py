@@ -46,7 +46,7 @@ from globalstep._units import Duration, DurationLike, Unit
 from globalstep._version import __version__
 
 if TYPE_CHECKING:
-    from globalstep.checkpoint import CheckpointManager, KeepBest, PerRank
+    from globalstep.checkpoint import CheckpointManager, FastTier, KeepBest, PerRank
     from globalstep.run import Rollback, Run
     from globalstep.schedules import (
         Clip,
@@ -82,6 +82,7 @@ _aliases.install()  # the old import paths, for one release
 # `import globalstep` stays as light as the clock, the units and the triggers it needs.
 _LAZY = {
     "CheckpointManager": "globalstep.checkpoint",
+    "FastTier": "globalstep.checkpoint",
     "KeepBest": "globalstep.checkpoint",
     "PerRank": "globalstep.checkpoint",
     "SummaryWriter": "globalstep.summary",
@@ -154,6 +155,7 @@ __all__ = [  # noqa: RUF022 (sorted as plain strings: tests/test_package.py)
     "DurationError",
     "DurationLike",
     "ExponentialDecay",
+    "FastTier",
     "FrozenStepWarning",
     "GlobalStepError",
     "InverseSqrt",

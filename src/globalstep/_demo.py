@@ -10,12 +10,14 @@ Everything goes through :class:`~globalstep.run.Run`:
 
 - the learning rate warms up over 50 steps, then follows a cosine decay to the end;
 - a checkpoint every 100 steps (the newest three kept), with the weights, the momentum,
-  the clock and the data position; JSONL logs of the loss and the rate at every step, and
+  the clock and the data position, and one every 25 steps in a fast tier on ``/dev/shm``
+  (a temporary directory where there is none; see :func:`fast_tier_path`), from which a
+  stopped run resumes; JSONL logs of the loss and the rate at every step, and
   TensorBoard event files where the ``tensorboard`` extra is installed; a progress display
   with the step rate;
 - one batch of the data set is corrupt (its targets multiplied by 1,000, ``--bad-batch``):
-  the loss spikes, the run rolls back to the newest checkpoint before it, skips past the
-  bad batch and goes on;
+  the loss spikes, the run rolls back to the newest checkpoint before it (of either tier),
+  skips past the bad batch and goes on;
 - Ctrl-C (or SIGTERM) saves a checkpoint after the update in flight; running the demo
   again resumes at that step and data position, with the same numbers as a run that
   never stopped, and TensorBoard's curves hold each step once.
@@ -31,8 +33,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,15 +49,40 @@ from globalstep._clock import Clock
 from globalstep._errors import ConfigError
 from globalstep._optional import require
 from globalstep._units import Duration, DurationLike
+from globalstep.checkpoint import FastTier
 from globalstep.run import Rollback, Run
 from globalstep.schedules import CosineDecay, warmup
 
-__all__ = ["FRAMEWORKS", "DemoResult", "add_parser", "closing_lines", "run_demo"]
+__all__ = [
+    "FAST_EVERY",
+    "FRAMEWORKS",
+    "DemoResult",
+    "add_parser",
+    "closing_lines",
+    "fast_tier_path",
+    "run_demo",
+]
 
 FRAMEWORKS = ("auto", "torch", "numpy")
 
 ROWS, INPUTS, HIDDEN, OUTPUTS, BATCH = 1000, 8, 32, 4, 50
 BATCHES_PER_EPOCH = ROWS // BATCH
+FAST_EVERY = 25
+"""Steps between the fast tier's checkpoints."""
+
+
+def fast_tier_path(directory: str | os.PathLike[str]) -> Path:
+    """The demo's fast tier for the run in ``directory``: ``/dev/shm/globalstep-demo-<id>``
+    (a directory of the system's temporary one where there is no ``/dev/shm``), the id
+    made from the run directory's absolute path, so that a run resumes from its own.
+
+    Example:
+        >>> fast_tier_path("a") == fast_tier_path(os.path.abspath("a")) != fast_tier_path("b")
+        True
+    """
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    key = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:16]
+    return Path(base, f"globalstep-demo-{key}")
 
 
 @dataclass
@@ -345,12 +375,16 @@ class _Demo:
     def _run(self, root: Path, clock: Clock, out: TextIO) -> Run:
         steps, warmup_steps = self.steps, self.warmup_steps
         schedule = warmup(CosineDecay(self.learning_rate, steps - warmup_steps), warmup_steps)
+        fast = fast_tier_path(root)
+        if not (root / "checkpoints").exists():  # a new run: an old one's fast tier goes
+            shutil.rmtree(fast, ignore_errors=True)
         return Run(
             root,
             total_steps=steps,
             clock=clock,
             schedules={"lr": schedule},
             save_every=self.save_every,
+            fast_tier=FastTier(fast, save_every=FAST_EVERY),
             config={
                 "seed": self.seed,
                 "bad_batch": self.bad_batch,

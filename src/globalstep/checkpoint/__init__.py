@@ -20,6 +20,7 @@ from globalstep.checkpoint._directory.policy import (
     KeepPolicy,
     policy_from_config,
 )
+from globalstep.checkpoint._fast_tier import FastTier, Restored
 from globalstep.checkpoint._files.arrays import read_arrays
 from globalstep.checkpoint._files.commit import commit as commit_checkpoint
 from globalstep.checkpoint._files.commit import remove_checkpoint
@@ -55,6 +56,7 @@ __all__ = [
     "DistributedCheckpointError",
     "DistributedOptions",
     "Document",
+    "FastTier",
     "KeepAny",
     "KeepBest",
     "KeepEveryNHours",
@@ -64,6 +66,7 @@ __all__ = [
     "OpenTemplate",
     "PerRank",
     "RestoreReport",
+    "Restored",
     "SaveTrigger",
     "Sharded",
     "WorldSizeError",

@@ -1,5 +1,8 @@
 """``globalstep ckpt ls | show | verify | prune``: inspect and tidy a checkpoint directory.
 
+``ls`` lists the run's fast tier too (a TIER column, ``fast`` or ``durable``), found from
+what DIRECTORY records or ``--fast PATH``.
+
 ``ls`` and ``show`` read only state.json files; ``verify`` reads every byte and checks every
 checksum (exit status 1 on any corruption, naming it); ``prune`` takes the writer's lock.
 The read-only commands never create a file. A DIRECTORY that does not exist or is not a
@@ -31,6 +34,7 @@ from typing import Any
 
 from globalstep._errors import CheckpointNotFoundError, ConfigError, CorruptCheckpointError
 from globalstep.checkpoint._directory.policy import KeepAny, KeepBest, KeepLatest, KeepPolicy
+from globalstep.checkpoint._fast_tier import claim, recorded_fast_tier
 from globalstep.checkpoint._manager import CheckpointManager, CheckpointWarning
 from globalstep.checkpoint._tree.leaves import decode_dtype
 from globalstep.storage import LOCK_FILE, open_storage
@@ -129,25 +133,55 @@ def _run(action: str, command: Callable[[argparse.Namespace], int]) -> Any:
     return run
 
 
-def _ls(args: argparse.Namespace) -> int:
-    with CheckpointManager(args.directory, read_only=True, max_to_keep=None) as manager:
+def _summaries(directory: str, show_all: bool) -> tuple[list[Any], dict[int, str]]:
+    with CheckpointManager(directory, read_only=True, max_to_keep=None) as manager:
         summaries = manager.summaries(manager.stored_policy() or KeepAny(()))
-        incomplete = manager.incomplete() if args.all else {}
-    if not summaries and not incomplete:
+        return summaries, manager.incomplete() if show_all else {}
+
+
+def _fast_tier(args: argparse.Namespace) -> str | None:
+    """The fast tier to list beside DIRECTORY (``--fast``, or the one it records), where it
+    is there and of the same run; else None, saying why on standard error."""
+    durable = open_storage(args.directory)
+    path = args.fast or recorded_fast_tier(durable)
+    if path is None:
+        return None
+    if not os.path.isdir(path):
+        print(f"fast tier {path}: missing (not on this machine?)", file=sys.stderr)
+        return None
+    try:
+        steps = CheckpointManager(path, read_only=True).steps()
+        claim(open_storage(path), durable, writable=False, has_steps=bool(steps))
+    except ConfigError as err:
+        print(f"fast tier {path}: not listed: {err}", file=sys.stderr)
+        return None
+    return path
+
+
+def _ls(args: argparse.Namespace) -> int:
+    fast = _fast_tier(args)
+    tiers = [("durable", args.directory), *([("fast", fast)] if fast else [])]
+    listed = [(tier, *_summaries(path, args.all)) for tier, path in tiers]
+    if not any(summaries or incomplete for _, summaries, incomplete in listed):
         print(f"no committed checkpoint in {args.directory}")
         return 0
     rows = [["STEP", "EPOCH", "TIME (UTC)", "SIZE", "METRICS", "KEPT BECAUSE"]]
-    for s in summaries:
-        if s.error is not None:
-            rows.append([str(s.step), "?", "?", "?", "?", f"CORRUPT: {s.error}"])
-            continue
-        epoch = str(s.clocks[0].epoch) if s.clocks else "-"
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s.created_unix))
-        metrics = " ".join(f"{k}={v:.6g}" for k, v in sorted(s.metrics.items())) or "-"
-        rows.append([str(s.step), epoch, when, _size(s.size_bytes), metrics, s.kept_because])
-    for step, why in sorted(incomplete.items()):
-        rows.append([str(step), "?", "?", "?", "?", f"NOT A CHECKPOINT: {why}"])
-    rows[1:] = sorted(rows[1:], key=lambda row: int(row[0]))
+    for tier, summaries, incomplete in listed:
+        mark = [tier] if fast else []
+        for s in summaries:
+            if s.error is not None:
+                rows.append([str(s.step), *mark, "?", "?", "?", "?", f"CORRUPT: {s.error}"])
+                continue
+            epoch = str(s.clocks[0].epoch) if s.clocks else "-"
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s.created_unix))
+            metrics = " ".join(f"{k}={v:.6g}" for k, v in sorted(s.metrics.items())) or "-"
+            size = _size(s.size_bytes)
+            rows.append([str(s.step), *mark, epoch, when, size, metrics, s.kept_because])
+        for step, why in sorted(incomplete.items()):
+            rows.append([str(step), *mark, "?", "?", "?", "?", f"NOT A CHECKPOINT: {why}"])
+    if fast:
+        rows[0].insert(1, "TIER")
+    rows[1:] = sorted(rows[1:], key=lambda row: (int(row[0]), row[1]))
     print(_table(rows))
     return 0
 
@@ -284,6 +318,12 @@ def add_parser(subparsers: Any) -> None:
     ls = commands.add_parser("ls", help="a table of the committed checkpoints")
     ls.add_argument(
         "--all", action="store_true", help="also list step-* entries that are not committed"
+    )
+    ls.add_argument(
+        "--fast",
+        metavar="PATH",
+        default=None,
+        help="the fast tier to list beside it (default: the one DIRECTORY records)",
     )
     ls.set_defaults(func=_run("ls", _ls))
     show = commands.add_parser("show", help="one checkpoint's tree, shapes, dtypes, clocks")

@@ -56,17 +56,24 @@ from globalstep.checkpoint._directory.index import StepIndex, step_name, step_of
 from globalstep.checkpoint._directory.policy import (
     KeepBest,
     KeepPolicy,
-    policy_from_config,
     policy_from_options,
 )
 from globalstep.checkpoint._directory.reading import Reading
 from globalstep.checkpoint._directory.retention import Retention, WarnOnce
 from globalstep.checkpoint._directory.timeline import Timeline
+from globalstep.checkpoint._fast_tier import (
+    FastTier,
+    Restored,
+    Tiers,
+    check_fast_tier,
+    fast_manager,
+    open_fast_tier,
+)
 from globalstep.checkpoint._files.commit import protocol_for
 from globalstep.checkpoint._files.document import Document
-from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._files.metadata import metrics_to_json
 from globalstep.checkpoint._follower import CheckpointFollower
+from globalstep.checkpoint._inspection import Inspection
 from globalstep.checkpoint._ranks.rounds import Round, Rounds
 from globalstep.checkpoint._save_trigger import SaveTrigger
 from globalstep.checkpoint._saver import Committer, SaveJob, saver_for
@@ -106,7 +113,7 @@ def _document(
     )
 
 
-class CheckpointManager(Closing):
+class CheckpointManager(Inspection, Closing):
     """Saves state trees by step into ``directory``, keeps some, and restores them.
 
     Args:
@@ -135,6 +142,9 @@ class CheckpointManager(Closing):
             ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
             S3-compatible store (see :class:`~globalstep.storage.FsspecStorage`
             for listing consistency, retries and the writer's lock there).
+        fast_tier: a :class:`~globalstep.checkpoint.FastTier` saved often beside this
+            durable directory; restore takes the newest step of either (see
+            :mod:`~globalstep.checkpoint._fast_tier` for its rules).
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -158,8 +168,10 @@ class CheckpointManager(Closing):
         read_only: bool = False,
         distributed: Any = False,
         storage_options: Mapping[str, Any] | None = None,
+        fast_tier: FastTier | None = None,
     ) -> None:
         policy = policy_from_options(max_to_keep, keep_every_n_hours, keep_every_n_steps, keep_best)
+        check_fast_tier(fast_tier, distributed)
         self.policy: KeepPolicy = policy
         self._trigger = SaveTrigger.of(save_every)
         self._storage = open_storage(directory, storage_options)
@@ -182,130 +194,36 @@ class CheckpointManager(Closing):
         self._catalogue = Catalogue(self._reading, warn_once)
         self._retention = Retention(self._reading, protocol, policy, warn_once)
         self._timeline = Timeline()
-        self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
+        self._commit = Committer(
+            protocol,
+            self._index,
+            self._catalogue,
+            self._retention,
+            lambda step, size, stall, spent: self._saved(step, "durable", size, stall, spent),
+            background=async_save,
+        )
         self._lock: DirectoryLock | None = None
+        self._restored: Restored | None = None  # the last restore (see last_restore)
+        self.fast_tier = fast_tier
         if not read_only and not self._participant:
             self._lock = DirectoryLock(self._storage)
             self._lock.acquire()
-            try:
-                self._resume_trigger()
-            except BaseException:
-                self._lock.release()  # no manager is returned, so nobody else could
-                raise
-        elif self._participant:
-            self._resume_trigger()  # maybe_save must fire where the writer's fires
-
-    # ----------------------------------------------------------------- inspection
-
-    def steps(self) -> list[int]:
-        """Returns the steps of every committed checkpoint, oldest first."""
-        return self._index.steps()
-
-    def latest_step(self) -> int | None:
-        """Returns the newest committed step, or None when there is none.
-
-        Cheap enough to poll: with 10,000 checkpoints a call on an unchanged directory
-        costs one ``stat``.
-        """
-        return self._index.latest()
-
-    def incomplete(self) -> dict[int, str]:
-        """Returns the entries named like checkpoints that readers ignore, and why.
-
-        These are step directories without their ``COMMITTED`` marker (a save cut short on
-        an object store, or a marker deleted by hand), and entries that are not
-        directories. ``globalstep ckpt verify`` and ``ckpt ls --all`` report them.
-        """
-        return self._index.incomplete()
-
-    def metadata(self, step: int | None = None) -> dict[str, Any]:
-        """Returns :meth:`document` as a dict, state.json's JSON object (raises as it does)."""
-        return self.document(step).to_dict()
-
-    def document(self, step: int | None = None) -> Document:
-        """Returns the checked state.json of ``step`` (default: the newest) as its typed
-        :class:`~globalstep.checkpoint._files.document.Document`, reading no array; raises
-        CheckpointNotFoundError (no such checkpoint) or CorruptCheckpointError (damaged)."""
-        return self._reading.read(step, self._reading.load)[1]
-
-    def stored_policy(self) -> KeepPolicy | None:
-        """Returns the retention policy recorded by the newest checkpoint's writer, if any."""
         try:
-            saved = self.document().manager
-            return policy_from_config(saved["keep"]) if isinstance(saved, dict) else None
-        except (CheckpointError, ConfigError, KeyError, TypeError):
-            return None
-
-    def summaries(self, policy: KeepPolicy | None = None) -> list[CheckpointSummary]:
-        """Describes every committed checkpoint, oldest first, reading no array.
-
-        A checkpoint that cannot be read is listed with its ``error``; one pruned while
-        being listed is left out.
-
-        Args:
-            policy: the policy whose reasons ``kept_because`` gives; default the manager's.
-        """
-        return self._catalogue.summaries(policy or self.policy)
-
-    def open(self, step: int | None = None) -> CheckpointReader:
-        """Opens a checkpoint lazily: arrays are memory-mapped and read when indexed.
-
-        Without ``step``, a checkpoint pruned while being opened is replaced by the newest
-        one still there.
-
-        Raises:
-            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
-            CorruptCheckpointError: the checkpoint is damaged; the message names it.
-        """
-        return self._reading.read(step, self._reading.reader)[1]
-
-    def verify(self, step: int | None = None) -> None:
-        """Checks every checksum of ``step`` (default: the newest).
-
-        Raises:
-            CheckpointNotFoundError: no committed checkpoint (or none for ``step``).
-            CorruptCheckpointError: a file is damaged; the message names it.
-        """
-        self._reading.read(step, self._reading.verify)
-
-    def follow(
-        self,
-        *,
-        after: int | None = None,
-        timeout_seconds: float | None = None,
-        poll_seconds: float = 1.0,
-    ) -> CheckpointFollower:
-        """Iterates over checkpoints as a live run commits them, for an evaluator.
-
-        Like TensorFlow's ``tf.train.checkpoints_iterator`` and Keras'
-        ``SidecarEvaluator``: each newly committed checkpoint is yielded once, opened (a
-        :class:`CheckpointReader`, whose memory map keeps the arrays readable even if the
-        writer prunes the checkpoint afterwards), in step order. Checkpoints the writer
-        pruned before they could be opened are skipped with a :class:`CheckpointWarning`
-        and listed in the iterator's ``missed``.
-
-        Args:
-            after: yield checkpoints with a step above this; default: start with the
-                newest checkpoint present (as TensorFlow does).
-            timeout_seconds: stop when no new checkpoint came for this long; None waits
-                for ever.
-            poll_seconds: how often to look for a new checkpoint.
-
-        Raises:
-            ConfigError: an argument is out of range.
-
-        Example:
-            >>> import numpy as np, tempfile
-            >>> directory = tempfile.mkdtemp()
-            >>> with CheckpointManager(directory) as writer:
-            ...     writer.save(5, {"w": np.ones(2)})
-            >>> reader = CheckpointManager(directory, read_only=True)
-            >>> [r.step for r in reader.follow(timeout_seconds=0.0, poll_seconds=0.01)]
-            [5]
-        """
-        if after is not None:
-            after = step_of(after)
-        return CheckpointFollower(self._reading, after, timeout_seconds, poll_seconds)
+            self._tiers: Tiers | None = open_fast_tier(
+                fast_tier,
+                self._storage,
+                distributed,
+                writable=self._lock is not None,
+                make=lambda tier: FastManager(
+                    tier, async_save, max_host_bytes, read_only, self._saved
+                ),
+            )
+            if not read_only:  # a participant: maybe_save must fire where the writer's fires
+                self._resume_trigger()
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()  # no manager is returned, so nobody else could
+            raise
 
     # ----------------------------------------------------------------- saving
 
@@ -317,6 +235,7 @@ class CheckpointManager(Closing):
         metrics: Mapping[str, float] | None = None,
         force: bool = False,
         before_commit: Callable[[], None] | None = None,
+        tier: Literal["durable", "fast"] = "durable",
     ) -> None:
         """Saves ``state`` as the checkpoint of ``step``, then applies retention.
 
@@ -330,6 +249,7 @@ class CheckpointManager(Closing):
                 disk before this checkpoint exists. It runs on the save's thread (the
                 background one for an async save); if it raises, nothing is saved and the
                 save fails with its error.
+            tier: ``"fast"`` saves to the fast tier (``fast_tier``), with its retention.
 
         Before anything is written (and before ``before_commit``), every open
         :class:`~globalstep.summary.SummaryWriter` of the process makes the points it
@@ -349,12 +269,21 @@ class CheckpointManager(Closing):
                 the writer raised it; nothing was saved).
             NonFiniteError: an open writer read a guarded value that is NaN or infinite.
         """
+        began = time.perf_counter()
         self._check_writable()
         self.wait()
         number = step_of(step)
+        fast = fast_manager(tier, self._tiers)
+        if fast is not None:  # this directory's abandoned timeline goes before its commit
+            Timeline.drop(number, self._timeline.abandoned(self._index.steps), self._retention)
+        if self._tiers is not None:
+            self._tiers.before_save(number, fast is not None)
+        if fast is not None:
+            fast.save(number, state, metrics=metrics, force=force, before_commit=before_commit)
+            return
         round_ = self._rounds.begin(number)
         try:
-            self._save(number, state, metrics, force, round_, before_commit)
+            self._save(number, state, metrics, force, round_, before_commit, began)
         except BaseException as err:
             round_.abort(err)
             raise
@@ -367,6 +296,7 @@ class CheckpointManager(Closing):
         force: bool,
         round_: Round,
         before_commit: Callable[[], None] | None,
+        began: float,
     ) -> None:
         """Checks the save and takes its copy as a SaveJob, for the saver to commit."""
         if self._participant:
@@ -388,9 +318,25 @@ class CheckpointManager(Closing):
         self._timeline.record(document, abandoned)
         flat.arrays = self._saver.hold(flat.arrays)  # an async save's copy (waits for room)
         job = SaveJob(
-            number, flat.arrays, document, force, abandoned, round_, before_commit, fresh, marked
+            number,
+            flat.arrays,
+            document,
+            force,
+            abandoned,
+            round_,
+            before_commit,
+            fresh,
+            marked,
+            began,
         )
         self._saver.run(lambda: self._commit(job))
+
+    def _saved(
+        self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
+    ) -> None:
+        """The ledger's hook: called once per committed save of either tier, on the thread
+        that committed it, with the bytes written, the caller's wait (``stall_seconds``)
+        and the save thread's time (``background_seconds``, 0 for a synchronous save)."""
 
     def _participate(
         self, state: Any, round_: Round, before_commit: Callable[[], None] | None
@@ -414,14 +360,18 @@ class CheckpointManager(Closing):
             ConfigError: the manager has no ``save_every``.
             CheckpointError, SummaryWriteError, NonFiniteError: as :meth:`save` raises them.
         """
-        if self._trigger is None:
+        if self._trigger is None and self._tiers is None:
             raise ConfigError("save_every", "must be set to use maybe_save", None)
         if not isinstance(clock, Clock):
             raise ConfigError("clock", "must be a globalstep Clock", clock)
-        if not self._trigger.due(clock):
-            return False
-        self.save(clock, state, metrics=metrics)
-        return True
+        saved = False
+        if self._trigger is not None and self._trigger.due(clock):
+            self.save(clock, state, metrics=metrics)
+            saved = True
+        if self._tiers is not None and self._tiers.trigger.due(clock):
+            self.save(clock, state, metrics=metrics, tier="fast")
+            saved = True
+        return saved
 
     def wait(self) -> None:
         """Waits for a background save; raises its error, if it failed.
@@ -430,6 +380,8 @@ class CheckpointManager(Closing):
             CheckpointError: the background save failed (the original error is its cause).
         """
         self._saver.wait()
+        if self._tiers is not None:
+            self._tiers.fast.wait()
 
     # ----------------------------------------------------------------- retention
 
@@ -453,7 +405,7 @@ class CheckpointManager(Closing):
         if self._trigger is None or self.latest_step() is None:
             return
         try:
-            saved = self.document().manager
+            saved = self._reading.read(None, self._reading.load)[1].manager  # this directory's
             self._trigger.resume(saved.get("save_trigger") if isinstance(saved, dict) else None)
         except (CorruptCheckpointError, CheckpointNotFoundError, ConfigError):
             # Another trigger, or a damaged newest checkpoint that restore will report:
@@ -512,19 +464,48 @@ class CheckpointManager(Closing):
             RestoreMismatchError: the checkpoint does not fit the template.
         """
         self.wait()
+        began = time.perf_counter()
 
         def action(number: int) -> tuple[Any, RestoreReport]:
             return self._reading.restore(number, template, partial)
 
-        if step is not None or not skip_corrupt:
-            chosen, result = self._reading.read(step, action)
+        def here(number: int | None) -> tuple[int, tuple[Any, RestoreReport]]:
+            if number is not None or not skip_corrupt:
+                return self._reading.read(number, action)
+            return self._reading.newest_valid(action)
+
+        tiers, newest, why = self._tiers, self._index.latest(), None
+        if tiers is None:
+            (chosen, result), tier = here(step), "durable"
         else:
-            chosen, result = self._reading.newest_valid(action)
+            restored = tiers.restore(template, step, partial, here, self._index.steps, skip_corrupt)
+            chosen, tier, result, why, newest = restored
+        self._restored = Restored(chosen, tier, time.perf_counter() - began, why)
         if not self._read_only and not self._closed:
             # Resuming from an older step starts a new timeline: the first save abandons
-            # the newer checkpoints, so that no later restore returns to them.
-            self._timeline.restored(chosen, self.latest_step())
+            # the newer checkpoints (of both tiers), so that no later restore returns to them.
+            self._timeline.restored(chosen, newest)
         return result if partial else result[0]
+
+    @property
+    def last_restore(self) -> Restored | None:
+        """The last restore: its step, tier, seconds and why the fast tier was not used
+        (see :class:`~globalstep.checkpoint.Restored`); None before the first."""
+        return self._restored
+
+    def drop_newer(self, step: int) -> list[int]:
+        """Deletes the checkpoints newer than ``step``, oldest first, and returns their
+        steps: a rewind's abandoned timeline, at once (a crash in between leaves the
+        newest of them, never a mix of two timelines).
+
+        Raises:
+            CheckpointError: the manager is read-only or closed, or one could not be deleted.
+        """
+        self._check_writable()
+        self.wait()
+        doomed = [s for s in self._index.steps() if s > step_of(step)]
+        Timeline.drop(step, doomed, self._retention)
+        return doomed
 
     # ----------------------------------------------------------------- lifetime
 
@@ -553,6 +534,35 @@ class CheckpointManager(Closing):
             self._saver.shutdown()
             if self._lock is not None:
                 self._lock.release()
+            if self._tiers is not None:
+                self._tiers.fast.close()
 
     def __repr__(self) -> str:
         return f"CheckpointManager({self.directory!r}, policy={self.policy!r})"
+
+
+class FastManager(CheckpointManager):
+    """A fast tier's own manager: its saves reach the durable manager's ledger hook as the
+    fast tier's (see :mod:`~globalstep.checkpoint._fast_tier`)."""
+
+    def __init__(
+        self,
+        tier: FastTier,
+        async_save: bool,
+        max_host_bytes: int | None,
+        read_only: bool,
+        saved: Callable[..., None],
+    ) -> None:
+        self._tell = saved
+        super().__init__(
+            tier.path,
+            max_to_keep=tier.max_to_keep,
+            async_save=async_save,
+            max_host_bytes=max_host_bytes,
+            read_only=read_only,
+        )
+
+    def _saved(
+        self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
+    ) -> None:
+        self._tell(step, "fast", nbytes, stall_seconds, background_seconds)

@@ -45,9 +45,10 @@ class SaveTrigger:
             steps only (a whole number of steps); None otherwise.
     """
 
-    __slots__ = ("grid", "trigger")
+    __slots__ = ("_spec", "grid", "trigger")
 
     def __init__(self, save_every: DurationLike | Trigger) -> None:
+        self._spec = save_every
         self.grid: tuple[int, int] | None = None
         if isinstance(save_every, Trigger):
             self.trigger = save_every
@@ -112,6 +113,14 @@ class SaveTrigger:
         if clock is not None:
             self.trigger.skip_past(clock)
         return False
+
+    def restart(self, clock: Progress | Clock) -> None:
+        """Starts again at ``clock`` (a rewind to an older step): fires only at boundaries
+        ahead of it. A ``save_every`` given as a Trigger object keeps its state (it cannot
+        be made anew) and skips past ``clock``."""
+        if not isinstance(self._spec, Trigger):
+            self.trigger = every(self._spec)
+        self.trigger.skip_past(clock)
 
     def __repr__(self) -> str:
         return f"SaveTrigger({self.trigger!r})"

@@ -14,12 +14,14 @@ where an uninterrupted one would.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from globalstep._clock import MAX_STEP, Clock
+from globalstep._errors import CorruptCheckpointError
 from globalstep.checkpoint import CheckpointManager, SaveTrigger
 from globalstep.run._config import check_drift, stored_config
 from globalstep.run._skipped import Skipped, stored_skipped
@@ -42,7 +44,9 @@ class RunCheckpoints:
     Attributes:
         manager: the CheckpointManager.
         trigger: the save trigger, or None.
-        saved_step: the step saved (or restored) last by this run, or None.
+        fast: the fast tier's save trigger (the manager's ``fast_tier``), or None.
+        saved_step: the step saved (or restored) last by this run in the durable
+            directory, or None.
         next_check: the step from which :meth:`due` can be True.
         skipped: the skipped attempts pending (see :mod:`globalstep.run._skipped`),
             saved and restored with the run part.
@@ -60,7 +64,11 @@ class RunCheckpoints:
     ) -> None:
         self.manager = manager
         self.trigger = trigger
+        fast = manager.fast_tier
+        self.fast = SaveTrigger(fast.save_every) if fast is not None else None
         self.saved_step: int | None = None
+        self._fast_saved: int | None = None
+        self._due: tuple[str, ...] = ()  # the tiers that due() found due, for save()
         self.next_check = 0
         self.writes = writes
         self.skipped = Skipped()
@@ -99,7 +107,11 @@ class RunCheckpoints:
         if self.trigger is not None:
             # Another save_every than the checkpoint's: fire only at boundaries ahead.
             self.trigger.resume(part.get("save_trigger"), self._clock)
-        self.saved_step = step
+        if self.fast is not None:
+            self.fast.restart(self._clock)
+        restored = self.manager.last_restore
+        fast = restored is not None and restored.tier == "fast"
+        self.saved_step, self._fast_saved = (None, step) if fast else (step, None)
         self.next_check = 0
         return tree["state"], position
 
@@ -119,36 +131,55 @@ class RunCheckpoints:
             CheckpointError: as :meth:`load`.
         """
         manager = self.manager
-        latest = manager.latest_step()
-        if latest is None:
-            return None, state, data_position
-        saved = stored_config(manager.document(latest))
-        check_drift(saved, config, strict=strict, directory=run, step=latest, stacklevel=4)
-        state, position = self.load(latest, state, data_position)
-        return latest, state, position
+        while (latest := manager.latest_step()) is not None:
+            try:
+                saved = stored_config(manager.document(latest))
+                check_drift(saved, config, strict=strict, directory=run, step=latest, stacklevel=4)
+                state, position = self.load(latest, state, data_position)
+            except CorruptCheckpointError:
+                if latest in manager.steps():
+                    raise
+                continue  # a fast tier's checkpoint, set aside: the next newest
+            return latest, state, position
+        return None, state, data_position
+
+    def source(self) -> str | None:
+        """Where the last restore read from, where a fast tier is set (else None): the
+        fast tier, or the durable directory and why not the fast tier."""
+        restored, fast = self.manager.last_restore, self.manager.fast_tier
+        if restored is None or fast is None:
+            return None
+        fast_path, why = os.fspath(fast.path), restored.fell_back_from
+        if restored.tier == "fast":
+            return f"fast tier {fast_path}; {why}" if why else f"fast tier {fast_path}"
+        return f"{self.manager.directory}; fast tier {fast_path}: {why}" if why else None
 
     def due(self, scalars: dict[str, Any]) -> bool:
-        """Asks the save trigger at the clock's step, keeping ``scalars`` as the metrics of
-        the save it makes due; notes the next step worth asking (see
+        """Asks the save triggers (the durable directory's, the fast tier's) at the clock's
+        step, keeping ``scalars`` as the metrics of the save they make due and the tiers
+        due for the next :meth:`save`; returns whether one is, and notes the next step
+        worth asking (see
         :meth:`SaveTrigger.next_due <globalstep.checkpoint._save_trigger.SaveTrigger.next_due>`)."""
-        saves = self.trigger
-        if saves is None:
-            self.next_check = MAX_STEP + 1
-            return False
-        clock = self._clock
-        # Its trigger asked directly: for one that is not of whole steps this runs at every
-        # update, and next_check stays 0.
-        due = saves.trigger.should_fire(clock)
+        clock, due, upcoming = self._clock, [], MAX_STEP + 1
+        for tier, saves in (("durable", self.trigger), ("fast", self.fast)):
+            if saves is None:
+                continue
+            # Its trigger asked directly: for one that is not of whole steps this runs at
+            # every update, and next_check stays 0.
+            if saves.trigger.should_fire(clock):
+                due.append(tier)
+            upcoming = min(upcoming, 0 if saves.grid is None else saves.next_due(clock.step))
+        self.next_check = upcoming
         if due:
             self._metrics = scalars
-        if saves.grid is not None:
-            self.next_check = saves.next_due(clock.step)
-        return due
+        self._due = tuple(due)
+        return bool(due)
 
     def save(self, state: Any, data_position: int, stale: StaleCheck | None) -> StaleCheck | None:
-        """Saves a checkpoint at the clock's step, with the numbers of the scalars that made
-        it due as its metrics (the manager flushes and fsyncs the logs first); returns the
-        stale check still to make at the next save.
+        """Saves a checkpoint at the clock's step in each tier that :meth:`due` found due
+        (the fast tier first; the durable directory alone when called otherwise), with the
+        numbers of the scalars that made it due as its metrics (the manager flushes and
+        fsyncs the logs first); returns the stale check still to make at the next save.
 
         A step saved (or restored) already is not saved again; a rank that does not write
         only notes the step. ``stale`` is the tree that ``restore()`` returned, noted then:
@@ -161,13 +192,23 @@ class RunCheckpoints:
             ConfigError: the tree to save is the stale one.
             CheckpointError: the save failed.
         """
+        step, tiers, self._due = self._clock.step, self._due or ("durable",), ()
+        if "fast" in tiers and step != self._fast_saved:
+            stale = self._save(state, data_position, stale, "fast")
+            self._fast_saved = step
+        if "durable" not in tiers or step == self.saved_step:
+            return stale
+        if self.writes:
+            stale = self._save(state, data_position, stale, "durable")
+        self.saved_step = step
+        return stale
+
+    def _save(
+        self, state: Any, data_position: int, stale: StaleCheck | None, tier: str
+    ) -> StaleCheck | None:
+        """One tier's save (see :meth:`save`)."""
         clock, manager = self._clock, self.manager
         step = clock.step
-        if step == self.saved_step:
-            return stale
-        if not self.writes:
-            self.saved_step = step
-            return stale
         if stale is not None and step != stale.step:
             stale.refuse_stale(state, step)
             stale = None
@@ -184,6 +225,6 @@ class RunCheckpoints:
             force=step in manager.steps(),
             # The save makes the curves up to `step` durable before it commits (on the
             # save's thread when it is async): the writer is registered for every save.
+            tier="fast" if tier == "fast" else "durable",
         )
-        self.saved_step = step
         return stale

@@ -49,13 +49,16 @@ class Messages:
         self.stream.write(f"globalstep: {line}\n")
         self.stream.flush()
 
-    def started(self, latest: int | None, step: int, *, done: bool) -> None:
-        """A new run, or one resumed from ``latest`` (at ``step``); and, where ``done``, that
-        the resumed run is complete already."""
+    def started(
+        self, latest: int | None, step: int, *, done: bool, source: str | None = None
+    ) -> None:
+        """A new run, or one resumed from ``latest`` (at ``step``, read from ``source``,
+        default the checkpoints' directory); and, where ``done``, that the resumed run is
+        complete already."""
         if latest is None:
             self.say(f"new run in {self._run}")
             return
-        self.say(f"resumed from step {step} ({self._checkpoints})")
+        self.say(f"resumed from step {step} ({source or self._checkpoints})")
         if done:
             self.say(
                 f"the run is complete (step {step} of {self._total}); "

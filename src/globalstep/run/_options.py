@@ -101,8 +101,11 @@ class CheckpointOptions:
     all_ranks_save: bool
 
     @classmethod
-    def build(cls, options: Mapping[str, Any] | None, plan: RankPlan) -> CheckpointOptions:
-        """Returns the options of ``checkpoint_options`` on the rank that ``plan`` says.
+    def build(
+        cls, options: Mapping[str, Any] | None, plan: RankPlan, fast_tier: Any = None
+    ) -> CheckpointOptions:
+        """Returns the options of ``checkpoint_options`` (and Run's ``fast_tier``) on the
+        rank that ``plan`` says.
 
         On several ranks of an initialised process group the manager saves on every rank
         (the writer rank writes the replicated state and commits; sharded tensors are
@@ -111,16 +114,28 @@ class CheckpointOptions:
         ``distributed=False``, the writer alone saves and the others only read.
 
         Raises:
-            ConfigError: ``options`` holds ``save_every`` (Run's own parameter).
+            ConfigError: ``options`` holds ``save_every`` or ``fast_tier`` (Run's own
+                parameters), or a fast tier on several ranks.
         """
         keywords = MappingProxyType(dict(options or {}))
-        if "save_every" in keywords:
+        for name in ("save_every", "fast_tier"):
+            if name in keywords:
+                raise ConfigError(
+                    "checkpoint_options",
+                    f"must not hold {name}",
+                    keywords[name],
+                    hint=f"Pass {name} to Run: it saves after flushing the logs.",
+                )
+        if fast_tier is not None and plan.ranks is not None:
             raise ConfigError(
-                "checkpoint_options",
-                "must not hold save_every",
-                keywords["save_every"],
-                hint="Pass save_every to Run: it saves after flushing the logs.",
+                "fast_tier",
+                "is not supported on several ranks, nor with ranks= (each machine would "
+                "restore from its own fast tier, at different steps); save to the durable "
+                "directory alone",
+                fast_tier,
             )
+        if fast_tier is not None:
+            keywords = MappingProxyType({**keywords, "fast_tier": fast_tier})
         chosen = keywords.get("distributed")
         all_ranks = plan.ranks is not None and plan.grouped
         if all_ranks and "distributed" not in keywords:

@@ -21,7 +21,7 @@ from globalstep._memo import MEMO_BITS, MEMO_MASK
 from globalstep._tracing import opaque
 from globalstep._triggers import Trigger
 from globalstep._units import DurationLike
-from globalstep.checkpoint import SaveTrigger
+from globalstep.checkpoint import FastTier, SaveTrigger
 from globalstep.distributed import DEFAULT_STOP_SIGNALS, check_signals
 from globalstep.run import _refusals
 from globalstep.run._audit import RunAudit
@@ -59,6 +59,7 @@ class Run(Closing):
         schedules: name to schedule; :meth:`value` reads one at the clock's step.
         save_every: when :meth:`update` saves a checkpoint: a duration (``500``, ``"1ep"``,
             ``"30min"``) or a trigger; None saves only at the end and on a signal.
+        fast_tier: a :class:`~globalstep.checkpoint.FastTier` saved to as well (one process).
         config: hyperparameters to store with each checkpoint and compare on resuming
             (JSON-ready: numbers, strings, lists and dicts).
         strict: raise instead of warning when the configuration differs on resuming.
@@ -108,6 +109,7 @@ class Run(Closing):
         clocks: Sequence[Clock] = (),
         schedules: Mapping[str, Any] | None = None,
         save_every: DurationLike | Trigger | None = None,
+        fast_tier: FastTier | None = None,
         config: Mapping[str, Any] | None = None,
         strict: bool = False,
         rollback: Rollback | None = None,
@@ -131,7 +133,7 @@ class Run(Closing):
         signals = check_signals(stop_signals, "stop_signals")
         plan = RankPlan.build(ranks, rollback)
         self.ranks, self.is_writer, self.ranks_check = plan.ranks, plan.is_writer, plan.check
-        options = CheckpointOptions.build(checkpoint_options, plan)
+        options = CheckpointOptions.build(checkpoint_options, plan, fast_tier)
         saves = SaveTrigger.of(save_every)  # checked before the manager takes the lock
         self.directory, self.total_steps = Path(directory), total_steps
         self._memos: Memos = {}  # see value()
@@ -175,8 +177,7 @@ class Run(Closing):
             place, is a new object in it); also kept as ``run.state``.
 
         Raises:
-            ConfigError: ``restore`` was called already, or the configuration differs and
-                ``strict=True``.
+            ConfigError: a second call, or the configuration differs and ``strict=True``.
             CorruptCheckpointError: the newest checkpoint fails verification.
             RestoreMismatchError: the checkpoint does not fit ``state``.
         """
@@ -189,7 +190,7 @@ class Run(Closing):
         )
         done = self.done and latest is not None  # resumed, and complete already
         self._audit.begin(self.directory / "logs", latest if self.is_writer else None)
-        self._messages.started(latest, self.clock.step, done=done)
+        self._messages.started(latest, self.clock.step, done=done, source=self._saves.source())
         self._restored = True
         self._careful = self.rollback is not None
         self._started_at = self._ticked_to = self.clock.step
@@ -256,10 +257,9 @@ class Run(Closing):
         :class:`Rollback` policy's tag rolls the run back instead (the clock does not
         tick); after a stop signal it saves (on several ranks, at the update they agree on)
         and raises ``SystemExit`` (128 + the signal's number). The clock ticks here unless
-        an owner claimed its ticks (:meth:`Clock.claim_ticks
-        <globalstep._clock.Clock.claim_ticks>`, as ``globalstep.integrations.torch.attach``
-        and the Keras/TensorFlow ``follow`` do): the owner's tick is the update's one. A
-        clock advanced by anything else between two updates is refused.
+        an owner claimed its ticks (:meth:`~globalstep._clock.Clock.claim_ticks`, as
+        ``globalstep.integrations.torch.attach`` and the Keras/TensorFlow ``follow`` do):
+        the owner's tick is the update's one. A clock advanced elsewhere is refused.
 
         Args:
             applied: False for an update that was skipped (a mixed-precision overflow): no
