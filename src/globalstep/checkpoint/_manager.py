@@ -67,6 +67,7 @@ from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._files.metadata import metrics_to_json
 from globalstep.checkpoint._follower import CheckpointFollower
+from globalstep.checkpoint._ledger import Ledger, checkpoint_bytes, open_ledger
 from globalstep.checkpoint._ranks.rounds import Round, Rounds
 from globalstep.checkpoint._save_trigger import SaveTrigger
 from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSaver
@@ -133,6 +134,12 @@ class CheckpointManager(Closing):
             ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
             S3-compatible store (see :class:`~globalstep.storage.FsspecStorage`
             for listing consistency, retries and the writer's lock there).
+        ledger: where the writer records each attempt, save and restore (see
+            :mod:`globalstep.checkpoint._ledger`, read by ``globalstep ckpt ledger``): True
+            (the default) appends to ``ledger.jsonl`` in a local ``directory`` (none on an
+            object store), False keeps none, a local path appends there (a
+            :class:`~globalstep.run.Run` gives its own directory's). Read-only managers
+            and ranks other than the writer keep none.
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -155,6 +162,7 @@ class CheckpointManager(Closing):
         read_only: bool = False,
         distributed: Any = False,
         storage_options: Mapping[str, Any] | None = None,
+        ledger: bool | str | os.PathLike[str] = True,
     ) -> None:
         policy = policy_from_options(max_to_keep, keep_every_n_hours, keep_every_n_steps, keep_best)
         if not isinstance(async_save, bool):
@@ -183,11 +191,14 @@ class CheckpointManager(Closing):
         self._saver = AsyncSaver(self.directory) if async_save else SyncSaver()
         self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
         self._lock: DirectoryLock | None = None
+        self.ledger: Ledger | None = None
+        """The ledger this manager appends to (see the ``ledger`` argument), or None."""
         if not read_only and not self._participant:
             self._lock = DirectoryLock(self._storage)
             self._lock.acquire()
             try:
                 self._resume_trigger()
+                self.ledger = open_ledger(ledger, self._storage)
             except BaseException:
                 self._lock.release()  # no manager is returned, so nobody else could
                 raise
@@ -348,12 +359,13 @@ class CheckpointManager(Closing):
                 the writer raised it; nothing was saved).
             NonFiniteError: an open writer read a guarded value that is NaN or infinite.
         """
+        started = time.perf_counter()
         self._check_writable()
         self.wait()
         number = step_of(step)
         round_ = self._rounds.begin(number)
         try:
-            self._save(number, state, metrics, force, round_, before_commit)
+            self._save(number, state, metrics, force, round_, before_commit, started)
         except BaseException as err:
             round_.abort(err)
             raise
@@ -366,8 +378,10 @@ class CheckpointManager(Closing):
         force: bool,
         round_: Round,
         before_commit: Callable[[], None] | None,
+        started: float,
     ) -> None:
-        """Checks the save and takes its copy as a SaveJob, for the saver to commit."""
+        """Checks the save and takes its copy as a SaveJob, for the saver to commit;
+        ``started``: when save() was called (``time.perf_counter()``), for the ledger."""
         copy = self._saver.copy
         if self._participant:
             self._participate(state, round_, before_commit)
@@ -389,7 +403,38 @@ class CheckpointManager(Closing):
         job = SaveJob(
             number, flat.arrays, document, force, abandoned, round_, before_commit, fresh, marked
         )
-        self._saver.run(lambda: self._commit(job))
+        if self.ledger is None:
+            self._saver.run(lambda: self._commit(job))
+            return
+        handed_over = time.perf_counter()
+
+        def commit_and_record() -> None:
+            begun = time.perf_counter()
+            self._commit(job)
+            ended = time.perf_counter()
+            nbytes = checkpoint_bytes(self._storage, name)
+            if copy:  # async: the training thread stopped waiting at the hand-over
+                self._ledger_saved(number, "durable", nbytes, handed_over - started, ended - begun)
+            else:
+                self._ledger_saved(number, "durable", nbytes, ended - started, 0.0)
+
+        self._saver.run(commit_and_record)
+
+    def _ledger_saved(
+        self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
+    ) -> None:
+        """The ledger's record of a committed save (a no-op without a ledger)."""
+        if self.ledger is not None:
+            self.ledger.saved(
+                step, tier, nbytes, stall_seconds, background_seconds, storage=self._storage
+            )
+
+    def _ledger_restored(
+        self, step: int, tier: str, seconds: float, fell_back_from: int | None
+    ) -> None:
+        """The ledger's record of a restore (a no-op without a ledger)."""
+        if self.ledger is not None:
+            self.ledger.restored(step, tier, seconds, fell_back_from)
 
     def _participate(
         self, state: Any, round_: Round, before_commit: Callable[[], None] | None
@@ -511,14 +556,23 @@ class CheckpointManager(Closing):
             RestoreMismatchError: the checkpoint does not fit the template.
         """
         self.wait()
+        started = time.perf_counter()
 
         def action(number: int) -> tuple[Any, RestoreReport]:
             return self._reading.restore(number, template, partial)
 
+        newest = None
         if step is not None or not skip_corrupt:
             chosen, result = self._reading.read(step, action)
         else:
+            newest = self.latest_step()
             chosen, result = self._reading.newest_valid(action)
+        self._ledger_restored(
+            chosen,
+            "durable",
+            time.perf_counter() - started,
+            newest if newest is not None and newest != chosen else None,
+        )
         if not self._read_only and not self._closed:
             # Resuming from an older step starts a new timeline: the first save abandons
             # the newer checkpoints, so that no later restore returns to them.
@@ -546,10 +600,16 @@ class CheckpointManager(Closing):
         if self._closed:
             return
         self._closed = True
+        error: str | None = None
         try:
             self.wait()
+        except BaseException as err:
+            error = f"{type(err).__name__}: {err}"
+            raise
         finally:
             self._saver.shutdown()
+            if self.ledger is not None:
+                self.ledger.close(error)
             if self._lock is not None:
                 self._lock.release()
 
