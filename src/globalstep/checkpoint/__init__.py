@@ -25,6 +25,7 @@ from globalstep.checkpoint._files.commit import commit as commit_checkpoint
 from globalstep.checkpoint._files.commit import remove_checkpoint
 from globalstep.checkpoint._files.document import COMMIT_FILE, Document, checksum_of, load_state
 from globalstep.checkpoint._files.lazy import CheckpointReader
+from globalstep.checkpoint._ledger import LEDGER_FILE, Ledger, LedgerSummary, read_ledger
 from globalstep.checkpoint._manager import (
     CheckpointFollower,
     CheckpointManager,
@@ -61,6 +62,9 @@ __all__ = [
     "KeepEveryNSteps",
     "KeepLatest",
     "KeepPolicy",
+    "LEDGER_FILE",
+    "Ledger",
+    "LedgerSummary",
     "OpenTemplate",
     "PerRank",
     "RestoreReport",
@@ -80,6 +84,7 @@ __all__ = [
     "load_state",
     "policy_from_config",
     "read_arrays",
+    "read_ledger",
     "register_adapter",
     "remove_checkpoint",
     "template_arrays",

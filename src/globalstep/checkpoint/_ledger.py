@@ -274,6 +274,10 @@ class Ledger:
 
     def _floor(self, storage: Storage, tier: str, nbytes: int) -> None:
         """Writes ``nbytes`` to a new file beside the checkpoints, fsyncs it, records the time."""
+        with contextlib.suppress(OSError):  # a killed process's floor file
+            for name in storage.listdir(storage.root):
+                if name.startswith(_FLOOR_PREFIX):
+                    storage.remove_file(storage.join(name))
         path = storage.join(f"{_FLOOR_PREFIX}{secrets.token_hex(4)}.tmp")
         block = os.urandom(min(nbytes, _BLOCK))
         try:

@@ -132,13 +132,15 @@ class CheckpointOptions:
         read_only = not all_ranks and not plan.is_writer
         return cls(keywords, chosen, read_only, all_ranks)
 
-    def open(self, directory: Path) -> CheckpointManager:
-        """Opens the manager in ``directory`` with these options.
+    def open(self, directory: Path, *, ledger: Path) -> CheckpointManager:
+        """Opens the manager in ``directory`` with these options, its ledger at ``ledger``
+        unless the options name one (``ledger=False``: none).
 
         Raises:
             ConfigError, LockError: as :class:`~globalstep.checkpoint.CheckpointManager`.
         """
         keywords = dict(self.keywords)
+        keywords.setdefault("ledger", ledger)
         if self.distributed is not None:
             keywords["distributed"] = self.distributed
         if self.read_only:
