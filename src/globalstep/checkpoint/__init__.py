@@ -46,6 +46,7 @@ from globalstep.checkpoint._tree.templates import template_arrays
 
 __all__ = [
     "COMMIT_FILE",
+    "LEDGER_FILE",
     "Adapter",
     "CheckpointFollower",
     "CheckpointInfo",
@@ -62,7 +63,6 @@ __all__ = [
     "KeepEveryNSteps",
     "KeepLatest",
     "KeepPolicy",
-    "LEDGER_FILE",
     "Ledger",
     "LedgerSummary",
     "OpenTemplate",

@@ -309,10 +309,8 @@ def _seconds(value: Any) -> str:
 
 
 def _ledger_tables(summary: LedgerSummary) -> list[str]:
-    rows = [
-        ["ATTEMPT", "STARTED (UTC)", "RESUMED FROM", "TIER", "REDONE", "RESTORE", "SAVES"]
-        + ["STALLS", "WALL", "END"]
-    ]
+    head = "ATTEMPT|STARTED (UTC)|RESUMED FROM|TIER|REDONE|RESTORE|SAVES|STALLS|WALL|END"
+    rows = [head.split("|")]
     for number, a in enumerate(summary.attempts, 1):
         tier = a["tier"] or "-"
         if a["fell_back_from"] is not None:
