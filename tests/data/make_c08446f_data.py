@@ -169,6 +169,9 @@ def write_run(root: pathlib.Path) -> dict[str, Any]:
             "formats": ("tensorboard", "jsonl", Tracker("mlflow", client=lambda: client))
         },
         progress=False,
+        # Issue 35's ledger (ledger.jsonl, and goodput/* series of timings in the logs) is
+        # off: the files this test holds to byte for byte are the formats c08446f wrote.
+        checkpoint_options={"ledger": False},
     ) as run:
         run.restore({"weights": weights})
         while not run.done:

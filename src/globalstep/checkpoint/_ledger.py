@@ -15,8 +15,9 @@ and is open to further keys: readers ignore those they do not know. The kinds:
 
 - ``attempt``: a process opened the ledger (the manager was made): ``pid``, ``host``.
 - ``restore``: ``step``, ``tier`` (``"durable"``; a fast tier writes ``"fast"``),
-  ``seconds`` (reading, checking and filling the state), ``fell_back_from`` (the step that
-  was newer but could not be used, or None).
+  ``seconds`` (reading, checking and filling the state), ``fell_back_from`` (what was newer
+  but could not be used: a tier, ``"fast"``, or ``"durable step 40"`` where
+  ``skip_corrupt`` passed over a corrupt checkpoint; None).
 - ``resume``: written by a Run after its restore: ``step``, ``logged_to`` (the highest step
   standing in the logs, the crashed attempt's last point), ``steps_redone`` (the
   difference: the updates the crashed attempt logged past the checkpoint, which this one
@@ -68,7 +69,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,7 @@ __all__ = [
     "checkpoint_bytes",
     "open_ledger",
     "read_ledger",
+    "timed",
 ]
 
 LEDGER_FILE = "ledger.jsonl"
@@ -132,6 +134,36 @@ def checkpoint_bytes(storage: Storage, name: str) -> int:
     return total
 
 
+def timed(
+    commit: Callable[[], None],
+    started: float,
+    background: bool,
+    record: Callable[..., None],
+) -> Callable[[], None]:
+    """``commit`` (a save's work, for the saver to run), timed for the ledger: once it
+    returns, ``record(stall_seconds, background_seconds)`` is called.
+
+    Args:
+        commit: the save's work.
+        started: when ``save()`` was called (``time.perf_counter()``).
+        background: whether the work runs on a save thread (an async save): the training
+            thread's stall then ends now, when the work is handed over.
+        record: the manager's ledger call.
+    """
+    handed_over = time.perf_counter()
+
+    def work() -> None:
+        begun = time.perf_counter()
+        commit()
+        ended = time.perf_counter()
+        if background:
+            record(handed_over - started, ended - begun)
+        else:
+            record(ended - started, 0.0)
+
+    return work
+
+
 def _rate(nbytes: int, seconds: float) -> float | None:
     return round(nbytes / seconds / 1e9, 6) if seconds > 0 else None
 
@@ -159,7 +191,7 @@ class Ledger:
         """The newest ``restore`` record this process wrote, or None."""
         self.error: str | None = None
         """What ended the run, for the ``end`` record, where its owner knows (a Run
-        closed by an exception); :meth:`close`'s own argument comes first."""
+        closed by an exception)."""
         dropped = self._open()
         extra = {"dropped_torn_bytes": dropped} if dropped else {}
         self.append("attempt", pid=os.getpid(), host=_host(), **extra)
@@ -256,7 +288,7 @@ class Ledger:
                 self._floor_threads.append(thread)
                 thread.start()
 
-    def restored(self, step: int, tier: str, seconds: float, fell_back_from: int | None) -> None:
+    def restored(self, step: int, tier: str, seconds: float, fell_back_from: str | None) -> None:
         """Records a restore."""
         self.last_restore = self.append(
             "restore",
@@ -314,11 +346,11 @@ class Ledger:
             gbps=_rate(nbytes, seconds),
         )
 
-    def close(self, error: str | None = None) -> None:
+    def close(self) -> None:
         """Waits for a floor being measured, writes the ``end`` record and closes the file."""
         for thread in self._floor_threads:
             thread.join()
-        self.append("end", error=error or self.error)
+        self.append("end", error=self.error)
         with self._lock:
             fd, self._fd = self._fd, None
         if fd is not None:

@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -67,7 +68,7 @@ from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._files.lazy import CheckpointReader
 from globalstep.checkpoint._files.metadata import metrics_to_json
 from globalstep.checkpoint._follower import CheckpointFollower
-from globalstep.checkpoint._ledger import Ledger, checkpoint_bytes, open_ledger
+from globalstep.checkpoint._ledger import Ledger, checkpoint_bytes, open_ledger, timed
 from globalstep.checkpoint._ranks.rounds import Round, Rounds
 from globalstep.checkpoint._save_trigger import SaveTrigger
 from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSaver
@@ -134,12 +135,9 @@ class CheckpointManager(Closing):
             ``directory``, e.g. ``{"endpoint_url": "http://127.0.0.1:9000"}`` for an
             S3-compatible store (see :class:`~globalstep.storage.FsspecStorage`
             for listing consistency, retries and the writer's lock there).
-        ledger: where the writer records each attempt, save and restore (see
-            :mod:`globalstep.checkpoint._ledger`, read by ``globalstep ckpt ledger``): True
-            (the default) appends to ``ledger.jsonl`` in a local ``directory`` (none on an
-            object store), False keeps none, a local path appends there (a
-            :class:`~globalstep.run.Run` gives its own directory's). Read-only managers
-            and ranks other than the writer keep none.
+        ledger: the writer's record of attempts, saves and restores (``globalstep ckpt
+            ledger``, :mod:`~globalstep.checkpoint._ledger`): True: ``ledger.jsonl`` here
+            (if local), False: none, or a local path (a Run's: its directory's).
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -191,8 +189,7 @@ class CheckpointManager(Closing):
         self._saver = AsyncSaver(self.directory) if async_save else SyncSaver()
         self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
         self._lock: DirectoryLock | None = None
-        self.ledger: Ledger | None = None
-        """The ledger this manager appends to (see the ``ledger`` argument), or None."""
+        self.ledger: Ledger | None = None  # see the ledger argument
         if not read_only and not self._participant:
             self._lock = DirectoryLock(self._storage)
             self._lock.acquire()
@@ -359,13 +356,13 @@ class CheckpointManager(Closing):
                 the writer raised it; nothing was saved).
             NonFiniteError: an open writer read a guarded value that is NaN or infinite.
         """
-        started = time.perf_counter()
+        self._save_started = time.perf_counter()  # for the ledger's stall
         self._check_writable()
         self.wait()
         number = step_of(step)
         round_ = self._rounds.begin(number)
         try:
-            self._save(number, state, metrics, force, round_, before_commit, started)
+            self._save(number, state, metrics, force, round_, before_commit)
         except BaseException as err:
             round_.abort(err)
             raise
@@ -378,10 +375,8 @@ class CheckpointManager(Closing):
         force: bool,
         round_: Round,
         before_commit: Callable[[], None] | None,
-        started: float,
     ) -> None:
-        """Checks the save and takes its copy as a SaveJob, for the saver to commit;
-        ``started``: when save() was called (``time.perf_counter()``), for the ledger."""
+        """Checks the save and takes its copy as a SaveJob, for the saver to commit."""
         copy = self._saver.copy
         if self._participant:
             self._participate(state, round_, before_commit)
@@ -403,22 +398,12 @@ class CheckpointManager(Closing):
         job = SaveJob(
             number, flat.arrays, document, force, abandoned, round_, before_commit, fresh, marked
         )
-        if self.ledger is None:
-            self._saver.run(lambda: self._commit(job))
-            return
-        handed_over = time.perf_counter()
-
-        def commit_and_record() -> None:
-            begun = time.perf_counter()
-            self._commit(job)
-            ended = time.perf_counter()
-            nbytes = checkpoint_bytes(self._storage, name)
-            if copy:  # async: the training thread stopped waiting at the hand-over
-                self._ledger_saved(number, "durable", nbytes, handed_over - started, ended - begun)
-            else:
-                self._ledger_saved(number, "durable", nbytes, ended - started, 0.0)
-
-        self._saver.run(commit_and_record)
+        work: Callable[[], None] = lambda: self._commit(job)  # noqa: E731
+        if self.ledger is not None:  # recorded once committed, with the checkpoint's bytes
+            size = functools.partial(checkpoint_bytes, self._storage, name)
+            record = functools.partial(self._ledger_saved, number, "durable")
+            work = timed(work, self._save_started, copy, lambda *t: record(size(), *t))
+        self._saver.run(work)
 
     def _ledger_saved(
         self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
@@ -430,7 +415,7 @@ class CheckpointManager(Closing):
             )
 
     def _ledger_restored(
-        self, step: int, tier: str, seconds: float, fell_back_from: int | None
+        self, step: int, tier: str, seconds: float, fell_back_from: str | None
     ) -> None:
         """The ledger's record of a restore (a no-op without a ledger)."""
         if self.ledger is not None:
@@ -561,18 +546,13 @@ class CheckpointManager(Closing):
         def action(number: int) -> tuple[Any, RestoreReport]:
             return self._reading.restore(number, template, partial)
 
-        newest = None
+        newest = self.latest_step() if skip_corrupt and step is None else None
         if step is not None or not skip_corrupt:
             chosen, result = self._reading.read(step, action)
         else:
-            newest = self.latest_step()
             chosen, result = self._reading.newest_valid(action)
-        self._ledger_restored(
-            chosen,
-            "durable",
-            time.perf_counter() - started,
-            newest if newest is not None and newest != chosen else None,
-        )
+        fell_back = f"durable step {newest}" if newest not in (None, chosen) else None
+        self._ledger_restored(chosen, "durable", time.perf_counter() - started, fell_back)
         if not self._read_only and not self._closed:
             # Resuming from an older step starts a new timeline: the first save abandons
             # the newer checkpoints, so that no later restore returns to them.
@@ -600,16 +580,12 @@ class CheckpointManager(Closing):
         if self._closed:
             return
         self._closed = True
-        error: str | None = None
         try:
             self.wait()
-        except BaseException as err:
-            error = f"{type(err).__name__}: {err}"
-            raise
         finally:
             self._saver.shutdown()
             if self.ledger is not None:
-                self.ledger.close(error)
+                self.ledger.close()
             if self._lock is not None:
                 self._lock.release()
 

@@ -7,17 +7,18 @@ attempt's last point) less the step it resumed from, and the wall time of that p
 same figures go to the run's writer, so that TensorBoard, the JSONL file and the trackers
 show them beside the curves:
 
-- at a resume, at the first step the attempt logs (the step resumed from + 1):
-  ``goodput/restore_seconds`` and ``goodput/steps_redone``;
+- after a resume, ``goodput/restore_seconds`` and ``goodput/steps_redone``, at the
+  attempt's first save (or its close): never at the step resumed from, whose points the
+  crashed attempt logged and a restart mark there would void, nor ahead of the clock;
 - at each save, the saves the ledger recorded since the last point (a synchronous save:
   itself; an async one: the one before, which this save waited for), at the step saved:
   ``goodput/save_stall_seconds`` and ``goodput/save_background_seconds`` (their sums) and
   ``goodput/save_gbps`` (their bytes over their time);
-- at close, at the final step: the saves not yet shown, and ``goodput/share``, the ledger's
-  goodput over every attempt so far.
+- at close, at the final step: the figures not yet shown, and ``goodput/share``, the
+  ledger's goodput over every attempt so far.
 
-Nothing is logged by a rank without the ledger (not the writer), and at a save or close
-only where the run's writer is open (a run that logs nothing gets no series).
+Nothing is logged by a rank without the ledger (not the writer), and only where the run's
+writer is open (a run that logs nothing gets no series).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from globalstep._clock import Clock
 from globalstep._errors import GlobalStepError
 from globalstep.checkpoint import Ledger, read_ledger
 from globalstep.summary import SummaryWriter, last_standing_step, last_wall_time
@@ -38,24 +40,29 @@ class Goodput:
 
     Args:
         ledger: the manager's ledger, or None (then this does nothing).
-        logs: the run's log directory.
+        run: the run's directory (its logs are in ``logs/``).
+        clock: the clock whose step the close logs at.
+        writer: returns the run's writer where it is open, else None.
     """
 
-    def __init__(self, ledger: Ledger | None, logs: Path) -> None:
+    def __init__(
+        self,
+        ledger: Ledger | None,
+        run: Path,
+        clock: Clock,
+        writer: Callable[[], SummaryWriter | None],
+    ) -> None:
         self._ledger = ledger
-        self._logs = logs
-        self._step: Callable[[], int] = lambda: 0
-        self._writer: Callable[[], SummaryWriter | None] = lambda: None
+        self._logs = run / "logs"
+        self._clock = clock
+        self._writer = writer
+        self._pending: dict[str, float] = {}  # a resume's figures, for the next point
 
-    def bind(self, step: Callable[[], int], writer: Callable[[], SummaryWriter | None]) -> None:
-        """Where the clock's step and the open writer (or None) are read at close."""
-        self._step, self._writer = step, writer
-
-    def resumed(self, step: int, open_writer: Callable[[], SummaryWriter], *, done: bool) -> None:
-        """Records the resume from ``step`` (the steps redone, read from the logs) and logs
-        the restore's figures at ``step + 1`` unless the run is ``done`` already."""
+    def resumed(self, step: int | None) -> None:
+        """Records the resume from ``step`` (None: a new run, nothing to record) with the
+        steps redone, read from the logs; keeps the figures for the next save or close."""
         ledger = self._ledger
-        if ledger is None:
+        if ledger is None or step is None:
             return
         logged_to: int | None = None
         if self._logs.is_dir():
@@ -71,38 +78,35 @@ class Goodput:
             steps_redone=redone,
             last_logged_time=last_wall_time(self._logs),
         )
-        if done:
-            return
-        scalars = {"goodput/steps_redone": float(redone)}
+        self._pending = {"goodput/steps_redone": float(redone)}
         restore = ledger.last_restore
         if restore is not None and restore.get("step") == step:
-            scalars["goodput/restore_seconds"] = float(restore["seconds"])
-        open_writer().scalars(scalars, step=step + 1)
+            self._pending["goodput/restore_seconds"] = float(restore["seconds"])
 
-    def saved(self, writer: SummaryWriter | None, step: int) -> None:
-        """Logs the saves the ledger recorded since the last call at ``step``."""
-        if self._ledger is None or writer is None:
-            return
-        scalars = _save_scalars(self._ledger.take_saves())
-        if scalars:
-            writer.scalars(scalars, step=step)
+    def saved(self) -> None:
+        """After a save: logs what the ledger recorded since the last point, at the step."""
+        self._log(closing=False)
 
     def close(self) -> None:
-        """After the manager closed (the ledger's end written): the last saves and the
-        goodput share, at the clock's step."""
+        """After the manager closed (the ledger's end written): the figures not yet shown
+        and the goodput share, at the clock's step."""
+        self._log(closing=True)
+
+    def _log(self, *, closing: bool) -> None:
         ledger, writer = self._ledger, self._writer()
         if ledger is None or writer is None:
             return
-        scalars = _save_scalars(ledger.take_saves())
-        share = read_ledger(ledger.path).goodput.get("share")
-        if share is not None:
-            scalars["goodput/share"] = float(share)
+        scalars, self._pending = {**self._pending, **_save_scalars(ledger.take_saves())}, {}
+        if closing:
+            share = read_ledger(ledger.path).goodput.get("share")
+            if share is not None:
+                scalars["goodput/share"] = float(share)
         if scalars:
-            writer.scalars(scalars, step=self._step())
+            writer.scalars(scalars, step=self._clock.step)
 
-    def stopped_by(self, error: BaseException) -> None:
-        """Notes what ends the run, for the ledger's ``end`` record."""
-        if self._ledger is not None:
+    def stopped_by(self, error: BaseException | None) -> None:
+        """Notes what ends the run (None: nothing went wrong), for the ledger's ``end``."""
+        if self._ledger is not None and error is not None:
             self._ledger.error = f"{type(error).__name__}: {error}"
 
 

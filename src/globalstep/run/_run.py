@@ -21,7 +21,7 @@ from globalstep._memo import MEMO_BITS, MEMO_MASK
 from globalstep._tracing import opaque
 from globalstep._triggers import Trigger
 from globalstep._units import DurationLike
-from globalstep.checkpoint import LEDGER_FILE, SaveTrigger
+from globalstep.checkpoint import SaveTrigger
 from globalstep.distributed import DEFAULT_STOP_SIGNALS, check_signals
 from globalstep.run import _refusals
 from globalstep.run._checkpoints import RunCheckpoints
@@ -144,11 +144,8 @@ class Run(Closing):
         self._restored, self._closed, self._careful = False, False, True
         self._started_at = self._ticked_to = 0  # _ticked_to: the step after the last update
         self._stale_check: StaleCheck | None = None  # see save()
-        self.checkpoints = manager = options.open(
-            self.directory / "checkpoints", ledger=self.directory / LEDGER_FILE
-        )
-        self._goodput = Goodput(manager.ledger, self.directory / "logs")
-        self._goodput.bind(lambda: self.clock.step, lambda: self._writer)
+        self.checkpoints = manager = options.open(self.directory)
+        self._goodput = Goodput(manager.ledger, self.directory, self.clock, lambda: self._writer)
         writes = plan.is_writer or options.all_ranks_save
         self._saves = RunCheckpoints(manager, saves, self.clocks, self.config, writes=writes)
         self.save_trigger = saves.trigger if saves is not None else None
@@ -188,8 +185,7 @@ class Run(Closing):
             state, self.data_position, self.config, strict=self.strict, run=self.directory
         )
         done = self.done and latest is not None  # resumed, and complete already
-        if latest is not None:
-            self._goodput.resumed(latest, lambda: self.writer, done=done)
+        self._goodput.resumed(latest)
         self._messages.started(latest, self.clock.step, done=done)
         self._restored = True
         self._careful = self.rollback is not None
@@ -349,7 +345,7 @@ class Run(Closing):
         """
         self._check_usable()
         self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
-        self._goodput.saved(self._writer, self.clock.step)
+        self._goodput.saved()
 
     def _on_stop(self, signum: int) -> None:
         """A stop agreed (``_signals.agreed``): this update's end saves and exits."""
@@ -379,8 +375,7 @@ class Run(Closing):
     def _close_after(self, error: BaseException | None) -> None:
         # An error leaves no final checkpoint (the state may be half updated; a signal's
         # stop saved already), and the body's error is the one raised.
-        if error is not None:
-            self._goodput.stopped_by(error)
+        self._goodput.stopped_by(error)
         try:
             self._finish(save=error is None and self._restored)
         except Exception:
@@ -399,8 +394,7 @@ class Run(Closing):
         finally:
             self._closed = True
             self._signals.close()
-            # The checkpoints first: an async save fsyncs the logs before it commits; then
-            # the ledger's last figures go to the writer, before it closes.
+            # The checkpoints first: an async save fsyncs the logs before it commits.
             close_in_order(self.checkpoints, self._goodput, self.progress, self._writer)
 
     def __repr__(self) -> str:
