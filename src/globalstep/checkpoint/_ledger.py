@@ -39,9 +39,9 @@ Goodput (:attr:`LedgerSummary.goodput`): the share of the wall time of all attem
 went into steps kept. An attempt lasts from its ``attempt`` record to its ``end`` record,
 or, for one that crashed, to the latest of its own last record and the last point it
 logged (the next attempt's ``resume.last_logged_time``). Lost from that time: every
-restore's ``seconds``, the redone steps' time (for each resume: from when the training
-thread went on after the save it resumed from, ``time - background_seconds`` of that
-save's record, to the crashed attempt's last logged point), and every kept save's
+restore's ``seconds``, the redone steps' time (for each resume with steps redone: from when
+the training thread went on after the save it resumed from, ``time - background_seconds``
+of that save's record, to the crashed attempt's last logged point), and every kept save's
 ``stall_seconds`` (a save past the step resumed from is lost: its stall is inside the
 redone time). ``share = (wall - restores - redone - stalls) / wall``. The gaps between
 attempts (a scheduler's restart) are outside the wall time and shown apart.
@@ -618,9 +618,11 @@ def _redone(summary: LedgerSummary, attempt: dict[str, Any], crashed: int) -> fl
     """The crashed attempt's time on the steps ``attempt`` does again: from when the
     training thread went on after the save it resumes from to the crashed attempt's last
     logged point (None where either is unknown)."""
-    logged = attempt["_last_logged_time"]
-    if logged is None:
-        return None if attempt["steps_redone"] is None else 0.0
+    logged, redone = attempt["_last_logged_time"], attempt["steps_redone"]
+    if redone is None:
+        return None
+    if logged is None or redone == 0:  # nothing logged past the checkpoint: none redone
+        return 0.0
     saves = [
         s
         for s in summary.saves

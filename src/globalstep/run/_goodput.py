@@ -7,15 +7,18 @@ attempt's last point) less the step it resumed from, and the wall time of that p
 same figures go to the run's writer, so that TensorBoard, the JSONL file and the trackers
 show them beside the curves:
 
-- after a resume, ``goodput/restore_seconds`` and ``goodput/steps_redone``, at the
-  attempt's first save (or its close): never at the step resumed from, whose points the
-  crashed attempt logged and a restart mark there would void, nor ahead of the clock;
-- at each save, the saves the ledger recorded since the last point (a synchronous save:
-  itself; an async one: the one before, which this save waited for), at the step saved:
-  ``goodput/save_stall_seconds`` and ``goodput/save_background_seconds`` (their sums) and
-  ``goodput/save_gbps`` (their bytes over their time);
-- at close, at the final step: the figures not yet shown, and ``goodput/share``, the
-  ledger's goodput over every attempt so far.
+- after a resume, ``goodput/restore_seconds`` and ``goodput/steps_redone``;
+- for the saves the ledger recorded since the last point, ``goodput/save_stall_seconds``
+  and ``goodput/save_background_seconds`` (their sums) and ``goodput/save_gbps`` (their
+  bytes over their time);
+- at close, ``goodput/share``, the ledger's goodput over every attempt so far.
+
+They are logged at the step of the next save, before it commits (so that checkpoint makes
+them durable, and a tracker receives nothing a crash can take back, as every point), and
+at close, at the final step (with the figures of a save at that step): never at the step
+resumed from (whose points the crashed attempt logged: a restart mark there would void
+them) nor ahead of the clock (a loop logging at the clock's step would draw a curve
+folding back). So a save's own figures appear at the next save's step (or the close's).
 
 Nothing is logged by a rank without the ledger (not the writer), and only where the run's
 writer is open (a run that logs nothing gets no series).
@@ -24,13 +27,14 @@ writer is open (a run that logs nothing gets no series).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from globalstep._clock import Clock
 from globalstep._errors import GlobalStepError
 from globalstep.checkpoint import Ledger, read_ledger
 from globalstep.summary import SummaryWriter, last_standing_step, last_wall_time
+
+if TYPE_CHECKING:
+    from globalstep.run._run import Run
 
 __all__ = ["Goodput"]
 
@@ -40,21 +44,19 @@ class Goodput:
 
     Args:
         ledger: the manager's ledger, or None (then this does nothing).
-        run: the run's directory (its logs are in ``logs/``).
-        clock: the clock whose step the close logs at.
+        run: the Run (its directory, clock and ``done``).
         writer: returns the run's writer where it is open, else None.
     """
 
     def __init__(
         self,
         ledger: Ledger | None,
-        run: Path,
-        clock: Clock,
+        run: Run,
         writer: Callable[[], SummaryWriter | None],
     ) -> None:
         self._ledger = ledger
-        self._logs = run / "logs"
-        self._clock = clock
+        self._logs = run.directory / "logs"
+        self._run = run
         self._writer = writer
         self._pending: dict[str, float] = {}  # a resume's figures, for the next point
 
@@ -83,9 +85,11 @@ class Goodput:
         if restore is not None and restore.get("step") == step:
             self._pending["goodput/restore_seconds"] = float(restore["seconds"])
 
-    def saved(self) -> None:
-        """After a save: logs what the ledger recorded since the last point, at the step."""
-        self._log(closing=False)
+    def before_save(self) -> None:
+        """Before a save: logs what the ledger recorded since the last point, at the step
+        (not at the last step: the close logs them there, with the final save's)."""
+        if not self._run.done:
+            self._log(closing=False)
 
     def close(self) -> None:
         """After the manager closed (the ledger's end written): the figures not yet shown
@@ -102,7 +106,7 @@ class Goodput:
             if share is not None:
                 scalars["goodput/share"] = float(share)
         if scalars:
-            writer.scalars(scalars, step=self._clock.step)
+            writer.scalars(scalars, step=self._run.step)
 
     def stopped_by(self, error: BaseException | None) -> None:
         """Notes what ends the run (None: nothing went wrong), for the ledger's ``end``."""

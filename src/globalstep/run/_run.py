@@ -145,7 +145,7 @@ class Run(Closing):
         self._started_at = self._ticked_to = 0  # _ticked_to: the step after the last update
         self._stale_check: StaleCheck | None = None  # see save()
         self.checkpoints = manager = options.open(self.directory)
-        self._goodput = Goodput(manager.ledger, self.directory, self.clock, lambda: self._writer)
+        self._goodput = Goodput(manager.ledger, self, lambda: self._writer)
         writes = plan.is_writer or options.all_ranks_save
         self._saves = RunCheckpoints(manager, saves, self.clocks, self.config, writes=writes)
         self.save_trigger = saves.trigger if saves is not None else None
@@ -344,8 +344,8 @@ class Run(Closing):
             CheckpointError: the save failed.
         """
         self._check_usable()
+        self._goodput.before_save()  # the figures so far: durable with this checkpoint
         self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
-        self._goodput.saved()
 
     def _on_stop(self, signum: int) -> None:
         """A stop agreed (``_signals.agreed``): this update's end saves and exits."""
