@@ -112,7 +112,7 @@ def _check_directory(text: str) -> None:
 def _run(
     action: str,
     command: Callable[[argparse.Namespace], int],
-    check: Callable[[str], None] = _check_directory,
+    check: Callable[[str], object] = _check_directory,
 ) -> Any:
     """Wraps ``command``: checks DIRECTORY first, prints a _UsageError or a warning as one line."""
 

@@ -633,5 +633,5 @@ def _redone(summary: LedgerSummary, attempt: dict[str, Any], crashed: int) -> fl
     if not saves:
         return None
     kept = saves[-1]
-    went_on = kept["time"] - _number(kept.get("background_seconds"))
+    went_on = _number(kept["time"]) - _number(kept.get("background_seconds"))
     return round(max(0.0, _number(logged) - went_on), 6)
