@@ -264,3 +264,18 @@ def test_goodput_is_wall_time_less_restores_redone_steps_and_stalls(tmp_path):
         "goodput: 87.1% of 33.00 s went into steps kept (2 attempts; lost: restores 0.250 s, "
         "redone steps 3.000 s, save stalls 1.000 s)"
     )
+
+
+def test_a_record_that_fails_never_fails_the_save(tmp_path, monkeypatch):
+    """A save whose record cannot be made (its size unreadable) is committed, with a warning."""
+    from globalstep.checkpoint import _manager
+
+    def unreadable(storage, name):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(_manager, "checkpoint_bytes", unreadable)
+    with CheckpointManager(tmp_path) as manager:
+        with pytest.warns(checkpoint.CheckpointWarning, match="could not record this save"):
+            manager.save(1, {"w": np.zeros(3)})
+        assert manager.steps() == [1]
+    assert read_ledger(tmp_path / LEDGER_FILE).saves == []

@@ -156,10 +156,17 @@ def timed(
         begun = time.perf_counter()
         commit()
         ended = time.perf_counter()
-        if background:
-            record(handed_over - started, ended - begun)
-        else:
-            record(ended - started, 0.0)
+        try:  # the checkpoint is committed: nothing here may fail the save
+            if background:
+                record(handed_over - started, ended - begun)
+            else:
+                record(ended - started, 0.0)
+        except Exception as err:  # a size that cannot be read (an object store's error)
+            warnings.warn(
+                f"the ledger could not record this save ({err}); the checkpoint is committed",
+                CheckpointWarning,
+                stacklevel=2,
+            )
 
     return work
 
@@ -231,13 +238,21 @@ class Ledger:
     def append(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Appends one record of ``kind`` with ``fields`` (JSON-ready), fsynced; returns it."""
         record = {"kind": kind, "time": time.time(), "v": FORMAT, **fields}
-        line = (json.dumps(record, separators=(", ", ": "), allow_nan=False) + "\n").encode()
         with self._lock:
             fd = self._fd
             if fd is None:
                 return record
             try:
-                os.write(fd, line)
+                text = json.dumps(record, separators=(", ", ": "), allow_nan=False)
+            except (TypeError, ValueError) as err:  # a field that JSON cannot hold
+                warnings.warn(
+                    f"the ledger {self.path} skipped a {kind!r} record ({err})",
+                    CheckpointWarning,
+                    stacklevel=2,
+                )
+                return record
+            try:
+                os.write(fd, (text + "\n").encode())
                 os.fsync(fd)
             except OSError as err:
                 self._fd = None
@@ -347,7 +362,8 @@ class Ledger:
         )
 
     def close(self) -> None:
-        """Waits for a floor being measured, writes the ``end`` record and closes the file."""
+        """Waits for a floor being measured (at most :data:`FLOOR_MAX_BYTES` written once),
+        writes the ``end`` record and closes the file."""
         for thread in self._floor_threads:
             thread.join()
         self.append("end", error=self.error)
