@@ -305,7 +305,10 @@ def _ledger_path(text: str) -> str:
 
 
 def _seconds(value: Any) -> str:
-    return f"{value:.3f} s" if isinstance(value, int | float) else "-"
+    """``value`` seconds as the ledger's tables show them: ms below one second."""
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def _ledger_tables(summary: LedgerSummary) -> list[str]:
@@ -317,7 +320,7 @@ def _ledger_tables(summary: LedgerSummary) -> list[str]:
             tier += f" (fell back from {a['fell_back_from']})"
         redone = "-" if a["steps_redone"] is None else str(a["steps_redone"])
         if a["redone_seconds"]:
-            redone += f" ({a['redone_seconds']:.3f} s)"
+            redone += f" ({_seconds(a['redone_seconds'])})"
         end = "clean" if a["clean"] else ("crashed" if a["ended"] is None else str(a["error"]))
         rows.append(
             [
@@ -345,8 +348,8 @@ def _ledger_tables(summary: LedgerSummary) -> list[str]:
                     _size(int(save.get("bytes", 0))),
                     _seconds(save.get("stall_seconds")),
                     _seconds(save.get("background_seconds")),
-                    f"{gbps:.3f}" if isinstance(gbps, int | float) else "-",
-                    f"{floor:.3f}" if isinstance(floor, int | float) else "-",
+                    f"{gbps:.3g}" if isinstance(gbps, int | float) else "-",
+                    f"{floor:.3g}" if isinstance(floor, int | float) else "-",
                     str(save["attempt"]) + (" (lost)" if save["lost"] else ""),
                 ]
             )

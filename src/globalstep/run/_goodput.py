@@ -111,7 +111,8 @@ class Goodput:
     def stopped_by(self, error: BaseException | None) -> None:
         """Notes what ends the run (None: nothing went wrong), for the ledger's ``end``."""
         if self._ledger is not None and error is not None:
-            self._ledger.error = f"{type(error).__name__}: {error}"
+            name, text = type(error).__name__, str(error)
+            self._ledger.error = f"{name}: {text}" if text else name
 
 
 def _save_scalars(saves: list[dict[str, Any]]) -> dict[str, float]:
