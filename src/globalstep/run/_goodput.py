@@ -17,8 +17,9 @@ They are logged at the step of the next save, before it commits (so that checkpo
 them durable, and a tracker receives nothing a crash can take back, as every point), and
 at close, at the final step (with the figures of a save at that step): never at the step
 resumed from (whose points the crashed attempt logged: a restart mark there would void
-them) nor ahead of the clock (a loop logging at the clock's step would draw a curve
-folding back). So a save's own figures appear at the next save's step (or the close's).
+them; a run resumed complete logs none) nor ahead of the clock (a loop logging at the
+clock's step would draw a curve folding back). So a save's own figures appear at the next
+save's step (or the close's).
 
 Nothing is logged by a rank without the ledger (not the writer), and only where the run's
 writer is open (a run that logs nothing gets no series).
@@ -59,6 +60,7 @@ class Goodput:
         self._run = run
         self._writer = writer
         self._pending: dict[str, float] = {}  # a resume's figures, for the next point
+        self._resumed_at: int | None = None  # the step resumed from, until the clock moves
 
     def resumed(self, step: int | None) -> None:
         """Records the resume from ``step`` (None: a new run, nothing to record) with the
@@ -66,6 +68,7 @@ class Goodput:
         ledger = self._ledger
         if ledger is None or step is None:
             return
+        self._resumed_at = step
         logged_to: int | None = None
         if self._logs.is_dir():
             try:
@@ -98,8 +101,8 @@ class Goodput:
 
     def _log(self, *, closing: bool) -> None:
         ledger, writer = self._ledger, self._writer()
-        if ledger is None or writer is None:
-            return
+        if ledger is None or writer is None or self._run.step == self._resumed_at:
+            return  # at the step resumed from, a point would void the crashed attempt's
         scalars, self._pending = {**self._pending, **_save_scalars(ledger.take_saves())}, {}
         if closing:
             share = read_ledger(ledger.path).goodput.get("share")
