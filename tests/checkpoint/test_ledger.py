@@ -279,3 +279,34 @@ def test_a_record_that_fails_never_fails_the_save(tmp_path, monkeypatch):
             manager.save(1, {"w": np.zeros(3)})
         assert manager.steps() == [1]
     assert read_ledger(tmp_path / LEDGER_FILE).saves == []
+
+
+def test_a_run_resumed_complete_logs_no_goodput_point_that_would_void_its_last_step(tmp_path):
+    """Reopened when complete, with its writer open (as a Run opens it to send a tracker's
+    unsent points), a Run logs nothing at its last step: a point there would mark a
+    restart voiding the points the complete run logged at it."""
+    from globalstep import Run
+
+    def train(open_writer: bool) -> None:
+        with Run(
+            tmp_path, total_steps=4, save_every=2, progress=False, stream=io.StringIO()
+        ) as run:
+            weights = run.restore({"w": np.zeros(2)})["w"]
+            if open_writer:
+                _ = run.writer
+            while not run.done:
+                weights += 1.0
+                run.update(loss=float(run.step))
+
+    train(open_writer=False)
+    train(open_writer=True)
+    log = read_run(tmp_path / "logs")
+    assert log.restarts == []
+    assert [(p.step, p.value) for p in log.scalars["loss"]] == [
+        (1, 0.0),
+        (2, 1.0),
+        (3, 2.0),
+        (4, 3.0),
+    ]
+    assert [p.step for p in log.scalars["goodput/share"]] == [4]  # the first attempt's
+    assert [a["resumed_from"] for a in read_ledger(tmp_path / LEDGER_FILE).attempts] == [None, 4]
