@@ -19,10 +19,10 @@ import pytest
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "globalstep"
 MODULES = sorted(SRC.rglob("*.py"))
 
-# CheckpointManager and Run: +35 and +5 for issue 35's ledger (its two calls in the manager,
+# CheckpointManager and Run: +40 and +5 for issue 35's ledger (its two calls in the manager,
 # the Run's resume record and goodput series; the rest lives in checkpoint/_ledger.py and
 # run/_goodput.py).
-CLASS_LIMITS = {"CheckpointManager": 485, "SummaryWriter": 400, "Run": 355}
+CLASS_LIMITS = {"CheckpointManager": 490, "SummaryWriter": 400, "Run": 355}
 CLASS_LINES = 450
 MODULE_LINES = 700
 FUNCTION_LINES = 80

@@ -74,7 +74,7 @@ from globalstep.checkpoint._save_trigger import SaveTrigger
 from globalstep.checkpoint._saver import AsyncSaver, Committer, SaveJob, SyncSaver
 from globalstep.checkpoint._tree.build import RestoreReport
 from globalstep.checkpoint._tree.flatten import Flattened
-from globalstep.storage import DirectoryLock, open_storage
+from globalstep.storage import DirectoryLock, Storage, open_storage
 
 __all__ = [
     "CheckpointFollower",
@@ -406,13 +406,18 @@ class CheckpointManager(Closing):
         self._saver.run(work)
 
     def _ledger_saved(
-        self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
+        self,
+        step: int,
+        tier: str,
+        nbytes: int,
+        stall: float,
+        background: float,
+        storage: Storage | None = None,
     ) -> None:
-        """The ledger's record of a committed save (a no-op without a ledger)."""
+        """The ledger's record of a committed save (a no-op without a ledger); ``storage``,
+        where the tier's floor is measured: default this manager's directory."""
         if self.ledger is not None:
-            self.ledger.saved(
-                step, tier, nbytes, stall_seconds, background_seconds, storage=self._storage
-            )
+            self.ledger.saved(step, tier, nbytes, stall, background, storage or self._storage)
 
     def _ledger_restored(
         self, step: int, tier: str, seconds: float, fell_back_from: str | None
