@@ -54,6 +54,7 @@ def main(directory: str, fast: str, total_steps: int, kill_at: int | None = None
             optimizer.step()
             run.update(loss=loss.item())
             if run.step == kill_at:
+                run.writer.sync()  # its points on disk, as a while later: the steps redone
                 os.kill(os.getpid(), signal.SIGKILL)
     buffers = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
     data = b"".join(t.detach().numpy().tobytes() for t in [*model.parameters(), *buffers])

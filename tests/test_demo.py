@@ -290,7 +290,14 @@ def test_demo_names_tensorboard_where_it_wrote_event_files(tmp_path, capsys):
     directory = str(tmp_path / "run")
     argv = ["demo", "--dir", directory, "--steps", "60", "--bad-batch", "-1"]
     assert main([*argv, "--framework", "numpy"]) == 0
-    assert capsys.readouterr().out.splitlines()[-3:] == _closing(directory)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-5:-2] == _closing(directory)
+    # Its last lines: the ledger, and its goodput line (one attempt, one run).
+    assert (
+        lines[-2] == f"ledger:      {directory}/ledger.jsonl   (globalstep ckpt ledger {directory})"
+    )
+    assert lines[-1].startswith("goodput: ")
+    assert "went into steps kept (1 attempt;" in lines[-1]
     names = os.listdir(f"{directory}/logs")
     assert "metrics.jsonl" in names
     assert any("tfevents" in name for name in names)
@@ -311,7 +318,7 @@ def test_demo_without_tensorboard_names_only_what_it_wrote(tmp_path):
     assert done.returncode == 0, done.stderr
     assert os.listdir(f"{directory}/logs") == ["metrics.jsonl"]
     assert "tensorboard --logdir" not in done.stdout
-    assert done.stdout.splitlines()[-3:] == [
+    assert done.stdout.splitlines()[-5:-2] == [
         _closing(directory)[0],
         f"logs:        {directory}/logs   (JSONL: globalstep logs {directory}/logs)",
         "TensorBoard: no event files written (pip install 'globalstep[tensorboard]' to write them)",

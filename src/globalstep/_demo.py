@@ -18,6 +18,8 @@ Everything goes through :class:`~globalstep.run.Run`:
 - one batch of the data set is corrupt (its targets multiplied by 1,000, ``--bad-batch``):
   the loss spikes, the run rolls back to the newest checkpoint before it (of either tier),
   skips past the bad batch and goes on;
+- it ends by printing where the checkpoints, logs and ledger are, and the ledger's goodput
+  line: the share of the wall time of every attempt that went into steps kept;
 - Ctrl-C (or SIGTERM) saves a checkpoint after the update in flight; running the demo
   again resumes at that step and data position, with the same numbers as a run that
   never stopped, and TensorBoard's curves hold each step once.
@@ -49,7 +51,7 @@ from globalstep._clock import Clock
 from globalstep._errors import ConfigError
 from globalstep._optional import require
 from globalstep._units import Duration, DurationLike
-from globalstep.checkpoint import FastTier
+from globalstep.checkpoint import LEDGER_FILE, FastTier, read_ledger
 from globalstep.run import Rollback, Run
 from globalstep.schedules import CosineDecay, warmup
 
@@ -60,6 +62,7 @@ __all__ = [
     "add_parser",
     "closing_lines",
     "fast_tier_path",
+    "ledger_lines",
     "run_demo",
 ]
 
@@ -448,9 +451,30 @@ def _run(args: argparse.Namespace) -> int:
         )
     finally:
         if os.path.isdir(directory):
-            for line in closing_lines(directory):
+            for line in [*closing_lines(directory), *ledger_lines(directory)]:
                 print(line)
     return 0
+
+
+def ledger_lines(directory: str | os.PathLike[str]) -> list[str]:
+    """Where the run's ledger is, and its goodput line (see
+    :mod:`globalstep.checkpoint._ledger`): the demo's last lines; none without a ledger.
+
+    Example:
+        >>> import io, tempfile
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     _ = run_demo(directory, steps=60, progress=False, stream=io.StringIO())
+        ...     lines = ledger_lines(directory)
+        >>> lines[1].startswith("goodput: ") and "1 attempt;" in lines[1]
+        True
+    """
+    path = os.path.join(directory, LEDGER_FILE)
+    if not os.path.isfile(path):
+        return []
+    return [
+        f"ledger:      {path}   (globalstep ckpt ledger {directory})",
+        read_ledger(path).goodput_line(),
+    ]
 
 
 def closing_lines(directory: str | os.PathLike[str]) -> list[str]:

@@ -7,6 +7,7 @@ deleted between the kills it resumes from the durable directory (50) and says wh
 """
 
 import io
+import json
 import os
 import pathlib
 import random
@@ -68,10 +69,31 @@ def _reference(tmp_path, shm):
     return reference, expected
 
 
-def test_sigkilled_run_resumes_from_the_fast_tier_bit_exact(tmp_path, shm):
+def _ledger_attempts(capsys, directory):
+    """`globalstep ckpt ledger DIR --json`'s attempts, as (resumed_from, tier,
+    steps_redone, fell_back_from, restore_seconds > 0)."""
+    from globalstep._cli import main
+
+    capsys.readouterr()
+    assert main(["ckpt", "ledger", str(directory), "--json"]) == 0
+    attempts = json.loads(capsys.readouterr().out)["attempts"]
+    return [
+        (
+            a["resumed_from"],
+            a["tier"],
+            a["steps_redone"],
+            a["fell_back_from"],
+            a["restore_seconds"] is not None and a["restore_seconds"] > 0,
+        )
+        for a in attempts
+    ]
+
+
+def test_sigkilled_run_resumes_from_the_fast_tier_bit_exact(tmp_path, shm, capsys):
     """SIGKILLed after updates 37 and 83, the run resumes from the fast tier at 35 and 80
-    (its record says so) and ends with the uninterrupted run's parameters, momentum and
-    logged losses, bit for bit."""
+    (its record and `globalstep ckpt ledger --json` say so, with 2 and 3 steps redone)
+    and ends with the uninterrupted run's parameters, momentum and logged losses, bit for
+    bit."""
     reference, expected = _reference(tmp_path, shm)
     crashed, fast = tmp_path / "crashed", shm / "crashed"
     assert _loop(crashed, fast, 37)[:2] == (-9, (0, "-", "-"))
@@ -84,11 +106,17 @@ def test_sigkilled_run_resumes_from_the_fast_tier_bit_exact(tmp_path, shm):
     assert _losses(crashed) == expected
     with CheckpointManager(crashed / "checkpoints", read_only=True) as durable:
         assert durable.steps() == [50, 100]  # the durable directory's own retention
+    assert _ledger_attempts(capsys, crashed) == [
+        (None, None, None, None, False),
+        (35, "fast", 2, None, True),
+        (80, "fast", 3, None, True),
+    ]
 
 
-def test_deleted_fast_tier_falls_back_to_the_durable_directory(tmp_path, shm):
+def test_deleted_fast_tier_falls_back_to_the_durable_directory(tmp_path, shm, capsys):
     """With the fast tier deleted after the kill at 83 (a new machine), the run resumes
-    from the durable directory's step 50, says why ("missing"), and still ends bit-exact."""
+    from the durable directory's step 50, says why ("missing", in its message and in the
+    ledger), and still ends bit-exact."""
     reference, expected = _reference(tmp_path, shm)
     crashed, fast = tmp_path / "crashed", shm / "crashed"
     assert _loop(crashed, fast, 37)[0] == -9
@@ -99,6 +127,10 @@ def test_deleted_fast_tier_falls_back_to_the_durable_directory(tmp_path, shm):
     assert f"resumed from step 50 ({crashed / 'checkpoints'}; fast tier {fast}: missing)" in err
     assert (crashed / "weights").read_bytes() == (reference / "weights").read_bytes()
     assert _losses(crashed) == expected
+    assert _ledger_attempts(capsys, crashed)[1:] == [
+        (35, "fast", 2, None, True),
+        (50, "durable", 33, "missing", True),
+    ]
 
 
 @pytest.mark.slow
@@ -365,16 +397,23 @@ def test_run_takes_fast_tier_as_its_own_parameter(tmp_path, shm):
         Run(tmp_path, checkpoint_options={"fast_tier": fast})
 
 
-def test_the_ledger_hook_hears_every_save_of_both_tiers(tmp_path, shm):
-    """_saved is called once per committed save, with its tier and bytes."""
-    heard = []
+def _ledger_saves(directory, *keys):
+    from globalstep.checkpoint import read_ledger
 
-    class Listening(CheckpointManager):
-        def _saved(self, step, tier, nbytes, stall_seconds, background_seconds):
-            heard.append((step, tier, nbytes > 0, stall_seconds >= 0, background_seconds))
+    return [tuple(save[k] for k in keys) for save in read_ledger(directory / "ledger.jsonl").saves]
 
-    with Listening(tmp_path, fast_tier=FastTier(shm, save_every=5)) as manager:
+
+def test_the_ledger_records_every_save_of_both_tiers(tmp_path, shm):
+    """The durable directory's ledger records each committed save of either tier once,
+    with its tier, bytes (those of its directory in that tier) and the stall."""
+    with CheckpointManager(tmp_path, fast_tier=FastTier(shm, save_every=5)) as manager:
         _save(manager, [10], [5, 10])
+    heard = [
+        (step, tier, nbytes > 0, stall >= 0, background)
+        for step, tier, nbytes, stall, background in _ledger_saves(
+            tmp_path, "step", "tier", "bytes", "stall_seconds", "background_seconds"
+        )
+    ]
     assert heard == [
         (5, "fast", True, True, 0.0),
         (10, "fast", True, True, 0.0),
@@ -436,22 +475,20 @@ def test_a_damaged_run_record_is_an_error_naming_it(tmp_path, shm, where):
 
 def test_async_saves_of_both_tiers(tmp_path, shm):
     """With async_save both tiers save on their own threads; restore waits for both, and
-    the ledger hook hears the background time of each."""
-    heard = []
-
-    class Listening(CheckpointManager):
-        def _saved(self, step, tier, nbytes, stall_seconds, background_seconds):
-            heard.append((step, tier, background_seconds > 0))
-
+    the ledger records the background time of each."""
     fast = FastTier(shm, save_every=5, max_to_keep=3)
     clock = Clock()
-    with Listening(tmp_path, save_every=10, async_save=True, fast_tier=fast) as manager:
+    with CheckpointManager(tmp_path, save_every=10, async_save=True, fast_tier=fast) as manager:
         for _ in range(20):
             clock.tick()
             manager.maybe_save(clock, {"clock": clock, "w": np.full(1000, float(clock.step))})
         manager.wait()  # both tiers' saves in flight
         assert manager.steps() == [10, 15, 20]
         assert manager.restore()["w"][0] == 20.0
+    heard = [
+        (step, tier, spent > 0)
+        for step, tier, spent in _ledger_saves(tmp_path, "step", "tier", "background_seconds")
+    ]
     fast_saves = [(step, "fast", True) for step in (5, 10, 15, 20)]
     assert sorted(heard) == sorted([*fast_saves, (10, "durable", True), (20, "durable", True)])
 

@@ -289,7 +289,8 @@ def test_force_replaces_a_step(ckpt_dir):
         manager.save(1, {"v": 1})
         manager.save(1, {"v": 2}, force=True)
         assert manager.restore() == {"v": 2}
-    assert sorted(os.listdir(ckpt_dir)) == [".lock", ".summaries.jsonl", "step-000000000001"]
+    names = [".lock", ".summaries.jsonl", "ledger.jsonl", "step-000000000001"]
+    assert sorted(os.listdir(ckpt_dir)) == names
 
 
 def test_directory_layout(ckpt_dir):

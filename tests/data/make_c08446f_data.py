@@ -111,7 +111,9 @@ def write_rank(rank: int, port: int, root: pathlib.Path) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         clock = globalstep.Clock(time_fn=lambda: 0.0)
-        with globalstep.CheckpointManager(root / "ranks", distributed=True) as manager:
+        # ledger=False: issue 35's ledger.jsonl (times) is not among the files c08446f wrote.
+        ranks = root / "ranks"
+        with globalstep.CheckpointManager(ranks, distributed=True, ledger=False) as manager:
             for step in (5, 10):
                 clock.tick(step - clock.step)
                 tree = rank_tree(rank, step)
@@ -169,6 +171,9 @@ def write_run(root: pathlib.Path) -> dict[str, Any]:
             "formats": ("tensorboard", "jsonl", Tracker("mlflow", client=lambda: client))
         },
         progress=False,
+        # Issue 35's ledger (ledger.jsonl, and goodput/* series of timings in the logs) is
+        # off: the files this test holds to byte for byte are the formats c08446f wrote.
+        checkpoint_options={"ledger": False},
     ) as run:
         run.restore({"weights": weights})
         while not run.done:

@@ -211,6 +211,7 @@ def test_a_stopped_server_never_stops_training(tmp_path, server, client):
         progress=False,
         handle_signals=False,
         writer_options={"formats": ("jsonl", tracker)},
+        checkpoint_options={"ledger": False},  # no goodput/* points: the counts are exact
     )
     with run:
         run.restore({})

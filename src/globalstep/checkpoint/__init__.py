@@ -26,6 +26,7 @@ from globalstep.checkpoint._files.commit import commit as commit_checkpoint
 from globalstep.checkpoint._files.commit import remove_checkpoint
 from globalstep.checkpoint._files.document import COMMIT_FILE, Document, checksum_of, load_state
 from globalstep.checkpoint._files.lazy import CheckpointReader
+from globalstep.checkpoint._ledger import LEDGER_FILE, Ledger, LedgerSummary, read_ledger
 from globalstep.checkpoint._manager import (
     CheckpointFollower,
     CheckpointManager,
@@ -46,6 +47,7 @@ from globalstep.checkpoint._tree.templates import template_arrays
 
 __all__ = [
     "COMMIT_FILE",
+    "LEDGER_FILE",
     "Adapter",
     "CheckpointFollower",
     "CheckpointInfo",
@@ -63,6 +65,8 @@ __all__ = [
     "KeepEveryNSteps",
     "KeepLatest",
     "KeepPolicy",
+    "Ledger",
+    "LedgerSummary",
     "OpenTemplate",
     "PerRank",
     "RestoreReport",
@@ -83,6 +87,7 @@ __all__ = [
     "load_state",
     "policy_from_config",
     "read_arrays",
+    "read_ledger",
     "register_adapter",
     "remove_checkpoint",
     "template_arrays",

@@ -1,10 +1,12 @@
-"""``globalstep ckpt ls | show | verify | prune``: inspect and tidy a checkpoint directory.
+"""``globalstep ckpt ls | show | verify | prune | ledger``: inspect and tidy a checkpoint directory.
 
 ``ls`` lists the run's fast tier too (a TIER column, ``fast`` or ``durable``), found from
 what DIRECTORY records or ``--fast PATH``.
 
 ``ls`` and ``show`` read only state.json files; ``verify`` reads every byte and checks every
-checksum (exit status 1 on any corruption, naming it); ``prune`` takes the writer's lock.
+checksum (exit status 1 on any corruption, naming it); ``prune`` takes the writer's lock;
+``ledger`` prints a run's ledger (a Run's directory, or a checkpoint directory; see
+:mod:`globalstep.checkpoint._ledger`) as tables and its goodput line, or ``--json``.
 The read-only commands never create a file. A DIRECTORY that does not exist or is not a
 directory is a usage error (exit status 2); one that cannot be read, holds no checkpoint
 directory, or holds a damaged checkpoint is a failure (exit status 1). Each is one line.
@@ -25,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -35,6 +38,7 @@ from typing import Any
 from globalstep._errors import CheckpointNotFoundError, ConfigError, CorruptCheckpointError
 from globalstep.checkpoint._directory.policy import KeepAny, KeepBest, KeepLatest, KeepPolicy
 from globalstep.checkpoint._fast_tier import claim, recorded_fast_tier
+from globalstep.checkpoint._ledger import LEDGER_FILE, LedgerSummary, read_ledger
 from globalstep.checkpoint._manager import CheckpointManager, CheckpointWarning
 from globalstep.checkpoint._tree.leaves import decode_dtype
 from globalstep.storage import LOCK_FILE, open_storage
@@ -109,12 +113,16 @@ def _check_directory(text: str) -> None:
         )
 
 
-def _run(action: str, command: Callable[[argparse.Namespace], int]) -> Any:
+def _run(
+    action: str,
+    command: Callable[[argparse.Namespace], int],
+    check: Callable[[str], object] = _check_directory,
+) -> Any:
     """Wraps ``command``: checks DIRECTORY first, prints a _UsageError or a warning as one line."""
 
     def run(args: argparse.Namespace) -> int:
         try:
-            _check_directory(args.directory)
+            check(args.directory)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", CheckpointWarning)
                 status = command(args)
@@ -309,8 +317,101 @@ def _prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ledger_path(text: str) -> str:
+    """The ledger of DIRECTORY ``text`` (a Run's directory, or a checkpoint directory);
+    raises _UsageError where there is none."""
+    if not os.path.isdir(text):
+        why = "does not exist" if not os.path.lexists(text) else "is not a directory"
+        raise _UsageError(
+            f"DIRECTORY {text} {why}; give a Run's directory (or the checkpoint directory "
+            "of a CheckpointManager used without a Run)",
+            2,
+        )
+    path = os.path.join(text, LEDGER_FILE)
+    if not os.path.isfile(path):
+        raise _UsageError(
+            f"DIRECTORY {text} holds no {LEDGER_FILE}; give a Run's directory (or the "
+            "checkpoint directory of a CheckpointManager used without a Run), written "
+            "by a writer with a ledger (read-only managers and object stores keep none)",
+            1,
+        )
+    return path
+
+
+def _seconds(value: Any) -> str:
+    """``value`` seconds as the ledger's tables show them: ms below one second."""
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _ledger_tables(summary: LedgerSummary) -> list[str]:
+    head = "ATTEMPT|STARTED (UTC)|RESUMED FROM|TIER|REDONE|RESTORE|SAVES|STALLS|WALL|END"
+    rows = [head.split("|")]
+    for number, a in enumerate(summary.attempts, 1):
+        tier = a["tier"] or "-"
+        if a["fell_back_from"] is not None:
+            tier += f" (fell back from {a['fell_back_from']})"
+        redone = "-" if a["steps_redone"] is None else str(a["steps_redone"])
+        if a["redone_seconds"]:
+            redone += f" ({_seconds(a['redone_seconds'])})"
+        end = "clean" if a["clean"] else ("crashed" if a["ended"] is None else str(a["error"]))
+        rows.append(
+            [
+                str(number),
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a["started"])),
+                "-" if a["resumed_from"] is None else str(a["resumed_from"]),
+                tier,
+                redone,
+                _seconds(a["restore_seconds"]),
+                str(a["saves"]),
+                _seconds(a["stall_seconds"]),
+                _seconds(a["wall_seconds"]),
+                end,
+            ]
+        )
+    lines = [_table(rows)]
+    if summary.saves:
+        rows = [["STEP", "TIER", "SIZE", "STALL", "BACKGROUND", "GB/S", "FLOOR GB/S", "ATTEMPT"]]
+        for save in summary.saves:
+            gbps, floor = save.get("gbps"), save.get("floor_gbps")
+            rows.append(
+                [
+                    str(save.get("step")),
+                    str(save.get("tier")),
+                    _size(int(save.get("bytes", 0))),
+                    _seconds(save.get("stall_seconds")),
+                    _seconds(save.get("background_seconds")),
+                    f"{gbps:.3g}" if isinstance(gbps, int | float) else "-",
+                    f"{floor:.3g}" if isinstance(floor, int | float) else "-",
+                    str(save["attempt"]) + (" (lost)" if save["lost"] else ""),
+                ]
+            )
+        lines += ["", _table(rows)]
+    return lines
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    path = _ledger_path(args.directory)
+    try:
+        summary = read_ledger(path)
+    except CorruptCheckpointError as err:
+        raise _UsageError(str(err), 1) from None
+    if summary.torn_last_line:
+        print(
+            f"globalstep ckpt ledger: warning: skipped the torn last line of {path} "
+            f"({summary.torn_last_line} bytes, cut short by a crash)",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+        return 0
+    print("\n".join([*_ledger_tables(summary), "", summary.goodput_line()]))
+    return 0
+
+
 def add_parser(subparsers: Any) -> None:
-    """Registers ``globalstep ckpt`` and its four sub-commands."""
+    """Registers ``globalstep ckpt`` and its five sub-commands."""
     parser = subparsers.add_parser(
         "ckpt", help="inspect, verify and prune checkpoints", description=__doc__.splitlines()[0]
     )
@@ -337,3 +438,11 @@ def add_parser(subparsers: Any) -> None:
     prune.set_defaults(func=_run("prune", _prune))
     for sub in (ls, show, verify, prune):
         sub.add_argument("directory", help="the checkpoint directory (path or fsspec URL)")
+    ledger = commands.add_parser(
+        "ledger", help="every attempt and save of a run, what each cost, and the goodput"
+    )
+    ledger.add_argument("--json", action="store_true", help="print it as JSON")
+    ledger.add_argument(
+        "directory", help="a Run's directory, or the checkpoint directory of a manager alone"
+    )
+    ledger.set_defaults(func=_run("ledger", _ledger, _ledger_path))

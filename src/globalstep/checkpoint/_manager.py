@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -74,12 +75,13 @@ from globalstep.checkpoint._files.document import Document
 from globalstep.checkpoint._files.metadata import metrics_to_json
 from globalstep.checkpoint._follower import CheckpointFollower
 from globalstep.checkpoint._inspection import Inspection
+from globalstep.checkpoint._ledger import Ledger, checkpoint_bytes, open_ledger, timed
 from globalstep.checkpoint._ranks.rounds import Round, Rounds
 from globalstep.checkpoint._save_trigger import SaveTrigger
 from globalstep.checkpoint._saver import Committer, SaveJob, saver_for
 from globalstep.checkpoint._tree.build import RestoreReport
 from globalstep.checkpoint._tree.flatten import Flattened
-from globalstep.storage import DirectoryLock, open_storage
+from globalstep.storage import DirectoryLock, Storage, open_storage
 
 __all__ = [
     "CheckpointFollower",
@@ -145,6 +147,10 @@ class CheckpointManager(Inspection, Closing):
         fast_tier: a :class:`~globalstep.checkpoint.FastTier` saved often beside this
             durable directory; restore takes the newest step of either (see
             :mod:`~globalstep.checkpoint._fast_tier` for its rules).
+        ledger: the writer's record of attempts, saves and restores of both tiers
+            (``globalstep ckpt ledger``, :mod:`~globalstep.checkpoint._ledger`): True:
+            ``ledger.jsonl`` here (if local), False: none, or a local path (a Run's: its
+            directory's).
 
     Raises:
         ConfigError: a parameter is out of range.
@@ -169,6 +175,7 @@ class CheckpointManager(Inspection, Closing):
         distributed: Any = False,
         storage_options: Mapping[str, Any] | None = None,
         fast_tier: FastTier | None = None,
+        ledger: bool | str | os.PathLike[str] = True,
     ) -> None:
         policy = policy_from_options(max_to_keep, keep_every_n_hours, keep_every_n_steps, keep_best)
         check_fast_tier(fast_tier, distributed)
@@ -194,17 +201,12 @@ class CheckpointManager(Inspection, Closing):
         self._catalogue = Catalogue(self._reading, warn_once)
         self._retention = Retention(self._reading, protocol, policy, warn_once)
         self._timeline = Timeline()
-        self._commit = Committer(
-            protocol,
-            self._index,
-            self._catalogue,
-            self._retention,
-            lambda step, size, stall, spent: self._saved(step, "durable", size, stall, spent),
-            background=async_save,
-        )
+        self._commit = Committer(protocol, self._index, self._catalogue, self._retention)
+        self._background = async_save is True
         self._lock: DirectoryLock | None = None
         self._restored: Restored | None = None  # the last restore (see last_restore)
         self.fast_tier = fast_tier
+        self.ledger: Ledger | None = None  # see the ledger argument
         if not read_only and not self._participant:
             self._lock = DirectoryLock(self._storage)
             self._lock.acquire()
@@ -215,12 +217,16 @@ class CheckpointManager(Inspection, Closing):
                 distributed,
                 writable=self._lock is not None,
                 make=lambda tier: FastManager(
-                    tier, async_save, max_host_bytes, read_only, self._saved
+                    tier, async_save, max_host_bytes, read_only, self._ledger_saved
                 ),
             )
             if not read_only:  # a participant: maybe_save must fire where the writer's fires
                 self._resume_trigger()
+            if self._lock is not None:
+                self.ledger = open_ledger(ledger, self._storage)
         except BaseException:
+            if getattr(self, "_tiers", None) is not None:
+                self._tiers.fast.close()  # type: ignore[union-attr]
             if self._lock is not None:
                 self._lock.release()  # no manager is returned, so nobody else could
             raise
@@ -269,7 +275,7 @@ class CheckpointManager(Inspection, Closing):
                 the writer raised it; nothing was saved).
             NonFiniteError: an open writer read a guarded value that is NaN or infinite.
         """
-        began = time.perf_counter()
+        began = time.perf_counter()  # for the ledger's stall
         self._check_writable()
         self.wait()
         number = step_of(step)
@@ -327,16 +333,46 @@ class CheckpointManager(Inspection, Closing):
             before_commit,
             fresh,
             marked,
-            began,
         )
-        self._saver.run(lambda: self._commit(job))
+        work: Callable[[], None] = lambda: self._commit(job)  # noqa: E731
+        if self._recording():  # recorded once committed, with the checkpoint's bytes
+            size = functools.partial(checkpoint_bytes, self._storage, name)
+            waited = self._saver.waited_for_memory_seconds  # by hold(), for this save
+            record = functools.partial(self._ledger_saved, number, "durable")
+            work = timed(
+                work, began, self._background, lambda *t: record(size(), *t, waited=waited)
+            )
+        self._saver.run(work)
 
-    def _saved(
-        self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
+    def _recording(self) -> bool:
+        """Whether this manager's saves are recorded in a ledger."""
+        return self.ledger is not None
+
+    def _ledger_saved(
+        self,
+        step: int,
+        tier: str,
+        nbytes: int,
+        stall: float,
+        background: float,
+        storage: Storage | None = None,
+        *,
+        waited: float = 0.0,
     ) -> None:
-        """The ledger's hook: called once per committed save of either tier, on the thread
-        that committed it, with the bytes written, the caller's wait (``stall_seconds``)
-        and the save thread's time (``background_seconds``, 0 for a synchronous save)."""
+        """The ledger's record of a committed save (a no-op without a ledger); ``storage``,
+        where the tier's floor is measured: default this manager's directory; ``waited``,
+        the seconds the save waited for host memory (``max_host_bytes``), part of the stall."""
+        if self.ledger is not None:
+            extra = {"waited_for_memory_seconds": round(waited, 6)} if waited else {}
+            where = storage or self._storage
+            self.ledger.saved(step, tier, nbytes, stall, background, where, **extra)
+
+    def _ledger_restored(
+        self, step: int, tier: str, seconds: float, fell_back_from: str | None
+    ) -> None:
+        """The ledger's record of a restore (a no-op without a ledger)."""
+        if self.ledger is not None:
+            self.ledger.restored(step, tier, seconds, fell_back_from)
 
     def _participate(
         self, state: Any, round_: Round, before_commit: Callable[[], None] | None
@@ -480,7 +516,11 @@ class CheckpointManager(Inspection, Closing):
         else:
             restored = tiers.restore(template, step, partial, here, self._index.steps, skip_corrupt)
             chosen, tier, result, why, newest = restored
-        self._restored = Restored(chosen, tier, time.perf_counter() - began, why)
+        seconds = time.perf_counter() - began
+        self._restored = Restored(chosen, tier, seconds, why)
+        if why is None and step is None and newest not in (None, chosen):
+            why = f"durable step {newest}"  # skip_corrupt passed a damaged newest
+        self._ledger_restored(chosen, tier, seconds, why)
         if not self._read_only and not self._closed:
             # Resuming from an older step starts a new timeline: the first save abandons
             # the newer checkpoints (of both tiers), so that no later restore returns to them.
@@ -532,6 +572,8 @@ class CheckpointManager(Inspection, Closing):
             self.wait()
         finally:
             self._saver.shutdown()
+            if self.ledger is not None:
+                self.ledger.close()
             if self._lock is not None:
                 self._lock.release()
             if self._tiers is not None:
@@ -542,7 +584,7 @@ class CheckpointManager(Inspection, Closing):
 
 
 class FastManager(CheckpointManager):
-    """A fast tier's own manager: its saves reach the durable manager's ledger hook as the
+    """A fast tier's own manager: its saves go to the durable manager's ledger as the
     fast tier's (see :mod:`~globalstep.checkpoint._fast_tier`)."""
 
     def __init__(
@@ -551,18 +593,32 @@ class FastManager(CheckpointManager):
         async_save: bool,
         max_host_bytes: int | None,
         read_only: bool,
-        saved: Callable[..., None],
+        record: Callable[..., None],
     ) -> None:
-        self._tell = saved
+        self._record = record  # the durable manager's _ledger_saved
         super().__init__(
             tier.path,
             max_to_keep=tier.max_to_keep,
             async_save=async_save,
             max_host_bytes=max_host_bytes,
             read_only=read_only,
+            ledger=False,
         )
 
-    def _saved(
-        self, step: int, tier: str, nbytes: int, stall_seconds: float, background_seconds: float
+    def _recording(self) -> bool:
+        return True  # the durable manager's _ledger_saved does nothing without its ledger
+
+    def _ledger_saved(
+        self,
+        step: int,
+        tier: str,
+        nbytes: int,
+        stall: float,
+        background: float,
+        storage: Storage | None = None,
+        *,
+        waited: float = 0.0,
     ) -> None:
-        self._tell(step, "fast", nbytes, stall_seconds, background_seconds)
+        """The durable manager's ledger records this tier's save, and measures the floor
+        of this tier's storage."""
+        self._record(step, "fast", nbytes, stall, background, self._storage, waited=waited)

@@ -13,7 +13,6 @@ that bound (see :meth:`AsyncSaver.hold`).
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,7 +61,6 @@ class SaveJob:
         before_commit: called once before anything is written, or None.
         fresh: the writer's listing had no entry of this step (nothing to clear).
         marked: whether the step was committed when the save began (None: look).
-        began: when the caller's save began (``time.perf_counter()``), for the ledger.
     """
 
     step: int
@@ -74,7 +72,6 @@ class SaveJob:
     before_commit: Callable[[], None] | None = None
     fresh: bool = False
     marked: bool | None = None
-    began: float = 0.0
 
 
 class Committer:
@@ -85,10 +82,6 @@ class Committer:
         index: its step index, told of each change.
         catalogue: its summary index, told of each new checkpoint.
         retention: applied after each commit.
-        saved: told of each commit: ``saved(step, nbytes, stall_seconds,
-            background_seconds)``: the arrays' bytes, the caller's wait and the save
-            thread's time (see ``CheckpointManager._saved``); None tells nobody.
-        background: whether commits run on a save thread (an async saver).
     """
 
     def __init__(
@@ -97,32 +90,19 @@ class Committer:
         index: StepIndex,
         catalogue: Catalogue,
         retention: Retention,
-        saved: Callable[[int, int, float, float], None] | None = None,
-        *,
-        background: bool = False,
     ) -> None:
         self._protocol = protocol
         self._index = index
         self._catalogue = catalogue
         self._retention = retention
-        self._saved = saved
-        self._background = background
 
     def __call__(self, job: SaveJob) -> None:
         """Commits ``job``; on failure, tells the round (every rank) and raises."""
-        start = time.perf_counter()
         try:
             self._commit(job)
         except BaseException as err:
             job.round.abort(err)
             raise
-        if self._saved is not None:
-            end = time.perf_counter()
-            stall, spent = (
-                (start - job.began, end - start) if self._background else (end - job.began, 0.0)
-            )
-            size = sum(int(getattr(a, "nbytes", 0)) for a in job.arrays.values())
-            self._saved(job.step, size, stall, spent)
 
     def _commit(self, job: SaveJob) -> None:
         step = job.step

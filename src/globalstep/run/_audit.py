@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from globalstep._errors import ConfigError, ResumeDivergenceWarning
+from globalstep.checkpoint import Ledger
 from globalstep.run._messages import Messages
 from globalstep.summary import ResumeAudit, ResumeAuditor, SummaryWriter, crashed_points
 
@@ -83,9 +84,10 @@ class RunAudit:
         if self._auditor is not None:
             writer.audit(self._auditor)
 
-    def tell(self, messages: Messages, *, closing: bool = False) -> None:
-        """Tells the outcome once: where the audit ended, or (``closing``) what the run
-        compared before it closed (its writer closed, every point written)."""
+    def tell(self, messages: Messages, ledger: Ledger | None, *, closing: bool = False) -> None:
+        """Tells the outcome once, and records it in ``ledger`` (the run's, or None): where
+        the audit ended, or (``closing``) what the run compared before it closed (its
+        writer closed, every point written)."""
         auditor = self._auditor
         if auditor is None or not (self.due or closing):
             return
@@ -95,6 +97,11 @@ class RunAudit:
             return
         messages.say(outcome.line())
         first = outcome.first
+        if ledger is not None:
+            where = None if first is None else {"tag": first.tag, "step": first.step}
+            ledger.append_late(
+                "audit", audit=outcome.line(), audit_compared=outcome.compared, diverged=where
+            )
         if first is not None:
             warnings.warn(
                 f"the resumed run logged {first.tag} = {first.after!r} at step {first.step}, "

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from globalstep._clock import MAX_STEP, Clock
 from globalstep._errors import ConfigError
-from globalstep.checkpoint import CheckpointManager
+from globalstep.checkpoint import LEDGER_FILE, CheckpointManager
 from globalstep.run._audit import RunAudit
 from globalstep.run._ranks import RankPlan
 from globalstep.run._refusals import not_the_writer
@@ -148,18 +148,20 @@ class CheckpointOptions:
         read_only = not all_ranks and not plan.is_writer
         return cls(keywords, chosen, read_only, all_ranks)
 
-    def open(self, directory: Path) -> CheckpointManager:
-        """Opens the manager in ``directory`` with these options.
+    def open(self, run: Path) -> CheckpointManager:
+        """Opens the manager in the run's ``checkpoints/`` with these options, its ledger
+        in ``run`` (``ledger.jsonl``) unless the options name one (``ledger=False``: none).
 
         Raises:
             ConfigError, LockError: as :class:`~globalstep.checkpoint.CheckpointManager`.
         """
         keywords = dict(self.keywords)
+        keywords.setdefault("ledger", run / LEDGER_FILE)
         if self.distributed is not None:
             keywords["distributed"] = self.distributed
         if self.read_only:
             keywords["read_only"] = True
-        return CheckpointManager(directory, **keywords)
+        return CheckpointManager(run / "checkpoints", **keywords)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from globalstep.run import _refusals
 from globalstep.run._audit import RunAudit
 from globalstep.run._checkpoints import RunCheckpoints
 from globalstep.run._config import run_config
+from globalstep.run._goodput import Goodput
 from globalstep.run._messages import Messages
 from globalstep.run._options import (
     CheckpointOptions,
@@ -150,7 +151,8 @@ class Run(Closing):
         self._restored, self._closed, self._careful = False, False, True
         self._started_at = self._ticked_to = 0  # _ticked_to: the step after the last update
         self._stale_check: StaleCheck | None = None  # see save()
-        self.checkpoints = manager = options.open(self.directory / "checkpoints")
+        self.checkpoints = manager = options.open(self.directory)
+        self._goodput = Goodput(manager.ledger, self, lambda: self._writer)
         writes = plan.is_writer or options.all_ranks_save
         self._saves = RunCheckpoints(manager, saves, self.clocks, self.config, writes=writes)
         self.save_trigger = saves.trigger if saves is not None else None
@@ -190,6 +192,7 @@ class Run(Closing):
         )
         done = self.done and latest is not None  # resumed, and complete already
         self._audit.begin(self.directory / "logs", latest if self.is_writer else None)
+        self._goodput.resumed(latest)
         self._messages.started(latest, self.clock.step, done=done, source=self._saves.source())
         self._restored = True
         self._careful = self.rollback is not None
@@ -327,7 +330,9 @@ class Run(Closing):
         saves = self._saves
         if step >= saves.next_check and saves.due(scalars):
             self.save()
-        self._audit.tell(self._messages)  # where the resume audit ended (a save drains)
+        self._audit.tell(
+            self._messages, self._goodput.ledger
+        )  # where the resume audit ended (a save drains)
         if self._signals.agreed is not None:
             self._stop_for_signal(self._signals.agreed)
         upcoming = saves.next_check
@@ -348,6 +353,7 @@ class Run(Closing):
             CheckpointError: the save failed.
         """
         self._check_usable()
+        self._goodput.before_save()  # the figures so far: durable with this checkpoint
         self._stale_check = self._saves.save(self.state, self.data_position, self._stale_check)
 
     def _on_stop(self, signum: int) -> None:
@@ -378,6 +384,7 @@ class Run(Closing):
     def _close_after(self, error: BaseException | None) -> None:
         # An error leaves no final checkpoint (the state may be half updated; a signal's
         # stop saved already), and the body's error is the one raised.
+        self._goodput.stopped_by(error)
         try:
             self._finish(save=error is None and self._restored)
         except Exception:
@@ -397,8 +404,8 @@ class Run(Closing):
             self._closed = True
             self._signals.close()
             # The checkpoints first: an async save fsyncs the logs before it commits.
-            close_in_order(self.checkpoints, self.progress, self._writer)
-            self._audit.tell(self._messages, closing=True)
+            close_in_order(self.checkpoints, self._goodput, self.progress, self._writer)
+            self._audit.tell(self._messages, self._goodput.ledger, closing=True)
 
     @property
     def audit(self) -> ResumeAudit | None:

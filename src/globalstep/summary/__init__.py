@@ -19,6 +19,7 @@ from globalstep.summary._reader import (
     RunLog,
     find_runs,
     last_standing_step,
+    last_wall_time,
     read_logs,
     read_run,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "find_runs",
     "has_unsent",
     "last_standing_step",
+    "last_wall_time",
     "log_every_n_steps",
     "read_logs",
     "read_run",

@@ -31,7 +31,15 @@ from typing import Any
 from globalstep._errors import ConfigError, MissingDependencyError
 from globalstep.summary._jsonl import JSONL_NAME
 
-__all__ = ["Point", "RunLog", "find_runs", "last_standing_step", "read_logs", "read_run"]
+__all__ = [
+    "Point",
+    "RunLog",
+    "find_runs",
+    "last_standing_step",
+    "last_wall_time",
+    "read_logs",
+    "read_run",
+]
 
 # The writer's own lines start with one of these; they are all the restart check reads.
 _STEP_OR_RESTART = re.compile(rb'^\{"(step|restart)": (\d+)', re.MULTILINE)
@@ -307,6 +315,35 @@ def last_standing_step(
             if run.max_step is not None:
                 steps.append(run.max_step)
     return max(steps) if steps else None
+
+
+def last_wall_time(directory: str | os.PathLike[str]) -> float | None:
+    """Returns the wall time (seconds since the epoch) of the newest line of the run's
+    ``metrics.jsonl``, reading only its tail; without one, the newest event file's
+    modification time; None where there is neither (or on an fsspec URL).
+
+    What a crashed attempt logged last, for the ledger's redone time (see
+    :mod:`globalstep.checkpoint._ledger`): lines are appended in time order, so the
+    newest is the last whole one.
+    """
+    path = os.fspath(directory)
+    if _is_remote(path) or not os.path.isdir(path):
+        return None
+    jsonl = os.path.join(path, JSONL_NAME)
+    if os.path.isfile(jsonl):
+        with open(jsonl, "rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - (64 << 10)))
+            tail = file.read()
+        for line in reversed(tail.split(b"\n")):
+            try:
+                wall = json.loads(line).get("wall_time")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(wall, int | float):
+                return float(wall)
+    times = [os.path.getmtime(os.path.join(path, f)) for f in os.listdir(path) if _is_event_file(f)]
+    return max(times) if times else None
 
 
 def _jsonl_last_step(jsonl: str) -> int | None:
