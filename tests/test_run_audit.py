@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from globalstep import ConfigError, ResumeDivergenceWarning, Run
+from globalstep.checkpoint import read_ledger
 from globalstep.run import GeneratorState
 from globalstep.summary import Divergence, ResumeAudit, ResumeAuditor
 
@@ -28,6 +29,11 @@ def _loop(directory, keep_rng, kill_at, audit="true"):
         env=env,
     )
     return process
+
+
+def _ledger_of(directory):
+    """The run's ledger, where the resumed attempt records its audit."""
+    return directory / "ledger.jsonl"
 
 
 def _killed_then_resumed(directory, keep_rng, audit="true"):
@@ -54,6 +60,10 @@ def test_a_loop_that_forgets_its_rng_is_told_the_first_differing_step(tmp_path):
     assert f"logged {before!r}" in divergent[0]["message"]
     assert "random generator" in divergent[0]["message"]
     assert "globalstep: audit: 7 steps compared; first difference: loss at step 11" in stdout
+    attempts = read_ledger(_ledger_of(tmp_path)).attempts
+    assert attempts[-1]["audit_compared"] == 7
+    assert attempts[-1]["diverged"] == {"tag": "loss", "step": 11}
+    assert attempts[-1]["audit"].startswith("audit: 7 steps compared; first difference: loss")
 
 
 @pytest.mark.slow
@@ -67,6 +77,9 @@ def test_a_loop_that_keeps_its_rng_is_identical(tmp_path):
     }
     assert record["warnings"] == []
     assert "globalstep: audit: 7 steps compared, identical\n" in stdout
+    attempts = read_ledger(_ledger_of(tmp_path)).attempts
+    assert [a.get("audit") for a in attempts] == [None, "audit: 7 steps compared, identical"]
+    assert attempts[-1]["diverged"] is None
 
 
 @pytest.mark.slow
