@@ -1,12 +1,12 @@
 """A Run with the MLflow format whose import of ``mlflow`` is held, for test_tracker_thread.
 
 Run as ``python tracker_import_probe.py LOGDIR CLOSE_SECONDS``, in a fresh interpreter
-(``mlflow`` not imported yet). A finder on ``sys.meta_path`` holds the execution of ``mlflow`` on any
-thread but the main one until the main thread releases it, and notes which thread imported
-it; the main thread (the training thread) makes a Run with the format, restores and makes
-its first updates while the import is held, then releases it, closes the Run and prints
-one JSON line: the importing threads, whether the updates returned while the import was
-held, and the warnings the close gave.
+(``mlflow`` not imported yet). A finder on ``sys.meta_path`` holds the execution of
+``mlflow`` on any thread but the main one until the main thread releases it, and notes
+which thread imported it; the main thread (the training thread) makes a Run with the
+format, restores and makes its first updates while the import is held, then releases
+it, closes the Run and prints one JSON line: the importing threads, whether the updates
+returned while the import was held, and the warnings the close gave.
 """
 
 from __future__ import annotations
