@@ -131,6 +131,7 @@ def _mlflow_newest(directory: str) -> Callable[[], int | None]:
                 filter_string=f"tags.`globalstep.logdir` = '{logdir}'",
             )
             found.extend(r.info.run_id for r in runs[:1])
+        if not found:
             return None
         history = client.get_metric_history(found[0], "loss")
         return max((m.step for m in history), default=0)
@@ -150,6 +151,7 @@ def _wandb_newest(directory: str) -> Callable[[], int | None]:
         if state["path"] is None:
             found = sorted(logs.glob("offline-run-*/run-*.wandb"))
             state["path"] = str(found[0]) if found else None
+        if state["path"] is None:
             return None
         log = read_records(state["path"], state["offset"])
         state["offset"] = log.end
