@@ -3,7 +3,9 @@
 Every contender trains the same trivial model (``nn.Linear(32, 1)``, a fixed batch of 64,
 SGD) for ``--n`` updates through ``globalstep.Run`` (``run.update(loss=..., lr=...)``, a
 checkpoint every ``--save-every`` updates). Only the loop is timed (not start-up, the
-final save or the close). The tools (``--tools``, both by default):
+final save or the close); the timing starts once the tracker's run is open (the tool
+imported, its run started or continued: a one-time cost, several seconds of W&B's init).
+The tools (``--tools``, both by default):
 
 - ``mlflow``: one real MLflow tracking server on 127.0.0.1 (MLflow's uvicorn app over
   SQLite, as the tests start it), in its own process.
@@ -22,8 +24,14 @@ The contenders, round-robin for ``--rounds`` rounds:
   requests an update: about 30 ms), ``wandb.log({...}, step=run.step)``.
 
 It prints, per contender, the median wall time per update over the rounds and the ratio to
-``files``. Then each tool's lag in its last round: a side thread samples, every 0.1 s, the
-run's step and the newest step of ``loss`` the tool holds (MLflow: its client's metric
+``files``; and the CPU time per update from the loop's start until the tracker has sent
+every point of the loop (its backend's ``sent`` count: a private attribute, as
+bench_torch reads the writer's thread): this process's (every thread: training, the
+writer's, the tracker's sender) and its child processes' (the MLflow server, W&B's
+service; read from ``/proc``, Linux only), with the excess over ``files`` per point sent
+(two an update). On a loaded machine the CPU times move less than the wall times. Then
+each tool's lag in its last round: a side thread samples, every 0.1 s, the run's step
+and the newest step of ``loss`` the tool holds (MLflow: its client's metric
 history; W&B: the transaction log, read with globalstep's own reader); the lag in steps
 (mean, max) and as time at the loop's rate.
 
@@ -72,10 +80,35 @@ def _by_hand(tool: str, directory: str) -> tuple[Any, Callable[[float, int], Non
     return wandb.init(dir=directory), log_wandb
 
 
+def _children_cpu() -> float:
+    """The CPU seconds used so far by this process's descendants (0 without ``/proc``)."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                fields = file.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+        used[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+    total, me = 0.0, os.getpid()
+    for pid in used:
+        parent = parents.get(pid)
+        while parent is not None and parent not in (me, 0, 1):
+            parent = parents.get(parent)
+        total += used[pid] if parent == me else 0.0
+    return total
+
+
 def _loop(
     directory: str, n: int, save_every: int, contender: str, watch: dict[str, int] | None
-) -> float:
-    """Trains n updates; returns the loop's wall time per update."""
+) -> tuple[float, float, float]:
+    """Trains n updates; returns the loop's wall time per update, and the CPU time per
+    update of this process and of its children from the loop's start to the close."""
     torch.manual_seed(0)
     model = torch.nn.Linear(32, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -97,6 +130,10 @@ def _loop(
     ):
         run.restore({"model": model, "opt": opt})
         run.writer.flush()  # the writer (and its tracker) open before the timing
+        for backend in run.writer._sink.backends:  # and the tool's run: its start-up
+            while getattr(backend, "run_id", "") is None:  # (import, init) is not timed
+                time.sleep(0.01)
+        cpu, children = time.process_time(), _children_cpu()
         started = time.perf_counter()
         for _ in range(n):
             opt.zero_grad()
@@ -112,7 +149,12 @@ def _loop(
         seconds = (time.perf_counter() - started) / n
         if watch is not None:
             watch["done"] = 1  # the lag is sampled while training only
-    return seconds
+        for backend in run.writer._sink.backends:  # the tracker's sender catches up
+            while getattr(backend, "sent", 2 * n) < 2 * n:
+                time.sleep(0.01)
+        cpu = (time.process_time() - cpu) / n
+        children = (_children_cpu() - children) / n
+    return seconds, cpu, children
 
 
 def _mlflow_newest(directory: str) -> Callable[[], int | None]:
@@ -221,6 +263,8 @@ def main() -> None:
     for tool in tools:
         contenders += [tool, f"{tool}-by-hand"] if args.by_hand else [tool]
     times: dict[str, list[float]] = {c: [] for c in contenders}
+    cpus: dict[str, list[float]] = {c: [] for c in contenders}
+    child_cpus: dict[str, list[float]] = {c: [] for c in contenders}
     samples: dict[str, list[tuple[float, int, int]]] = {t: [] for t in tools}
     try:
         for round_ in range(args.rounds):
@@ -235,7 +279,10 @@ def main() -> None:
                         args=(_NEWEST[contender](directory), watch, stop, samples[contender]),
                     )
                     sampler.start()
-                times[contender].append(_loop(directory, args.n, args.save_every, contender, watch))
+                wall, cpu, children = _loop(directory, args.n, args.save_every, contender, watch)
+                times[contender].append(wall)
+                cpus[contender].append(cpu)
+                child_cpus[contender].append(children)
                 stop.set()
                 if sampler is not None:
                     sampler.join()
@@ -253,6 +300,14 @@ def main() -> None:
         print(
             f"{contender:14s} {median * 1e6:8.1f} us/update (min-max {spread})  "
             f"x{median / base:.2f} of files"
+        )
+    own, kids = statistics.median(cpus["files"]), statistics.median(child_cpus["files"])
+    print("CPU per update, loop until all sent (median): this process / its children")
+    for contender in contenders:
+        mine, theirs = statistics.median(cpus[contender]), statistics.median(child_cpus[contender])
+        print(
+            f"{contender:14s} {mine * 1e6:8.1f} / {theirs * 1e6:7.1f} us  "
+            f"excess per point: {(mine - own) / 2 * 1e6:6.1f} / {(theirs - kids) / 2 * 1e6:6.1f} us"
         )
     for tool in tools:
         _report(tool, samples[tool], times[tool][-1])
