@@ -21,9 +21,8 @@ __all__ = [
     "WALL_TIME",
     "Backend",
     "Closing",
-    "FloatTexts",
     "Item",
-    "float_texts",
+    "nonfinite_text",
 ]
 
 SCALAR = 0
@@ -32,37 +31,14 @@ TEXT = 2
 RESTART = 3
 SCALARS = 4
 
-_FLOAT_TEXTS_MAX = 65_536  # the most numbers float_texts keeps before it starts again
 
+def nonfinite_text(value: float) -> str:
+    """The JSON spelling of NaN and the infinities that Python's ``json`` writes and reads
+    back (``NaN``, ``Infinity``, ``-Infinity``); a finite number's is its ``repr``."""
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
 
-class FloatTexts(dict[float, str]):
-    """A float's JSON text (``repr``, or ``NaN``, ``Infinity``, ``-Infinity``), made once:
-    ``texts[value]``.
-
-    A tracker's record spells each point's value and wall time, and ``repr`` of a float
-    is most of what a line costs (about 0.3-0.5 us), so the record keeps the texts of the
-    numbers it spelled lately (a group's wall time, a rate that stays the same). (The JSONL
-    backend does not: a memo's misses cost it more than its hits save.)
-    Zero is never kept (``0.0 == -0.0``: each keeps its own spelling), nor are NaNs (no
-    NaN equals another). It is a pure function's memo: threads that share it may each
-    make a text, never a wrong one.
-    """
-
-    def __missing__(self, value: float) -> str:
-        if value - value == 0.0:
-            text = repr(value)
-            if value != 0.0:
-                if len(self) >= _FLOAT_TEXTS_MAX:
-                    self.clear()
-                self[value] = text
-            return text
-        if value != value:
-            return "NaN"
-        return "Infinity" if value > 0 else "-Infinity"
-
-
-float_texts = FloatTexts()
-"""The process's :class:`FloatTexts`, shared by the tracker formats' records."""
 
 MASK_DELTA = 0xA282EAD8
 """TFRecord's checksum mask: a record's CRC-32C ``c`` is stored as

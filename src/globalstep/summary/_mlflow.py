@@ -50,7 +50,7 @@ from typing import Any
 
 from globalstep._errors import TrackerRefusedError
 from globalstep._optional import require, require_installed
-from globalstep.summary._base import float_texts
+from globalstep.summary._base import nonfinite_text
 from globalstep.summary._client import Point, TrackerClient
 
 __all__ = ["KEY_TAG", "LOGDIR_TAG", "MlflowClient", "flat_params", "prepare"]
@@ -110,7 +110,7 @@ def _batch_json(run_id: str, points: list[Point]) -> str:
     metrics = [
         {
             "key": tag,
-            "value": value if value - value == 0.0 else float_texts[value],
+            "value": value if value - value == 0.0 else nonfinite_text(value),
             "timestamp": round(wall_time * 1000),
             "step": step,
         }

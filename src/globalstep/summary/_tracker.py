@@ -76,7 +76,7 @@ from typing import Any
 from globalstep import _durability
 from globalstep._clock import MAX_STEP
 from globalstep._errors import ConfigError, TrackerRefusedError, TrackerWarning
-from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item, float_texts
+from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item, nonfinite_text
 from globalstep.summary._client import Point as Point
 from globalstep.summary._client import TrackerClient as TrackerClient
 from globalstep.summary._client import check_builder, check_name, checked_client
@@ -258,8 +258,8 @@ def _head(tag: str) -> str:
 
 def _line(tag: str, step: int, value: float, wall_time: float) -> str:
     """A point's line in the record."""
-    texts = float_texts
-    return f"{_TAGS.get(tag) or _head(tag)}{step}, {texts[value]}, {texts[wall_time]}]\n"
+    number = repr(value) if value - value == 0.0 else nonfinite_text(value)
+    return f"{_TAGS.get(tag) or _head(tag)}{step}, {number}, {wall_time!r}]\n"
 
 
 class TrackerBackend:
@@ -350,8 +350,8 @@ class TrackerBackend:
     def _write_points(self, items: list[Item]) -> None:
         """Records the points of ``items`` and holds them pending (see :meth:`_take`, which
         takes them one at a time where the bound drops some): their record lines are
-        written together, each number spelled once for every format."""
-        texts, heads, head = float_texts, _TAGS, _head
+        written together, a group's wall time spelled once."""
+        heads, head = _TAGS, _head
         lines: list[str] = []
         append = lines.append
         number, committed = self._count, self._committed
@@ -371,7 +371,7 @@ class TrackerBackend:
                     committed, waiting, ready = self._committed, self._waiting, self._ready
                     room = self._options.max_pending - len(waiting) - len(ready)
                 continue
-            time_text = texts[wall_time]
+            time_text = repr(wall_time)
             for name, value in points:
                 if room <= 0:  # past the bound: the oldest pending point makes room
                     self._count = number
@@ -381,8 +381,10 @@ class TrackerBackend:
                     number = self._count
                     continue
                 room -= 1
-                value = float(value)
-                append(f"{heads.get(name) or head(name)}{step}, {texts[value]}, {time_text}]\n")
+                if type(value) is not float:
+                    value = float(value)
+                number_text = repr(value) if value - value == 0.0 else nonfinite_text(value)
+                append(f"{heads.get(name) or head(name)}{step}, {number_text}, {time_text}]\n")
                 (ready if step <= committed else waiting).append(
                     (number, name, step, value, wall_time)
                 )
