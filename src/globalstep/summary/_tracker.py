@@ -371,7 +371,8 @@ class TrackerBackend:
                     committed, waiting, ready = self._committed, self._waiting, self._ready
                     room = self._options.max_pending - len(waiting) - len(ready)
                 continue
-            time_text = repr(wall_time)
+            middle, tail = f"{step}, ", f", {wall_time!r}]\n"  # spelled once per item
+            push = (ready if step <= committed else waiting).append
             for name, value in points:
                 if room <= 0:  # past the bound: the oldest pending point makes room
                     self._count = number
@@ -384,10 +385,8 @@ class TrackerBackend:
                 if type(value) is not float:
                     value = float(value)
                 number_text = repr(value) if value - value == 0.0 else nonfinite_text(value)
-                append(f"{heads.get(name) or head(name)}{step}, {number_text}, {time_text}]\n")
-                (ready if step <= committed else waiting).append(
-                    (number, name, step, value, wall_time)
-                )
+                append(f"{heads.get(name) or head(name)}{middle}{number_text}{tail}")
+                push((number, name, step, value, wall_time))
                 number += 1
         self._count = number
         self._write("".join(lines))
