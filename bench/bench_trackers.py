@@ -29,7 +29,9 @@ every point of the loop (its backend's ``sent`` count: a private attribute, as
 bench_torch reads the writer's thread): this process's (every thread: training, the
 writer's, the tracker's sender) and its child processes' (the MLflow server, W&B's
 service; read from ``/proc``, Linux only), with the excess over ``files`` per point sent
-(two an update). On a loaded machine the CPU times move less than the wall times. Then
+(two an update); and, in the same window, the CPU of this process's threads but the
+training thread (the writer's, the tracker's sender, the tool's own), per point. On a
+loaded machine the CPU times move less than the wall times. Then
 each tool's lag in its last round: a side thread samples, every 0.1 s, the run's step
 and the newest step of ``loss`` the tool holds (MLflow: its client's metric
 history; W&B: the transaction log, read with globalstep's own reader); the lag in steps
@@ -104,11 +106,27 @@ def _children_cpu() -> float:
     return total
 
 
+def _threads_cpu() -> dict[int, float]:
+    """The CPU seconds used so far by each thread but the main one and the lag sampler."""
+    used = {}
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.name == "bench-lag":
+            continue
+        try:
+            used[thread.native_id or 0] = time.clock_gettime(
+                time.pthread_getcpuclockid(thread.ident or 0)
+            )
+        except (OSError, ValueError):  # it ended meanwhile
+            continue
+    return used
+
+
 def _loop(
     directory: str, n: int, save_every: int, contender: str, watch: dict[str, int] | None
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """Trains n updates; returns the loop's wall time per update, and the CPU time per
-    update of this process and of its children from the loop's start to the close."""
+    update of this process, of its children and of its threads but the training thread,
+    from the loop's start until the tracker has sent every point."""
     torch.manual_seed(0)
     model = torch.nn.Linear(32, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -133,7 +151,7 @@ def _loop(
         for backend in run.writer._sink.backends:  # and the tool's run: its start-up
             while getattr(backend, "run_id", "") is None:  # (import, init) is not timed
                 time.sleep(0.01)
-        cpu, children = time.process_time(), _children_cpu()
+        cpu, children, threads = time.process_time(), _children_cpu(), _threads_cpu()
         started = time.perf_counter()
         for _ in range(n):
             opt.zero_grad()
@@ -154,7 +172,9 @@ def _loop(
                 time.sleep(0.01)
         cpu = (time.process_time() - cpu) / n
         children = (_children_cpu() - children) / n
-    return seconds, cpu, children
+        after = _threads_cpu()
+        background = sum(used - threads.get(ident, 0.0) for ident, used in after.items()) / n
+    return seconds, cpu, children, background
 
 
 def _mlflow_newest(directory: str) -> Callable[[], int | None]:
@@ -265,6 +285,7 @@ def main() -> None:
     times: dict[str, list[float]] = {c: [] for c in contenders}
     cpus: dict[str, list[float]] = {c: [] for c in contenders}
     child_cpus: dict[str, list[float]] = {c: [] for c in contenders}
+    thread_cpus: dict[str, list[float]] = {c: [] for c in contenders}
     samples: dict[str, list[tuple[float, int, int]]] = {t: [] for t in tools}
     try:
         for round_ in range(args.rounds):
@@ -275,11 +296,15 @@ def main() -> None:
                 stop, sampler = threading.Event(), None
                 if watch is not None:
                     sampler = threading.Thread(
+                        name="bench-lag",
                         target=_lag,
                         args=(_NEWEST[contender](directory), watch, stop, samples[contender]),
                     )
                     sampler.start()
-                wall, cpu, children = _loop(directory, args.n, args.save_every, contender, watch)
+                wall, cpu, children, background = _loop(
+                    directory, args.n, args.save_every, contender, watch
+                )
+                thread_cpus[contender].append(background)
                 times[contender].append(wall)
                 cpus[contender].append(cpu)
                 child_cpus[contender].append(children)
@@ -302,12 +327,16 @@ def main() -> None:
             f"x{median / base:.2f} of files"
         )
     own, kids = statistics.median(cpus["files"]), statistics.median(child_cpus["files"])
-    print("CPU per update, loop until all sent (median): this process / its children")
+    print(
+        "CPU per update, loop until all sent (median): this process / its children; "
+        "excess over files per point; this process's threads but training's, per point"
+    )
     for contender in contenders:
         mine, theirs = statistics.median(cpus[contender]), statistics.median(child_cpus[contender])
         print(
             f"{contender:14s} {mine * 1e6:8.1f} / {theirs * 1e6:7.1f} us  "
             f"excess per point: {(mine - own) / 2 * 1e6:6.1f} / {(theirs - kids) / 2 * 1e6:6.1f} us"
+            f"  threads: {statistics.median(thread_cpus[contender]) / 2 * 1e6:6.1f} us"
         )
     for tool in tools:
         _report(tool, samples[tool], times[tool][-1])
