@@ -128,12 +128,11 @@ def _batch_endpoint(client: Any) -> Callable[[str], Any] | None:
         from mlflow.store.tracking.rest_store import RestStore
 
         store = client._tracking_client.store
-    except Exception:
+        if type(store) is not RestStore:
+            return None
+        return partial(store._call_endpoint, LogBatch)
+    except Exception:  # another MLflow version's internals
         return None
-    call = getattr(store, "_call_endpoint", None)
-    if type(store) is not RestStore or not callable(call):
-        return None
-    return partial(call, LogBatch)
 
 
 def _model_id() -> str | None:
