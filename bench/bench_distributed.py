@@ -45,14 +45,14 @@ Run: `PYTHONPATH=src .venv/bin/python bench/bench_distributed.py [--n 500] [--ro
 from __future__ import annotations
 
 import argparse
-import datetime
 import io
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
+
+from _two_ranks import run_two_ranks
 
 CONTENDERS = (
     "ddp",
@@ -146,23 +146,11 @@ def _saves(rank: int, count: int, directory: str) -> dict[str, float]:
     return time_saves(directory, states(rank), count)
 
 
-def _rank(rank: int, port: int, n: int, rounds: int, saves: int, base: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)  # two ranks on a small machine: no oversubscription
-
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=120),
-    )
+def _rank(rank: int, base: str, n: int, rounds: int, saves: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in CONTENDERS + SAVES}
-    # One directory for both ranks (``base``, made by main): every rank of a Run takes part
-    # in its distributed saves, so the ranks must open the same checkpoint directory (one
-    # of each rank's own leaves the writer waiting for a rank that saves elsewhere).
+    # One directory for both ranks (``base``): every rank of a Run takes part in its
+    # distributed saves, so the ranks must open the same checkpoint directory (one of each
+    # rank's own leaves the writer waiting for a rank that saves elsewhere).
     for index in range(rounds):
         for name in CONTENDERS:
             directory = os.path.join(base, f"{name}-{index}")
@@ -172,38 +160,17 @@ def _rank(rank: int, port: int, n: int, rounds: int, saves: int, base: str) -> N
                 times[name].append(median)
         if rank == 0:
             print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
-    if rank == 0:
-        with open(os.path.join(base, "times.json"), "w") as file:
-            import json
-
-            json.dump(times, file)
-    dist.destroy_process_group()
+    return times
 
 
 def main(argv: list[str] | None = None) -> None:
     """Starts two ranks, runs the contenders round-robin and prints the table."""
-    import json
-    import socket
-
-    import torch.multiprocessing as mp
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--saves", type=int, default=20, help="saves per variant and round")
     args = parser.parse_args(argv)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with tempfile.TemporaryDirectory() as scratch:
-        mp.start_processes(
-            _rank,
-            args=(port, args.n, args.rounds, args.saves, scratch),
-            nprocs=2,
-            start_method="spawn",
-        )
-        with open(os.path.join(scratch, "times.json")) as file:
-            times: dict[str, list[float]] = json.load(file)
+    times: dict[str, list[float]] = run_two_ranks(_rank, args.n, args.rounds, args.saves)
     saved = {name: times.pop(name) for name in SAVES}
     base = times["ddp"]
     print(f"2 ranks (gloo, 127.0.0.1), {args.n} updates x {args.rounds} rounds; load: ", end="")

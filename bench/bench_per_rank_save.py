@@ -25,14 +25,13 @@ Run: ``PYTHONPATH=src python bench/bench_per_rank_save.py [--saves 20] [--rounds
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
+
+from _two_ranks import run_two_ranks
 
 CONTENDERS = ("replicated", "per-rank")
 
@@ -89,56 +88,19 @@ def time_saves(directory: str, trees: dict[str, Any], saves: int) -> dict[str, f
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _rank(rank: int, port: int, saves: int, rounds: int, extra: int, out: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=120),
-    )
+def _rank(rank: int, scratch: str, saves: int, rounds: int, extra: int) -> list[dict[str, float]]:
     trees = states(rank, extra=extra)
-    rounds_times: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as base:
-        shared = [base]
-        dist.broadcast_object_list(shared, src=0)  # one directory for both ranks
-        for index in range(rounds):
-            rounds_times.append(time_saves(os.path.join(shared[0], str(index)), trees, saves))
-    if rank == 0:
-        with open(out, "w") as file:
-            json.dump(rounds_times, file)
-    dist.barrier()
-    dist.destroy_process_group()
+    return [time_saves(os.path.join(scratch, str(index)), trees, saves) for index in range(rounds)]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Starts two ranks, times the two saves and prints the table."""
-    import socket
-
-    import torch.multiprocessing as mp
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--saves", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--extra", type=int, default=1000)
     args = parser.parse_args(argv)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with tempfile.TemporaryDirectory() as scratch:
-        out = os.path.join(scratch, "times.json")
-        mp.start_processes(
-            _rank,
-            args=(port, args.saves, args.rounds, args.extra, out),
-            nprocs=2,
-            start_method="spawn",
-        )
-        with open(out) as file:
-            rounds_times: list[dict[str, float]] = json.load(file)
+    rounds_times: list[dict[str, float]] = run_two_ranks(_rank, args.saves, args.rounds, args.extra)
     print(f"2 ranks (gloo, 127.0.0.1), {args.saves} saves x {args.rounds} rounds; load: ", end="")
     print(" ".join(f"{x:.2f}" for x in os.getloadavg()))
     print("| contender | ms/save (median of rounds) | spread | x replicated (median) |")

@@ -23,19 +23,16 @@ Run: `.venv/bin/python bench/bench_rollback_ranks.py [--n 2000] [--rounds 5]`.
 from __future__ import annotations
 
 import argparse
-import datetime
 import io
-import socket
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _two_ranks import run_two_ranks
 
 CONTENDERS = ("hand", "run", "run+rollback")
 
@@ -74,15 +71,7 @@ def _loop(name: str, n: int, model: Any, opt: Any, batch: Any, directory: Path) 
     return elapsed
 
 
-def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=120),
-    )
-    torch.set_num_threads(1)
+def _rank(rank: int, scratch: str, n: int, rounds: int) -> dict[str, list[float]]:
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -91,11 +80,9 @@ def _rank(rank: int, port: int, n: int, rounds: int, out: str) -> None:
     times: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     for number in range(rounds):
         for name in CONTENDERS:
-            directory = Path(out) / f"{name}-{number}"
+            directory = Path(scratch) / f"{name}-{number}"
             times[name].append(_loop(name, n, model, opt, batch, directory) / n)
-    if rank == 0:
-        _report(times, n, rounds)
-    dist.destroy_process_group()
+    return times
 
 
 def _report(times: dict[str, list[float]], n: int, rounds: int) -> None:
@@ -119,13 +106,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--n", type=int, default=2000, help="updates per contender and round")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(
-            _rank, args=(port, args.n, args.rounds, out), nprocs=2, start_method="spawn"
-        )
+    _report(run_two_ranks(_rank, args.n, args.rounds), args.n, args.rounds)
 
 
 if __name__ == "__main__":

@@ -303,3 +303,35 @@ def test_mlflow_s_own_http_retries_are_kept_short_unless_the_user_set_them(monke
     MlflowClient()
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "33"  # the user's value wins
+
+
+def test_a_batch_to_a_server_is_the_json_mlflow_s_own_client_would_post():
+    """The batch body made here decodes to what MLflow's client encodes for the points."""
+    import json
+
+    from mlflow.entities import Metric
+    from mlflow.protos.service_pb2 import LogBatch
+    from mlflow.utils.proto_json_utils import message_to_json
+
+    from globalstep.summary._mlflow import _batch_json
+
+    nan, inf = float("nan"), float("inf")
+    points = [("loss", 3, 0.5, 1764441600.2504), ("a/ü", 2, nan, 1.0), ("b", 0, inf, 1.0)]
+    points += [("c", 1, -inf, 2.0), ("d", 7, -0.0, 3.0005), ("e", 8, 1e300, 4.0)]
+    metrics = [Metric(t, v, round(w * 1000), s).to_proto() for t, s, v, w in points]
+    theirs = json.loads(message_to_json(LogBatch(metrics=metrics, run_id="abc")))
+    assert json.loads(_batch_json("abc", points)) == theirs
+
+
+def test_batches_to_a_server_go_through_its_rest_store_and_others_through_the_client(
+    server, monkeypatch
+):
+    """A tracking server takes the batch made here; another store gets MLflow's log_batch."""
+    from types import SimpleNamespace
+
+    from globalstep.summary._mlflow import MlflowClient, _batch_endpoint
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
+    assert MlflowClient()._post_batch is not None
+    other = SimpleNamespace(_tracking_client=SimpleNamespace(store=object()))
+    assert _batch_endpoint(other) is None

@@ -22,6 +22,7 @@ __all__ = [
     "Backend",
     "Closing",
     "Item",
+    "nonfinite_text",
 ]
 
 SCALAR = 0
@@ -29,6 +30,15 @@ HISTOGRAM = 1
 TEXT = 2
 RESTART = 3
 SCALARS = 4
+
+
+def nonfinite_text(value: float) -> str:
+    """The JSON spelling of NaN and the infinities that Python's ``json`` writes and reads
+    back (``NaN``, ``Infinity``, ``-Infinity``); a finite number's is its ``repr``."""
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
 
 MASK_DELTA = 0xA282EAD8
 """TFRecord's checksum mask: a record's CRC-32C ``c`` is stored as

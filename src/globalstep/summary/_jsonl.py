@@ -32,6 +32,7 @@ from globalstep.summary._base import (
     Item,
     LogBackend,
     histogram_buckets,
+    nonfinite_text,
 )
 
 __all__ = ["JSONL_NAME", "JsonlBackend"]
@@ -42,13 +43,6 @@ JSONL_NAME = "metrics.jsonl"
 def _json(text: str) -> str:
     """``text`` as a JSON string (non-ASCII characters kept as they are)."""
     return json.dumps(text, ensure_ascii=False)
-
-
-def _nonfinite(value: float) -> str:
-    """The JSON spelling Python's ``json`` reads back for NaN and the infinities."""
-    if value != value:
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
 
 
 class JsonlBackend(LogBackend):
@@ -85,11 +79,11 @@ class JsonlBackend(LogBackend):
                 head = f'{{"step": {step}, "wall_time": {wall_time!r}, "tag": '
                 for tag, value in payload.items():
                     tag_text = tags.get(tag) or self._tag(tag)
-                    number = repr(value) if value - value == 0.0 else _nonfinite(value)
+                    number = repr(value) if value - value == 0.0 else nonfinite_text(value)
                     append(f"{head}{tag_text}{number}}}\n")
             elif kind == SCALAR:
                 tag_text = tags.get(tag) or self._tag(tag)
-                number = repr(payload) if payload - payload == 0.0 else _nonfinite(payload)
+                number = repr(payload) if payload - payload == 0.0 else nonfinite_text(payload)
                 if wall_time is not last_time:  # the scalars of one call share their time
                     last_time, time_text = wall_time, repr(wall_time)
                 append(f'{{"step": {step}, "wall_time": {time_text}, "tag": {tag_text}{number}}}\n')

@@ -76,7 +76,7 @@ from typing import Any
 from globalstep import _durability
 from globalstep._clock import MAX_STEP
 from globalstep._errors import ConfigError, TrackerRefusedError, TrackerWarning
-from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item
+from globalstep.summary._base import RESTART, SCALAR, SCALARS, Item, nonfinite_text
 from globalstep.summary._client import Point as Point
 from globalstep.summary._client import TrackerClient as TrackerClient
 from globalstep.summary._client import check_builder, check_name, checked_client
@@ -245,16 +245,21 @@ def send_unsent(logdir: str, tracker: Tracker) -> TrackerBackend:
     return backend
 
 
-_TAGS: dict[str, str] = {}  # a tag's JSON text, made once (the drain writes one per point)
+_TAGS: dict[str, str] = {}  # a tag's line head, made once (the drain writes one per point)
+
+
+def _head(tag: str) -> str:
+    """The start of a point's line in the record, up to its step: ``["loss", ``."""
+    text = _TAGS.get(tag)
+    if text is None:
+        text = _TAGS.setdefault(tag, f"[{json.dumps(tag, ensure_ascii=False)}, ")
+    return text
 
 
 def _line(tag: str, step: int, value: float, wall_time: float) -> str:
     """A point's line in the record."""
-    text = _TAGS.get(tag)
-    if text is None:
-        text = _TAGS.setdefault(tag, json.dumps(tag, ensure_ascii=False))
-    number = repr(value) if value - value == 0.0 else json.dumps(value)
-    return f"[{text}, {step}, {number}, {wall_time!r}]\n"
+    number = repr(value) if value - value == 0.0 else nonfinite_text(value)
+    return f"{_TAGS.get(tag) or _head(tag)}{step}, {number}, {wall_time!r}]\n"
 
 
 class TrackerBackend:
@@ -339,15 +344,52 @@ class TrackerBackend:
 
     def write(self, items: list[Item]) -> None:
         with self._lock:
-            for kind, tag, step, wall_time, payload in items:
-                if kind == SCALARS:
-                    for name, value in payload.items():
-                        self._take(name, step, value, wall_time)
-                elif kind == SCALAR:
-                    self._take(tag, step, payload, wall_time)
-                elif kind == RESTART:
-                    self._restart(step)
+            self._write_points(items)
             self._lock.notify()
+
+    def _write_points(self, items: list[Item]) -> None:
+        """Records the points of ``items`` and holds them pending (see :meth:`_take`, which
+        takes them one at a time where the bound drops some): their record lines are
+        written together, a group's wall time spelled once."""
+        heads, head = _TAGS, _head
+        lines: list[str] = []
+        append = lines.append
+        number, committed = self._count, self._committed
+        waiting, ready = self._waiting, self._ready
+        room = self._options.max_pending - len(waiting) - len(ready)
+        for kind, tag, step, wall_time, payload in items:
+            if kind == SCALARS:
+                points = payload.items()
+            elif kind == SCALAR:
+                points = ((tag, payload),)
+            else:
+                if kind == RESTART:
+                    self._count = number
+                    self._write("".join(lines))
+                    lines.clear()
+                    self._restart(step)
+                    committed, waiting, ready = self._committed, self._waiting, self._ready
+                    room = self._options.max_pending - len(waiting) - len(ready)
+                continue
+            middle, tail = f"{step}, ", f", {wall_time!r}]\n"  # spelled once per item
+            push = (ready if step <= committed else waiting).append
+            for name, value in points:
+                if room <= 0:  # past the bound: the oldest pending point makes room
+                    self._count = number
+                    self._write("".join(lines))
+                    lines.clear()
+                    self._take(name, step, value, wall_time)
+                    number = self._count
+                    continue
+                room -= 1
+                if type(value) is not float:
+                    value = float(value)
+                number_text = repr(value) if value - value == 0.0 else nonfinite_text(value)
+                append(f"{heads.get(name) or head(name)}{middle}{number_text}{tail}")
+                push((number, name, step, value, wall_time))
+                number += 1
+        self._count = number
+        self._write("".join(lines))
 
     def _take(self, tag: str, step: int, value: float, wall_time: float) -> None:
         """Records one point and holds it pending; past the bound the oldest pending point
