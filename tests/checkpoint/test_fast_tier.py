@@ -304,12 +304,13 @@ def test_a_run_resumes_past_a_corrupt_fast_checkpoint(tmp_path, shm):
     good one and says why."""
     fast = FastTier(shm, save_every=5)
     weights = np.zeros(3)
-    run = Run(tmp_path, save_every=50, fast_tier=fast, progress=False)
+    run = Run(tmp_path, save_every=50, fast_tier=fast, progress=False, handle_signals=False)
     run.restore({"w": weights})
     for _ in range(63):
         weights += 1.0
         run.update(loss=1.0)
     run.checkpoints.close()  # as a killed process leaves it: no final checkpoint
+    run.writer.close()  # (an open writer would sync before every later save of the process)
     arrays = shm / "step-000000000060" / "arrays.safetensors"
     data = bytearray(arrays.read_bytes())
     data[-1] ^= 0xFF

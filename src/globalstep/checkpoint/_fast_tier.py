@@ -95,7 +95,7 @@ class FastTier:
         ...     for _ in range(63):
         ...         clock.tick()
         ...         _ = m.maybe_save(clock, {"clock": clock, "w": np.ones(2)})
-        ...     m.steps(), m.restore()["clock"].step, m.last_restore.tier
+        ...     m.steps(), m.restore()["clock"]["step"], m.last_restore.tier
         ([50, 55, 60], 60, 'fast')
     """
 

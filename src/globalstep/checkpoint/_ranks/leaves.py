@@ -40,7 +40,12 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from globalstep._errors import CorruptCheckpointError, WorldSizeError, WorldSizeWarning
+from globalstep._errors import (
+    CorruptCheckpointError,
+    WorldSizeError,
+    WorldSizeWarning,
+    user_stacklevel,
+)
 from globalstep.checkpoint._files.arrays import read_arrays, write_arrays
 from globalstep.checkpoint._files.document import ARRAYS_FILE, Document
 from globalstep.checkpoint._ranks.perrank import derived_seed, reseed, reseedable
@@ -310,5 +315,5 @@ class RankLeaves:
                     f"size. The random generators {', '.join(reseeded)} were re-seeded "
                     "deterministically from the saved states, this rank and the step"
                 ),
-                stacklevel=7,  # the caller of CheckpointManager.restore
+                stacklevel=user_stacklevel(),  # the caller of CheckpointManager.restore
             )
