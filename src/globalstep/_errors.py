@@ -59,8 +59,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 __all__ = [
@@ -84,7 +82,6 @@ __all__ = [
     "TracingError",
     "TrackerRefusedError",
     "WorldSizeError",
-    "user_stacklevel",
 ]
 
 
@@ -402,17 +399,3 @@ class TrackerWarning(UserWarning):
     the tracker, or not sent within ``close_seconds`` (those stay in the local record and
     are sent when a writer opens the directory again). TensorBoard and JSONL files are
     not affected: they hold every point."""
-
-
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a ``warnings.warn`` in the function calling this one
-    name the first caller outside globalstep (the user's line), however deep the call."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-        level += 1
-    return level

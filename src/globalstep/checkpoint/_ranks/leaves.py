@@ -40,12 +40,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from globalstep._errors import (
-    CorruptCheckpointError,
-    WorldSizeError,
-    WorldSizeWarning,
-    user_stacklevel,
-)
+from globalstep._callers import user_stacklevel
+from globalstep._errors import CorruptCheckpointError, WorldSizeError, WorldSizeWarning
 from globalstep.checkpoint._files.arrays import read_arrays, write_arrays
 from globalstep.checkpoint._files.document import ARRAYS_FILE, Document
 from globalstep.checkpoint._ranks.perrank import derived_seed, reseed, reseedable
