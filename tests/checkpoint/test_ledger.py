@@ -310,3 +310,36 @@ def test_a_run_resumed_complete_logs_no_goodput_point_that_would_void_its_last_s
     ]
     assert [p.step for p in log.scalars["goodput/share"]] == [4]  # the first attempt's
     assert [a["resumed_from"] for a in read_ledger(tmp_path / LEDGER_FILE).attempts] == [None, 4]
+
+
+@pytest.mark.parametrize("fast_every", [None, 5])
+def test_goodput_series_log_one_point_per_tag_and_step(tmp_path, fast_every):
+    """The goodput/* series never log a tag twice at one step (W&B refuses the second
+    point, TensorBoard would draw two): not at the last step of a run without
+    total_steps, where the save before logs its figures and the close that save's, nor
+    where both tiers save at one step."""
+    from globalstep import FastTier, Run
+
+    fast = None if fast_every is None else FastTier(tmp_path / "fast", save_every=fast_every)
+    with Run(
+        tmp_path / "run",
+        save_every=10,
+        fast_tier=fast,
+        progress=False,
+        handle_signals=False,
+        stream=io.StringIO(),
+        writer_options={"formats": ("jsonl",)},
+    ) as run:
+        weights = np.zeros(2)
+        run.restore({"w": weights})
+        for _ in range(20):  # no total_steps: the save at 20 is not the run's last known
+            weights += 1.0
+            run.update(loss=1.0)
+    [log] = (tmp_path / "run" / "logs").glob("*.jsonl")
+    points = [json.loads(line) for line in log.read_text().splitlines()]
+    goodput = [(p["tag"], p["step"]) for p in points if str(p.get("tag")).startswith("goodput/")]
+    assert len(goodput) == len(set(goodput)), goodput
+    assert ("goodput/share", 20) in goodput
+    assert ("goodput/save_stall_seconds", 20) in goodput  # the save at 10's figures
+    saves = read_ledger(tmp_path / "run" / "ledger.jsonl").saves
+    assert len(saves) == (2 if fast_every is None else 6)  # every save stays in the ledger

@@ -61,6 +61,7 @@ class Goodput:
         self._writer = writer
         self._pending: dict[str, float] = {}  # a resume's figures, for the next point
         self._resumed_at: int | None = None  # the step resumed from, until the clock moves
+        self._logged: tuple[int, set[str]] = (-1, set())  # the step of the last point, its tags
 
     def resumed(self, step: int | None) -> None:
         """Records the resume from ``step`` (None: a new run, nothing to record) with the
@@ -101,15 +102,25 @@ class Goodput:
 
     def _log(self, *, closing: bool) -> None:
         ledger, writer = self._ledger, self._writer()
-        if ledger is None or writer is None or self._run.step == self._resumed_at:
+        step = self._run.step
+        if ledger is None or writer is None or step == self._resumed_at:
             return  # at the step resumed from, a point would void the crashed attempt's
+        if step == self._logged[0] and not closing:
+            return  # a second save at this step (both tiers): its figures wait for the next
         scalars, self._pending = {**self._pending, **_save_scalars(ledger.take_saves())}, {}
         if closing:
             share = read_ledger(ledger.path).goodput.get("share")
             if share is not None:
                 scalars["goodput/share"] = float(share)
+        if step == self._logged[0]:
+            # One point per tag and step (W&B refuses a second, TensorBoard would draw two):
+            # the final save's figures, at the step the last ones went out, stay in the ledger.
+            scalars = {tag: v for tag, v in scalars.items() if tag not in self._logged[1]}
+        else:
+            self._logged = (step, set())
         if scalars:
-            writer.scalars(scalars, step=self._run.step)
+            writer.scalars(scalars, step=step)
+            self._logged[1].update(scalars)
 
     def stopped_by(self, error: BaseException | None) -> None:
         """Notes what ends the run (None: nothing went wrong), for the ledger's ``end``."""
