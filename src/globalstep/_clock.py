@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -57,11 +58,18 @@ from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from globalstep._errors import ConfigError, InvalidStepError, StepError
-from globalstep._tracing import opaque, traced_by, traced_error
+from globalstep._tracing import TRACER_MODULES, opaque, traced_by, traced_error
 
 __all__ = ["MAX_STEP", "Clock", "Progress"]
 
 MAX_STEP = 2**63 - 1
+
+# advance() asks traced_by() only where a framework that traces is imported at all.
+_TF_MODULE, _JAX_CORE = TRACER_MODULES
+_modules = sys.modules
+# The clock's state (see Clock.__init__): the base counters, and all of them at a step.
+_Base = tuple[int, int, int, int, int, float, float]
+_Counters = tuple[int, int, int, int, int, float, float]
 """The largest step a clock holds: the int64 range frameworks store the step in."""
 
 
@@ -260,17 +268,34 @@ class Clock:
         # Samples and tokens one plain tick() adds.
         self._tick_samples = batch_size if batch_size is not None else 0
         self._tick_tokens = tokens_per_step if tokens_per_step is not None else 0
-        # (step, epoch, epoch_start, samples, tokens, elapsed_before, session_start),
-        # replaced whole by each change (see the class docstring); _step mirrors its first
-        # field for readers of the step alone.
-        self._state: tuple[int, int, int, int, int, float, float] = (0, 0, 0, 0, 0, 0.0, time_fn())
+        # (step, base), replaced whole by each change (see the class docstring). The base,
+        # (base_step, epoch, epoch_start, samples, tokens, elapsed_before, session_start),
+        # holds the counters as they were at base_step; the updates since then add their
+        # samples, tokens and epoch roll-overs when read (_counters()), so a plain tick
+        # builds a pair. _step mirrors the step for readers of the step alone.
+        self._state: tuple[int, _Base] = (0, (0, 0, 0, 0, 0, 0.0, time_fn()))
         self._step = 0
         self.tick_owner: str | None = None
         """What ticks this clock once per update (set by :meth:`claim_ticks`; read only)."""
 
     def __repr__(self) -> str:
-        state = self._state
+        state = self._counters()
         return f"Clock({self._name!r}, step={state[0]}, epoch={state[1]})"
+
+    def _counters(self) -> _Counters:
+        """(step, epoch, epoch_start, samples, tokens, elapsed_before, session_start) from
+        one snapshot of the state."""
+        step, (base_step, epoch, start, done, used, before, session) = self._state
+        moved = step - base_step
+        if moved:
+            spe = self._steps_per_epoch
+            if spe is not None:
+                rolled = (step - start) // spe
+                epoch += rolled
+                start += rolled * spe
+            done += moved * self._tick_samples
+            used += moved * self._tick_tokens
+        return step, epoch, start, done, used, before, session
 
     @property
     def name(self) -> str:
@@ -285,29 +310,29 @@ class Clock:
     @property
     def epoch(self) -> int:
         """Completed epochs, which is also the index of the epoch in progress."""
-        return self._state[1]
+        return self._counters()[1]
 
     @property
     def step_in_epoch(self) -> int:
         """Updates applied in the epoch in progress."""
-        state = self._state  # one snapshot: two of its fields
+        state = self._counters()  # one snapshot: two of its fields
         return state[0] - state[2]
 
     @property
     def samples(self) -> int:
         """Samples consumed by the applied updates."""
-        return self._state[3]
+        return self._counters()[3]
 
     @property
     def tokens(self) -> int:
         """Tokens consumed by the applied updates."""
-        return self._state[4]
+        return self._counters()[4]
 
     @property
     def elapsed_seconds(self) -> float:
         """Training seconds, accumulated across restarts (the time between runs not counted)."""
-        state = self._state
-        return state[5] + (self._time_fn() - state[6])
+        before, session = self._state[1][5:]
+        return before + (self._time_fn() - session)
 
     @property
     def steps_per_epoch(self) -> int | None:
@@ -374,26 +399,13 @@ class Clock:
             TracingError: ``tf.function`` or ``jax.jit`` is tracing the call.
             StepError: the step would pass :data:`MAX_STEP`.
         """
-        if traced_by() is not None:
-            self._traced("clock.tick()")
-        step, epoch, start, done, used, before, session = self._state
+        if (_TF_MODULE in _modules or _JAX_CORE in _modules) and traced_by() is not None:
+            self._traced("clock.tick()")  # (a framework not imported cannot be tracing)
+        step, base = self._state
         step += 1
         if step > MAX_STEP:
             self._too_far(1)
-        spe = self._steps_per_epoch
-        if spe is not None and step - start >= spe:
-            rolled = (step - start) // spe
-            epoch += rolled
-            start += rolled * spe
-        self._state = (
-            step,
-            epoch,
-            start,
-            done + self._tick_samples,
-            used + self._tick_tokens,
-            before,
-            session,
-        )
+        self._state = (step, base)
         self._step = step
         return step
 
@@ -434,7 +446,7 @@ class Clock:
             samples = n * self._tick_samples
         if tokens is None:
             tokens = n * self._tick_tokens
-        step, epoch, start, done, used, before, session = self._state
+        step, epoch, start, done, used, before, session = self._counters()
         step += n
         if step > MAX_STEP:
             self._too_far(n)
@@ -443,7 +455,7 @@ class Clock:
             rolled = (step - start) // spe
             epoch += rolled
             start += rolled * spe
-        self._state = (step, epoch, start, done + samples, used + tokens, before, session)
+        self._state = (step, (step, epoch, start, done + samples, used + tokens, before, session))
         self._step = step
 
     def _traced(self, call: str) -> NoReturn:
@@ -462,13 +474,13 @@ class Clock:
         An epoch with no update yet is left as it is, so calling this after an automatic
         roll-over (``steps_per_epoch`` given) is harmless.
         """
-        step, epoch, start, done, used, before, session = self._state
+        step, epoch, start, done, used, before, session = self._counters()
         if step > start:
-            self._state = (step, epoch + 1, step, done, used, before, session)
+            self._state = (step, (step, epoch + 1, step, done, used, before, session))
 
     def progress(self) -> Progress:
         """Returns a consistent, frozen snapshot of every counter."""
-        step, epoch, start, done, used, before, session = self._state  # one snapshot
+        step, epoch, start, done, used, before, session = self._counters()  # one snapshot
         return Progress(
             clock=self._name,
             step=step,
@@ -526,12 +538,15 @@ class Clock:
         step = state["step"]
         self._state = (
             step,
-            state["epoch"],
-            step - state["step_in_epoch"],
-            state["samples"],
-            state["tokens"],
-            elapsed,
-            self._time_fn(),
+            (
+                step,
+                state["epoch"],
+                step - state["step_in_epoch"],
+                state["samples"],
+                state["tokens"],
+                elapsed,
+                self._time_fn(),
+            ),
         )
         self._step = step
 

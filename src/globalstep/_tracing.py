@@ -35,6 +35,9 @@ __all__ = ["check_eager", "opaque", "traced_by", "traced_error"]
 
 _TF_MODULE = "tensorflow"
 _JAX_CORE = "jax._src.core"
+TRACER_MODULES = (_TF_MODULE, _JAX_CORE)
+"""The modules whose absence from ``sys.modules`` means no tracer runs (the per-update
+paths test them inline, before calling :func:`traced_by`)."""
 
 # Resolved once, the first time a call finds the framework imported (a module's functions
 # do not change after its import): a lookup on the ``tensorflow`` module object costs
