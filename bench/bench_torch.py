@@ -28,7 +28,11 @@ between them, timed in place in the same round (their cold cost after torch's st
 several times their cost measured alone); and the whole loop's time minus the hand
 loop's (noisy on a loaded machine: the difference of two numbers of ~100 us or more).
 
-Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000] [--no-peers]``.
+``--parts`` prints only the profile of that share: the driver run with one part of
+globalstep's work at a time (attach's step pre-hook, its post-hook, the two triggers, the
+two scalars), each part's median span less the empty driver's, and all of them together.
+
+Run: ``python bench/bench_torch.py [--rounds 5] [--updates 2000] [--no-peers | --parts]``.
 """
 
 from __future__ import annotations
@@ -98,15 +102,37 @@ def _timer_cost(timer: Callable[[], int]) -> float:
     return statistics.median(spans)
 
 
+PARTS = ("pre-hook", "post-hook", "triggers", "scalars")
+"""The parts of globalstep's share, timed one at a time by ``--parts``."""
+
+
 def run_globalstep(
-    n: int, logdir: str, timer: Callable[[], int] = time.perf_counter_ns, *, empty: bool = False
+    n: int,
+    logdir: str,
+    timer: Callable[[], int] = time.perf_counter_ns,
+    *,
+    empty: bool = False,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict[str, float]:
     """The globalstep driver; ``empty=True`` keeps its timers and marker hooks but runs
     none of globalstep's work in the spans (the clock ticks outside them): the timing's
-    own cost in place, subtracted from the driver's spans."""
+    own cost in place, subtracted from the driver's spans. ``parts`` runs only some of the
+    work (attach's step pre-hook that sets the rate, its post-hook that ticks the clock,
+    the two triggers, the two scalars); the clock ticks outside the spans where the
+    post-hook is left out."""
+    if empty:
+        parts = ()
     model, opt, batches = _setup(n)
     clock = Clock()
-    attachment = None if empty else attach(opt, clock, CosineDecay(BASE_LR, n))
+    hooked = "pre-hook" in parts or "post-hook" in parts
+    attachment = attach(opt, clock, CosineDecay(BASE_LR, n)) if hooked else None
+    if attachment is not None:
+        # A part left out: its hook removed (detach() removes a handle once more, harmlessly).
+        for part, handle in zip(("pre-hook", "post-hook"), attachment._handles, strict=True):
+            if part not in parts:
+                handle.remove()
+    ticks = "post-hook" not in parts
+    log_scalars, check_triggers = "scalars" in parts, "triggers" in parts
     # Marker hooks around attach's own: the time between them is globalstep's hook work.
     marks = {"t": 0, "hooks": 0}
 
@@ -136,17 +162,16 @@ def run_globalstep(
         loss.backward()
         marks["hooks"] = 0
         opt.step()  # sets the rate of update clock.step, then ticks the clock
-        if empty:
+        if ticks:
             clock.tick()
-            t0 = timer()
-            spans.append(timer() - t0 + marks["hooks"])
-            continue
         t0 = timer()
-        writer.scalars({"loss": loss, "lr": opt.param_groups[0]["lr"]})  # read off the thread
-        if log.should_fire(clock):
-            logs.append(clock.step)
-        if save.should_fire(clock):
-            logs.append(-clock.step)
+        if log_scalars:  # the loss tensor as it is: read on the writer's thread
+            writer.scalars({"loss": loss, "lr": opt.param_groups[0]["lr"]})
+        if check_triggers:
+            if log.should_fire(clock):
+                logs.append(clock.step)
+            if save.should_fire(clock):
+                logs.append(-clock.step)
         spans.append(timer() - t0 + marks["hooks"])
     total = time.perf_counter() - start
     # The writer's work for this loop: its thread's CPU, and what it had still to write.
@@ -293,14 +318,47 @@ def run_lightning(n: int) -> dict[str, float]:
     return {"total": time.perf_counter() - start}
 
 
+def profile_parts(rounds: int, n: int) -> None:
+    """Prints the in-place cost of each part of globalstep's share (the driver run with
+    that part alone, its median span less the empty driver's, per round), and of all of
+    them together: where the share's time goes."""
+    variants: dict[str, tuple[str, ...]] = {part: (part,) for part in PARTS}
+    variants["all"] = PARTS
+    medians: dict[str, list[float]] = {name: [] for name in ["empty", *variants]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for name in medians:
+                logdir = os.path.join(tmp, f"{name}{r}")
+                if name == "empty":
+                    result = run_globalstep(n, logdir, empty=True)
+                else:
+                    result = run_globalstep(n, logdir, parts=variants[name])
+                medians[name].append(result["direct_median"])
+    print(f"load: {os.getloadavg()}, {rounds} rounds x {n} updates, torch threads 1")
+    print("each part timed alone in place, median span less the empty driver's:")
+    empty = medians.pop("empty")
+    for name, values in medians.items():
+        net = [(v - e) for v, e in zip(values, empty, strict=True)]
+        rounds_us = ", ".join(f"{x * 1e6:.2f}" for x in net)
+        print(f"  {name:<10} {statistics.median(net) * 1e6:6.2f} us  ({rounds_us})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=2000)
     parser.add_argument("--no-peers", action="store_true", help="skip ignite and Lightning")
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="only the profile: each part of globalstep's share timed alone in place",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    if args.parts:
+        profile_parts(args.rounds, args.updates)
+        return
     logging.getLogger("lightning").setLevel(logging.ERROR)
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     n = args.updates
