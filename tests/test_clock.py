@@ -287,6 +287,68 @@ def test_counters_agree_with_a_plain_count(steps_per_epoch, batch_size, moves):
     assert p.samples == clock.samples == step * (batch_size or 0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    steps_per_epoch=st.none() | st.integers(1, 9),
+    batch_size=st.none() | st.integers(1, 5),
+    tokens_per_step=st.none() | st.integers(1, 7),
+    moves=st.lists(
+        st.one_of(
+            st.just(("tick",)),
+            st.tuples(st.just("counted"), st.integers(1, 20), st.integers(0, 50)),
+            st.just(("end_epoch",)),
+            st.tuples(st.just("load"), st.integers(0, 40), st.integers(0, 40)),
+        ),
+        max_size=40,
+    ),
+)
+def test_counters_agree_after_every_move(steps_per_epoch, batch_size, tokens_per_step, moves):
+    """Every counter after each move (a plain tick, a tick with its own samples and tokens,
+    end_epoch(), a restore of a state whose epoch began more than an epoch ago, as a run
+    resumed with fewer steps per epoch has) is what counting the moves one by one gives."""
+    clock = Clock(
+        steps_per_epoch=steps_per_epoch, batch_size=batch_size, tokens_per_step=tokens_per_step
+    )
+    step = epoch = start = samples = tokens = 0
+    for move in moves:
+        if move[0] == "end_epoch":
+            clock.end_epoch()
+            if step > start:
+                epoch, start = epoch + 1, step
+        elif move[0] == "load":
+            step, start = move[1] + move[2], move[1]
+            epoch, samples, tokens = 3, 7 * step, 11 * step
+            state = clock.state_dict() | {
+                "step": step,
+                "epoch": epoch,
+                "step_in_epoch": step - start,
+                "samples": samples,
+                "tokens": tokens,
+            }
+            clock.load_state_dict(state)
+        else:
+            n, counted = (1, None) if move[0] == "tick" else (move[1], move[2])
+            step += n
+            if steps_per_epoch is not None and step - start >= steps_per_epoch:
+                rolled = (step - start) // steps_per_epoch
+                epoch, start = epoch + rolled, start + rolled * steps_per_epoch
+            samples += n * (batch_size or 0) if counted is None else counted
+            tokens += n * (tokens_per_step or 0) if counted is None else 2 * counted
+            if counted is None:
+                clock.tick()
+            else:
+                clock.tick(n, samples=counted, tokens=2 * counted)
+        p = clock.progress()
+        expected = (step, epoch, step - start, samples, tokens)
+        assert (p.step, p.epoch, p.step_in_epoch, p.samples, p.tokens) == expected
+        assert (clock.step, clock.epoch, clock.step_in_epoch) == expected[:3]
+        assert (clock.samples, clock.tokens) == expected[3:]
+        restored = Clock(steps_per_epoch=steps_per_epoch, batch_size=batch_size)
+        restored.load_state_dict(clock.state_dict())
+        q = restored.progress()
+        assert (q.step, q.epoch, q.step_in_epoch, q.samples, q.tokens) == expected
+
+
 def test_one_owner_claims_a_clocks_ticks():
     """claim_ticks names the one owner of the ticks; a second owner, a bad name and a
     release by another are refused; the same owner claiming again is harmless."""
