@@ -63,14 +63,14 @@ from globalstep._tracing import TRACER_MODULES, opaque, traced_by, traced_error
 __all__ = ["MAX_STEP", "Clock", "Progress"]
 
 MAX_STEP = 2**63 - 1
+"""The largest step a clock holds: the int64 range frameworks store the step in."""
 
 # advance() asks traced_by() only where a framework that traces is imported at all.
 _TF_MODULE, _JAX_CORE = TRACER_MODULES
 _modules = sys.modules
-# The clock's state (see Clock.__init__): the base counters, and all of them at a step.
-_Base = tuple[int, int, int, int, int, float, float]
+# (step, epoch, epoch_start, samples, tokens, elapsed_before, session_start): every counter
+# at one step; the clock's base holds them at its base step (see Clock.__init__).
 _Counters = tuple[int, int, int, int, int, float, float]
-"""The largest step a clock holds: the int64 range frameworks store the step in."""
 
 
 def integer(value: Any) -> int | None:
@@ -273,7 +273,7 @@ class Clock:
         # holds the counters as they were at base_step; the updates since then add their
         # samples, tokens and epoch roll-overs when read (_counters()), so a plain tick
         # builds a pair. _step mirrors the step for readers of the step alone.
-        self._state: tuple[int, _Base] = (0, (0, 0, 0, 0, 0, 0.0, time_fn()))
+        self._state: tuple[int, _Counters] = (0, (0, 0, 0, 0, 0, 0.0, time_fn()))
         self._step = 0
         self.tick_owner: str | None = None
         """What ticks this clock once per update (set by :meth:`claim_ticks`; read only)."""
